@@ -1,0 +1,71 @@
+"""The result of :func:`layoutopt.solve`: one type for every method."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Status = Literal["optimal", "feasible", "infeasible"]
+
+
+@dataclass
+class Solution:
+    """A choice per node, its cost and what is known about its optimality.
+
+    Attributes:
+        assignment: node -> chosen index into the node's cost vector (empty when no
+            assignment could be formed, e.g. a node has no allowed choice).
+        labels: node -> label of the chosen choice (``graph.nodes[n]["choices"]``), or the
+            index when the node has no labels.
+        objective: total cost of ``assignment``, recomputed in float64 from the original
+            costs (``inf`` when the assignment uses a forbidden entry).
+        lower_bound: a proven lower bound on the optimum; equal to ``objective`` when the
+            solution is proven optimal, ``inf`` when the problem is proven infeasible, and
+            ``-inf`` when the method proves nothing (heuristics).
+        status: ``"optimal"`` (proven), ``"feasible"`` (finite objective, optimality not
+            proven) or ``"infeasible"`` (the returned assignment is forbidden; infeasibility of
+            the *problem* is proven exactly when ``lower_bound == inf``).
+        method: the method that produced the solution (``auto`` reports what it ran in
+            ``stats["engine"]``).
+        solve_time: wall time of the whole ``solve`` call, in seconds.
+        message: a human-readable note (culprit of an infeasibility, a timeout...).
+        stats: method-specific counters (reductions applied, nodes explored...).
+
+    Example:
+        >>> import networkx as nx, layoutopt
+        >>> g = nx.path_graph(2)
+        >>> sol = layoutopt.solve(g, {"nodes": {0: [1, 2], 1: [3, 1]},
+        ...                           "edges": {(0, 1): [[0, 5], [5, 0]]}})
+        >>> sol.assignment, sol.objective, sol.status
+        ({0: 0, 1: 0}, 4.0, 'optimal')
+    """
+
+    assignment: dict[Hashable, int]
+    labels: dict[Hashable, Any]
+    objective: float
+    lower_bound: float
+    status: Status
+    method: str
+    solve_time: float = 0.0
+    message: str = ""
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gap(self) -> float:
+        """Relative gap ``(objective - lower_bound) / objective`` (0 when proven optimal)."""
+        if self.status == "optimal":
+            return 0.0
+        if not math.isfinite(self.objective) or not math.isfinite(self.lower_bound):
+            return math.inf
+        if self.objective == 0:
+            return 0.0 if self.lower_bound >= 0 else math.inf
+        return max(0.0, (self.objective - self.lower_bound) / abs(self.objective))
+
+    def __repr__(self) -> str:
+        return (
+            f"Solution(status={self.status!r}, objective={self.objective:.6g}, "
+            f"lower_bound={self.lower_bound:.6g}, method={self.method!r}, "
+            f"nodes={len(self.assignment)}, solve_time={self.solve_time * 1e3:.2f} ms)"
+        )
