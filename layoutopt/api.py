@@ -111,7 +111,7 @@ def solve_problem(
         >>> p = Problem.from_graph(nx.path_graph(2), {"nodes": {0: [1, 2], 1: [3, 1]},
         ...                                           "edges": {(0, 1): [[0, 5], [5, 0]]}})
         >>> solve_problem(p, "bruteforce").objective
-        4.0
+        3.0
     """
     start = time.perf_counter() if _start is None else _start
     solver_cls = get_solver(method)

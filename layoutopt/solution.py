@@ -39,7 +39,7 @@ class Solution:
         >>> sol = layoutopt.solve(g, {"nodes": {0: [1, 2], 1: [3, 1]},
         ...                           "edges": {(0, 1): [[0, 5], [5, 0]]}})
         >>> sol.assignment, sol.objective, sol.status
-        ({0: 0, 1: 0}, 4.0, 'optimal')
+        ({0: 1, 1: 1}, 3.0, 'optimal')
     """
 
     assignment: dict[Hashable, int]
