@@ -1,0 +1,176 @@
+"""``pbqp``: the Scholz/Eckstein PBQP heuristic (exact unless RN is needed).
+
+The exact reductions of :mod:`layoutopt.solvers.reductions` (pruning, R1, R0, RI, RII) run
+until every node left has degree >= 3. Then one **RN** step fixes one node and the exact
+reductions resume, until the graph is empty; back-propagation then gives every reduced node
+its argmin given its neighbours.
+
+**RN rule.** The node of *maximum current degree* is taken (ties: lowest index), kept in a
+lazy max-heap (degrees never grow during the reductions, so a stale entry is re-pushed with
+its current degree when popped; no scan). It gets its *locally minimal* choice
+``argmin_k c_y[k] + sum_j min_l (C_yj[k, l] + c_j[l])``, which is finite only when every
+neighbour keeps an allowed choice, so RN never empties a neighbour's domain directly; domain
+pruning then propagates the consequences.
+
+When RN was never needed the answer is optimal and reported as such. When an RN choice
+leads to a dead end (an empty domain further away), a CP-SAT feasibility search (OR-Tools)
+finds an allowed assignment instead, so the method is never infeasible when a feasible
+assignment exists. With ``polish=True`` (default), an ICM sweep (each node in turn moves to
+its best choice given its neighbours, until no move helps) runs when RN was used.
+
+Example:
+    >>> import networkx as nx, layoutopt
+    >>> g = nx.complete_graph(4)
+    >>> costs = {"nodes": {i: [1.0, 2.0] for i in g}, "edges": {e: [[0, 1], [1, 0]] for e in g.edges}}
+    >>> sol = layoutopt.solve(g, costs, method="pbqp")
+    >>> sol.objective, sol.stats["RN"]
+    (4.0, 1)
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..problem import Problem
+from . import register
+from .base import Solver, SolverResult
+from .reductions import Infeasible, WorkingGraph, rn_heap
+
+
+def _rn_choice(graph: WorkingGraph, y: int) -> int:
+    """The locally minimal choice of ``y``: own cost plus each neighbour's best reply."""
+    total = graph.vec[y].copy()
+    vec = graph.vec
+    for j, m in graph.adj[y].items():
+        total += (m + vec[j]).min(axis=1)
+    return int(total.argmin())
+
+
+def run_pbqp(problem: Problem) -> tuple[list[int] | None, dict[str, Any], str | None]:
+    """Reductions + RN + back-propagation on ``problem``.
+
+    Returns ``(assignment or None, stats, infeasibility message)``; the assignment is None
+    when the reductions proved infeasibility (message set) or when an RN choice ran into a
+    dead end (message None).
+    """
+    graph = WorkingGraph(problem)
+    try:
+        graph.reduce_exact()
+        if graph.n_alive:
+            graph.prune_all()  # so that RN never picks a forbidden choice
+            graph.reduce_exact()
+        heap = rn_heap(graph)
+        adj = graph.adj
+        alive = graph.alive
+        while graph.n_alive:
+            degree, y = heapq.heappop(heap)
+            if not alive[y]:
+                continue
+            current = len(adj[y])
+            if current != -degree:
+                heapq.heappush(heap, (-current, y))
+                continue
+            graph.fix(y, _rn_choice(graph, y), "RN")
+            graph.reduce_exact()
+    except Infeasible as exc:
+        if graph.counts["RN"] == 0:  # only exact steps so far: a proof
+            return None, graph.counts, str(exc)
+        return None, graph.counts, None
+    choices = graph.backpropagate([None] * len(problem))
+    return choices, graph.counts, None
+
+
+def icm(problem: Problem, assignment: np.ndarray, max_sweeps: int = 10) -> int:
+    """Iterated conditional modes: move nodes to their best reply until none improves.
+
+    Works in place; returns the number of moves. Never makes the objective worse.
+    """
+    moves = 0
+    node_costs = problem.node_costs
+    edge = problem.edge
+    for _ in range(max_sweeps):
+        changed = False
+        for i, nbrs in enumerate(problem._adjacency):  # type: ignore[attr-defined]
+            if node_costs[i].size == 1:
+                continue
+            local = node_costs[i].copy()
+            for j in nbrs:
+                local += edge(i, j)[:, assignment[j]]
+            best = int(local.argmin())
+            if local[best] < local[assignment[i]]:
+                assignment[i] = best
+                moves += 1
+                changed = True
+        if not changed:
+            break
+    return moves
+
+
+def feasible_assignment(problem: Problem, time_limit: float | None) -> tuple[list[int] | None, bool]:
+    """An allowed (finite) assignment by a CP-SAT feasibility search.
+
+    Returns ``(assignment, proven)``: ``(None, True)`` when CP-SAT proved that none exists,
+    ``(None, False)`` when it ran out of time.
+    """
+    from ortools.sat.python import cp_model
+
+    model = cp_model.CpModel()
+    variables = []
+    for i, c in enumerate(problem.node_costs):
+        allowed = np.flatnonzero(np.isfinite(c)).tolist()
+        variables.append(model.NewIntVarFromDomain(cp_model.Domain.FromValues(allowed), f"x{i}"))
+    for (i, j), m in problem.edges.items():
+        if math.isinf(m.max()):
+            pairs = np.argwhere(np.isfinite(m)).tolist()
+            model.AddAllowedAssignments([variables[i], variables[j]], pairs)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    if time_limit is not None:
+        solver.parameters.max_time_in_seconds = time_limit
+    status = solver.Solve(model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return [int(solver.Value(v)) for v in variables], True
+    return None, status == cp_model.INFEASIBLE
+
+
+@register
+class PBQP(Solver):
+    """PBQP reductions with the max-degree / locally-minimal RN rule (see the module docstring).
+
+    Options:
+        polish: run an ICM local search after the reductions when RN was used.
+    """
+
+    name = "pbqp"
+    exact = False
+    options: ClassVar[dict[str, Any]] = {"polish": True}
+
+    def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
+        start = time.perf_counter()
+        choices, counts, infeasible = run_pbqp(problem)
+        stats: dict[str, Any] = dict(counts)
+        if infeasible is not None:
+            return SolverResult(None, "infeasible", math.inf, infeasible, stats)
+        assignment = None if choices is None else np.array(choices, dtype=np.int64)
+        objective = math.inf if assignment is None else problem.evaluate(assignment)
+        if not math.isfinite(objective):
+            remaining = None if time_limit is None else max(time_limit - (time.perf_counter() - start), 0.1)
+            fallback, proven = feasible_assignment(problem, remaining)
+            stats["feasibility_search"] = True
+            if fallback is None:
+                if proven:
+                    return SolverResult(None, "infeasible", math.inf,
+                                        "no assignment avoids every forbidden (inf) entry", stats)
+                return SolverResult(None, "infeasible", None,
+                                    "no allowed assignment found within the time limit", stats)
+            assignment = np.array(fallback, dtype=np.int64)
+        if counts["RN"] == 0 and not stats.get("feasibility_search"):
+            return SolverResult(assignment, "optimal", objective, "", stats)
+        if options.get("polish", True):
+            stats["icm_moves"] = icm(problem, assignment)
+        return SolverResult(assignment, "feasible", None, "", stats)
