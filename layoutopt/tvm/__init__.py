@@ -1,0 +1,61 @@
+"""TVM adapters: measured kernel and layout-transform costs for Relax models.
+
+Needs the ``tvm`` extra: ``pip install 'layoutopt[tvm]'``.
+
+Importing this package is cheap: TVM itself is imported only when a function that needs it runs.
+Public names are resolved lazily from the submodules listed in ``_LAZY``.
+
+Example::
+
+    from layoutopt.tvm import Measurer, conv2d_candidates
+    workload = {"op": "conv2d", "data": [1, 64, 56, 56], "kernel": [64, 64, 3, 3], "strides": [1, 1],
+                "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+    with Measurer(target="llvm", cache="costs.jsonl") as measurer:
+        results = measurer.measure([(workload, c) for c in conv2d_candidates(workload)])
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from ..errors import MissingExtraError
+
+if importlib.util.find_spec("tvm") is None:
+    raise MissingExtraError("apache-tvm", "tvm", "layoutopt.tvm")
+
+#: public name -> submodule that defines it (add a line here to export a new name)
+_LAZY = {
+    "import_tvm": "._tvm",
+    "resolve_target": "._tvm",
+    "conv2d_candidates": ".kernels",
+    "dense_candidates": ".kernels",
+    "candidates": ".kernels",
+    "build_kernel": ".kernels",
+    "check_kernel": ".kernels",
+    "layout_transform_workload": ".kernels",
+    "schedule_module": ".kernels",
+    "ScheduleModule": ".kernels",
+    "validate_workload": ".kernels",
+    "Measurer": ".measure",
+    "MeasureResult": ".measure",
+    "LocalRunner": ".measure",
+    "RPCRunner": ".measure",
+    "Runner": ".measure",
+    "CostCache": ".cache",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
