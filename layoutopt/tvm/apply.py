@@ -29,7 +29,6 @@ Example::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
@@ -37,6 +36,7 @@ import numpy as np
 
 from ..errors import ProblemError
 from ._tvm import import_tvm, resolve_target
+from .kernels import layout_block, pack_conv2d_kernel, pack_data, schedule_module
 
 __all__ = [
     "NCHW",
@@ -45,12 +45,10 @@ __all__ = [
     "apply_solution",
     "build",
     "count_layout_transforms",
-    "layout_block",
     "parse_choice",
 ]
 
 NCHW = "NCHW"
-_BLOCKED = re.compile(r"NCHW([1-9][0-9]*)c")
 
 #: unary elementwise ops: any layout, same layout out
 UNARY_OPS = frozenset({
@@ -69,21 +67,6 @@ BINARY_OPS = frozenset({
 POOL_OPS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d"})
 #: ops that combine several computed tensors in one common layout
 CONCAT_OPS = frozenset({"relax.concat"})
-
-
-def layout_block(layout: str) -> int | None:
-    """Channel block of a layout name: ``None`` for ``"NCHW"``, ``b`` for ``"NCHW{b}c"``.
-
-    Example:
-        >>> layout_block("NCHW16c"), layout_block("NCHW")
-        (16, None)
-    """
-    if layout == NCHW:
-        return None
-    match = _BLOCKED.fullmatch(str(layout))
-    if match is None:
-        raise ProblemError(f"unknown layout {layout!r}: expected 'NCHW' or 'NCHW<b>c' such as 'NCHW16c'")
-    return int(match.group(1))
 
 
 def parse_choice(node: Hashable, choice: Any) -> tuple[str, str]:
@@ -116,34 +99,6 @@ def parse_choice(node: Hashable, choice: Any) -> tuple[str, str]:
         except ProblemError as exc:
             raise ProblemError(f"node {node!r}: {exc}") from None
     return str(pair[0]), str(pair[1])
-
-
-# ----------------------------------------------------------------------------------------------
-# numpy repacking of constants (done at compile time, never at run time)
-
-
-def pack_conv2d_weight(weight: np.ndarray, in_block: int, out_block: int) -> np.ndarray:
-    """``OIHW`` -> ``OIHW{in_block}i{out_block}o``, the kernel layout of ``topi.nn.conv2d_NCHWc``.
-
-    Example:
-        >>> pack_conv2d_weight(np.zeros((32, 16, 3, 3)), 8, 16).shape
-        (2, 2, 3, 3, 8, 16)
-    """
-    o, i, kh, kw = weight.shape
-    packed = weight.reshape(o // out_block, out_block, i // in_block, in_block, kh, kw)
-    return np.ascontiguousarray(packed.transpose(0, 2, 4, 5, 3, 1))
-
-
-def pack_activation(value: np.ndarray, block: int) -> np.ndarray:
-    """An ``NCHW``-shaped (or broadcastable, e.g. ``(1, C, 1, 1)``) array to ``NCHW{block}c``.
-
-    Example:
-        >>> pack_activation(np.arange(32.0).reshape(1, 32, 1, 1), 16)[0, 1, 0, 0, :3]
-        array([16., 17., 18.])
-    """
-    n, c, h, w = value.shape
-    packed = value.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2)
-    return np.ascontiguousarray(packed)
 
 
 def _transform_index_map(src: str, dst: str) -> Callable:
@@ -222,7 +177,7 @@ class _Rewriter:
             raise ProblemError(f"cannot repack a constant of shape {array.shape} for layout {layout!r}")
         while array.ndim < 4:
             array = array[None]
-        return self.relax.const(pack_activation(array, layout_block(layout)), str(array.dtype))
+        return self.relax.const(pack_data(array, layout), str(array.dtype))
 
     def layout_of(self, expr) -> str | None:
         if isinstance(expr, self.relax.Var):
@@ -332,7 +287,7 @@ class _Rewriter:
         data = self.value(call.args[0], in_layout)
         weight = call.args[1]
         if isinstance(weight, self.tvm.ir.expr.Constant):
-            packed = pack_conv2d_weight(weight.value.numpy(), in_block, out_block)
+            packed = pack_conv2d_kernel(weight.value.numpy(), in_block, out_block)
             weight = relax.const(packed, str(packed.dtype))
         else:  # a runtime parameter: repack it in the program (FoldConstant removes it once bound)
             def pack(o, i, h, w):
@@ -532,8 +487,6 @@ def build(mod, target=None):
     """
     tvm = import_tvm()
     from tvm.relax.backend.cpu_generic import pipeline as cpu
-
-    from .kernels import schedule_module
 
     target = resolve_target(target)
     relax = tvm.relax
