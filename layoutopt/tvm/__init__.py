@@ -43,6 +43,13 @@ _LAZY = {
     "RPCRunner": ".measure",
     "Runner": ".measure",
     "CostCache": ".cache",
+    "ApplyLayouts": ".apply",
+    "apply_layouts": ".apply",
+    "apply_solution": ".apply",
+    "build": ".apply",
+    "tune_and_build": ".tune",
+    "TuneResult": ".tune",
+    "load_model": ".tune",
 }
 
 __all__ = sorted(_LAZY)
