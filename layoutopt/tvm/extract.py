@@ -1,0 +1,535 @@
+"""Extract the layout graph of a Relax model: which ops choose a layout, and which tensors connect them.
+
+:func:`prepare` normalises a module as the frontends produce it (batch norm folded or decomposed,
+constants folded, binding names made unique); :func:`extract_layout_graph` walks ``main`` and returns
+a ``networkx.DiGraph`` following the layout model of :mod:`layoutopt.tvm` (the one
+:mod:`layoutopt.tvm.apply` rewrites by):
+
+1. **target** ops choose ``(in, out)`` layouts: conv2d (candidates from
+   :func:`~layoutopt.tvm.kernels.conv2d_candidates`; grouped ones fixed NCHW, depthwise equal blocks)
+   and dense (``matmul`` by a constant 2-D weight, candidates are packed weight layouts).
+2. **layout-following** ops are not nodes: unary elementwise ops, binary elementwise ops with a
+   per-channel or scalar constant (bias, folded batch norm), max/avg pooling. They run in the layout
+   their input arrives in.
+3. **multi**-input ops (binary elementwise ops of two computed tensors, concat) are nodes whose
+   choices are one common layout for all inputs and the output: ``NCHW{b}c`` for blocks ``b``
+   dividing every input's channels, and ``NCHW``.
+4. **boundary** ops (reshape, softmax, mean, anything unknown) and the graph's **input** and
+   **output** tensors need plain ``NCHW``: nodes with the single choice ``"NCHW"``.
+5. An edge ``P -> Q`` joins two nodes when a tensor flows from ``P`` (through layout-following ops)
+   into ``Q``; its ``"shape"`` is the logical NCHW shape arriving at ``Q``.
+
+Example::
+
+    from layoutopt.tvm import extract_layout_graph, models
+    graph = extract_layout_graph(models.residual(channels=16, size=8), candidates=[8, 16])
+    graph.nodes["conv1"]["choices"]     # ['NCHW8c->NCHW8c', 'NCHW8c->NCHW16c', ..., 'NCHW->NCHW']
+    graph.nodes["add"]["kind"], graph.nodes["add"]["choices"]    # 'multi', ['NCHW8c', 'NCHW16c', 'NCHW']
+    sorted(graph.predecessors("add"))   # ['conv0', 'conv2']
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import networkx as nx
+
+from ..errors import ProblemError
+from ._tvm import import_tvm
+from .apply import BINARY_OPS, CONCAT_OPS, NCHW, POOL_OPS, UNARY_OPS, _per_channel
+from .kernels import DEFAULT_BLOCKS, channel_blocks, conv2d_candidates, dense_candidates
+
+__all__ = ["KINDS", "Candidates", "candidate_label", "extract_layout_graph", "prepare"]
+
+#: what ``candidates=`` accepts: channel blocks, a function ``workload -> candidate dicts``, or None
+Candidates = Iterable[int] | Callable[[dict[str, Any]], list[dict[str, Any]]] | None
+
+#: the node kinds of a layout graph (node attribute ``"kind"``)
+KINDS = ("target", "multi", "boundary", "input", "output")
+
+#: op names of workloads in ``"workload"`` of multi-input nodes (short, like the kernel workloads)
+_SHORT_NAMES = {"relax.concat": "concat"}
+
+
+# ------------------------------------------------------------------------------------------------
+# prepare
+
+
+def prepare(mod, params: Mapping[str, Any] | None = None):
+    """Normalise a Relax module for extraction and rewriting; returns a new ``IRModule``.
+
+    Runs, on the module (``main`` must exist):
+
+    * ``BindParams("main", params)`` when ``params`` is given (weights kept as function
+      parameters, e.g. ``from_onnx(..., keep_params_in_input=True)`` + ``detach_params``), so
+      that weights become constants;
+    * ``FoldBatchnormToConv2D`` (batch norm right after a conv2d goes into its weights),
+      ``DecomposeOpsForInference`` (other batch norms become per-channel constant arithmetic,
+      which follows layouts), ``CanonicalizeBindings``, ``FoldConstant`` and
+      ``DeadCodeElimination``;
+    * renaming of duplicate binding names in ``main`` (``lv7``, ``lv7`` -> ``lv7``, ``lv7_1``, as
+      TVMScript prints them): layout graph nodes are keyed by binding name, so names must be unique.
+
+    The rewrite (:mod:`layoutopt.tvm.apply`) must run on the module this returns, so that node
+    names match bindings. It is deterministic: preparing twice gives the same names.
+
+    Example::
+
+        import onnx, tvm
+        mod = prepare(tvm.relax.frontend.onnx.from_onnx(onnx.load("resnet50.onnx")))
+    """
+    tvm = import_tvm()
+    relax = tvm.relax
+    _main(mod)
+    if params:
+        try:
+            mod = relax.transform.BindParams("main", dict(params))(mod)
+        except Exception as exc:  # TVM's message is a long C++ trace
+            raise ProblemError(f"cannot bind params to main: {_first_line(exc)}") from None
+    passes = tvm.transform.Sequential([
+        relax.transform.FoldBatchnormToConv2D(),
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.CanonicalizeBindings(),
+        relax.transform.FoldConstant(),
+        relax.transform.DeadCodeElimination(),
+    ])
+    try:
+        mod = passes(mod)
+    except Exception as exc:
+        raise ProblemError(f"normalising the module failed: {_first_line(exc)}") from None
+    return _unique_names(mod)
+
+
+def _main(mod):
+    """``mod["main"]`` as a Relax function, or a ProblemError saying what is there instead."""
+    tvm = import_tvm()
+    if not isinstance(mod, tvm.IRModule):
+        raise ProblemError(
+            f"expected a tvm IRModule (e.g. from relax.frontend.onnx.from_onnx), not {type(mod).__name__}"
+        )
+    names = sorted(gv.name_hint for gv in mod.get_global_vars())
+    if "main" not in names:
+        raise ProblemError(f"the module has no 'main' function (it has: {', '.join(names) or 'nothing'})")
+    main = mod["main"]
+    if not isinstance(main, tvm.relax.Function):
+        raise ProblemError(f"'main' is a {type(main).__name__}, not a Relax function")
+    return main
+
+
+def _unique_names(mod):
+    """Give every Var defined in ``main`` a distinct name (the first keeps its own)."""
+    tvm = import_tvm()
+    relax = tvm.relax
+    main = mod["main"]
+    names = [p.name for p in main.params] + [b.var.name for blk in main.body.blocks for b in blk.bindings]
+    if len(set(names)) == len(names):
+        return mod
+
+    @relax.expr_functor.mutator
+    class _Renamer(relax.expr_functor.PyExprMutator):
+        def __init__(self, module):
+            super().__init__(module)
+            self.taken: set[str] = set()
+
+        def _fresh(self, var, cls):
+            name = var.name
+            if name in self.taken:
+                suffix = 1
+                while f"{name}_{suffix}" in self.taken:
+                    suffix += 1
+                new = cls(f"{name}_{suffix}", var.ty)
+                self.set_var_remap(var, new)
+                var = new
+            self.taken.add(var.name)
+            return var
+
+        def visit_var_def_(self, var):
+            return self._fresh(var, relax.Var)
+
+        def visit_dataflow_var_def_(self, var):
+            return self._fresh(var, relax.DataflowVar)
+
+    functions = dict(mod.functions_items())
+    functions[mod.get_global_var("main")] = _Renamer(mod).visit_expr(main)
+    return tvm.IRModule(functions, attrs=mod.attrs)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+# ------------------------------------------------------------------------------------------------
+# labels
+
+
+def candidate_label(candidate: Mapping[str, Any]) -> str:
+    """The choice label of a kernel candidate: ``"IN->OUT"``, then any extra knobs in brackets.
+
+    Dense candidates' activation layouts (``"NC"``) are plain, written ``NCHW`` like every plain
+    layout of the graph.
+
+    Example:
+        >>> candidate_label({"in": "NCHW16c", "out": "NCHW8c"})
+        'NCHW16c->NCHW8c'
+        >>> candidate_label({"in": "NC", "out": "NC", "weight": "NK16n"})
+        'NCHW->NCHW[weight=NK16n]'
+    """
+    in_layout, out_layout = _plain(candidate["in"]), _plain(candidate["out"])
+    knobs = ",".join(f"{k}={candidate[k]}" for k in sorted(candidate) if k not in ("in", "out"))
+    return f"{in_layout}->{out_layout}" + (f"[{knobs}]" if knobs else "")
+
+
+def _plain(layout: str) -> str:
+    return NCHW if layout == "NC" else str(layout)
+
+
+# ------------------------------------------------------------------------------------------------
+# extraction
+
+
+def extract_layout_graph(
+    mod,
+    candidates: Candidates = None,
+    *,
+    prepared: bool = False,
+) -> nx.DiGraph:
+    """The layout graph of ``mod["main"]``: problem nodes, their choices, and the tensors between them.
+
+    Args:
+        mod: a Relax ``IRModule`` with static shapes, e.g. from ``relax.frontend.onnx.from_onnx``
+            or ``relax.frontend.torch.from_exported_program`` (weights as constants).
+        candidates: the channel blocks to try (default ``(4, 8, 16, 32, 64)``; ``C`` itself is
+            added when ``C < 8``; a block is kept only where it divides the channels), or a
+            function ``workload -> list of candidate dicts`` choosing target ops' candidates
+            (multi-input nodes then use the default blocks).
+        prepared: ``mod`` already went through :func:`prepare` (skip it).
+
+    Returns:
+        A DiGraph keyed by binding name (input nodes by parameter name, output nodes by
+        ``"output:<name>"``). Node attributes: ``kind`` (one of :data:`KINDS`), ``binding``, ``op``,
+        ``workload`` (a JSON-able dict), ``choices`` (labels), ``layouts`` (one ``(in, out)`` pair per
+        choice), ``candidates`` (the kernel candidate dict per choice). Edge attributes: ``shape``
+        (logical NCHW shape arriving at the consumer), ``dtype`` and ``values`` (each distinct
+        tensor on this path: ``{"value": name, "shape": [...]}``; usually one). Graph attributes:
+        ``mod`` (the prepared module the names refer to) and ``following`` (binding of each
+        layout-following op -> the problem node whose layout it carries).
+
+    Raises:
+        ProblemError: no ``main``, dynamic or unknown shapes, control flow, or no conv2d/dense op.
+
+    Example::
+
+        graph = extract_layout_graph(models.chain((16, 16)), [8, 16])
+        list(graph)     # ['data', 'conv1', 'conv2', 'output:conv2_relu']
+    """
+    blocks, choose = _candidate_options(candidates)
+    if not prepared:
+        mod = prepare(mod)
+    main = _main(mod)
+    names = [p.name for p in main.params] + [b.var.name for blk in main.body.blocks for b in blk.bindings]
+    duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
+    if duplicates:
+        raise ProblemError(f"binding names {duplicates[:5]} are not unique in main: run prepare(mod) first")
+    extractor = _Extractor(blocks, choose)
+    graph = extractor.run(main)
+    graph.graph["mod"] = mod
+    if not any(kind == "target" for _, kind in graph.nodes(data="kind")):
+        raise ProblemError(
+            "the model has no supported op (conv2d in NCHW/OIHW, or matmul by a constant 2-D weight): "
+            "there is no layout to choose"
+        )
+    return graph
+
+
+def _candidate_options(candidates: Candidates) -> tuple[list[int] | None, Callable | None]:
+    """``candidates`` as (blocks given by the user or None, custom candidate function or None)."""
+    if candidates is None:
+        return None, None
+    if callable(candidates):
+        return None, candidates
+    try:
+        values = list(candidates)
+    except TypeError:
+        values = None
+    if not values or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in values):
+        raise ProblemError(
+            f"candidates must be a list of channel blocks (positive integers), a function "
+            f"workload -> candidates, or None; got {candidates!r}"
+        )
+    return sorted(set(values)), None
+
+
+class _Extractor:
+    """One walk over ``main``'s bindings, in order (they are topologically sorted by construction)."""
+
+    def __init__(self, blocks: list[int] | None, candidates: Callable | None):
+        self.tvm = import_tvm()
+        self.relax = self.tvm.relax
+        self.given_blocks = blocks  # also restricts dense weight blocks when the user chose them
+        self.blocks = blocks or list(DEFAULT_BLOCKS)
+        self.candidates = candidates
+        self.graph = nx.DiGraph()
+        self.source: dict[Any, str] = {}  # data Var -> problem node whose output layout it carries
+        self.tuples: dict[Any, list] = {}  # Var bound to a Tuple -> its fields
+        self.params: dict[Any, None] = {}  # function parameters not yet made input nodes
+        self.following: dict[str, str] = {}
+
+    # -- helpers --------------------------------------------------------------------------------
+    def shape(self, expr, where: str) -> list[int] | None:
+        """Static shape of a tensor expression; None for non-tensors; ProblemError when dynamic."""
+        ty = expr.ty
+        if isinstance(ty, self.relax.TupleType):
+            for field in ty.fields:
+                self._static(field, where)
+            return None
+        if not isinstance(ty, self.relax.TensorType):
+            return None
+        return self._static(ty, where)
+
+    def _static(self, ty, where: str) -> list[int] | None:
+        if not isinstance(ty, self.relax.TensorType):
+            return None
+        try:
+            if ty.shape is None:
+                raise TypeError
+            return [int(s) for s in ty.shape]
+        except (TypeError, ValueError, AttributeError):
+            raise ProblemError(
+                f"{where} has a dynamic or unknown shape ({ty}); layout selection needs static shapes: "
+                "give the frontend fixed input shapes (e.g. from_onnx(model, shape_dict=...)) or bind "
+                "symbolic dims with relax.transform.BindSymbolicVars"
+            ) from None
+
+    def is_data(self, expr) -> bool:
+        return isinstance(expr, self.relax.Var) and (expr in self.source or expr in self.tuples
+                                                     or expr in self.params)
+
+    def data_vars(self, expr) -> list:
+        """The computed tensors an argument carries (through inline and bound tuples)."""
+        if isinstance(expr, self.relax.Tuple):
+            return [v for field in expr.fields for v in self.data_vars(field)]
+        if isinstance(expr, self.relax.Var) and expr in self.tuples:
+            return [v for field in self.tuples[expr] for v in self.data_vars(field)]
+        return [expr] if self.is_data(expr) else []
+
+    def source_of(self, var) -> str:
+        if var in self.params:  # first use of a function parameter: it becomes an input node
+            del self.params[var]
+            shape = self.shape(var, f"input {var.name!r}")
+            self.add_node(var.name, "input", var.name, "input", {"op": "input", "shape": shape,
+                          "dtype": str(var.ty.dtype)}, [{"in": NCHW, "out": NCHW}], [NCHW])
+            self.source[var] = var.name
+        return self.source[var]
+
+    def add_node(self, key: str, kind: str, binding: str, op: str, workload: dict, cands: list[dict],
+                 labels: list[str] | None = None) -> None:
+        layouts = [(_plain(c["in"]), _plain(c["out"])) for c in cands]
+        self.graph.add_node(key, kind=kind, binding=binding, op=op, workload=workload,
+                            choices=labels or [candidate_label(c) for c in cands], layouts=layouts,
+                            candidates=cands)
+
+    def connect(self, key: str, inputs: Iterable) -> None:
+        """Edges from the sources of ``inputs`` (data Vars) into node ``key``, one per distinct value."""
+        seen = set()
+        for var in inputs:
+            if var in seen:
+                continue
+            seen.add(var)
+            producer = self.source_of(var)
+            value = {"value": var.name, "shape": self.shape(var, f"value {var.name!r}")}
+            if self.graph.has_edge(producer, key):
+                self.graph.edges[producer, key]["values"].append(value)
+            else:
+                self.graph.add_edge(producer, key, shape=value["shape"], dtype=str(var.ty.dtype),
+                                    values=[value])
+
+    # -- the walk -------------------------------------------------------------------------------
+    def run(self, main) -> nx.DiGraph:
+        relax = self.relax
+        # the first ``num_input`` parameters (all without the attribute) are the model's inputs;
+        # later ones are weights, which become input nodes only if used as activations
+        num_input = main.attrs.get("num_input") if main.attrs else None
+        for index, param in enumerate(main.params):
+            self.shape(param, f"input {param.name!r}")
+            if isinstance(param.ty, relax.TensorType):
+                self.params[param] = None
+                if num_input is None or index < int(num_input):
+                    self.source_of(param)
+        body = main.body
+        if not isinstance(body, relax.SeqExpr):
+            raise ProblemError("'main' is not in normal form (its body is not a sequence of bindings)")
+        for block in body.blocks:
+            for binding in block.bindings:
+                self.binding(binding.var, binding.value)
+        outputs = self.data_vars(body.body)
+        if not outputs and not self.is_data(body.body):
+            raise ProblemError("'main' returns no computed tensor")
+        for var in dict.fromkeys(outputs):
+            key = f"output:{var.name}"
+            self.add_node(key, "output", var.name, "output",
+                          {"op": "output", "shape": self.shape(var, f"output {var.name!r}"),
+                           "dtype": str(var.ty.dtype)}, [{"in": NCHW, "out": NCHW}], [NCHW])
+            self.connect(key, [var])
+        self.graph.graph["following"] = self.following
+        return self.graph
+
+    def binding(self, var, value) -> None:
+        relax = self.relax
+        name = var.name
+        self.shape(var, f"binding {name!r}")
+        if isinstance(value, relax.If):
+            raise ProblemError(f"binding {name!r}: control flow (R.If) in main is not supported")
+        if isinstance(value, relax.Var):  # an alias (also what a match_cast binding holds)
+            if value in self.tuples:
+                self.tuples[var] = self.tuples[value]
+            elif self.is_data(value):
+                self.source[var] = self.source_of(value)
+            return
+        if isinstance(value, relax.Tuple):
+            if self.data_vars(value):
+                self.tuples[var] = list(value.fields)
+            return
+        if isinstance(value, relax.TupleGetItem):
+            tup = value.tuple_value
+            if isinstance(tup, relax.Var) and tup in self.tuples:
+                return self.binding(var, self.tuples[tup][value.index])
+            if self.is_data(tup):  # an item of a boundary op's tuple output: plain NCHW, same producer
+                self.source[var] = self.source_of(tup)
+            return
+        if not isinstance(value, relax.Call):
+            return  # constants, shapes, prim values: no data
+        inputs = self.data_vars_of_call(value)
+        if not inputs:
+            return  # computed from constants only (FoldConstant leaves few of these)
+        op = value.op.name if isinstance(value.op, self.tvm.ir.Op) else None
+        if (op in UNARY_OPS or op in POOL_OPS or op in BINARY_OPS) and self.follows(value, op):
+            producer = self.source_of(inputs[0])  # the one computed operand
+            self.source[var] = producer
+            self.following[name] = producer
+            return
+        if not (
+            (op == "relax.nn.conv2d" and self.conv2d(name, value))
+            or (op == "relax.matmul" and self.dense(name, value))
+            or ((op in BINARY_OPS or op in CONCAT_OPS) and self.multi(name, value, op, inputs))
+        ):
+            self.boundary(name, value, op, inputs)
+        self.source[var] = name  # items of a node's tuple output come from the node too
+
+    def data_vars_of_call(self, call) -> list:
+        return [v for arg in call.args for v in self.data_vars(arg)]
+
+    # -- node classes ---------------------------------------------------------------------------
+    def conv2d(self, name: str, call) -> bool:
+        attrs = call.attrs
+        data, weight = call.args[0], call.args[1]
+        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
+            return False
+        if not self.is_data(data) or self.data_vars(weight):
+            return False  # a weight computed at run time is not a kernel we can pack
+        data_shape = self.shape(data, f"input of conv2d {name!r}")
+        kernel_shape = self.shape(weight, f"weight of conv2d {name!r}")
+        workload = {
+            "op": "conv2d", "data": data_shape, "kernel": kernel_shape,
+            "strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
+            "dilation": [int(d) for d in attrs.dilation], "groups": int(attrs.groups),
+            "dtype": str(data.ty.dtype),
+        }
+        cands = self.candidates(workload) if self.candidates else conv2d_candidates(workload, self.blocks)
+        self.add_node(name, "target", name, "relax.nn.conv2d", workload, self.checked(name, cands))
+        self.connect(name, [data])
+        return True
+
+    def dense(self, name: str, call) -> bool:
+        data, weight = call.args[0], call.args[1]
+        if not self.is_data(data) or not isinstance(weight, self.tvm.ir.expr.Constant):
+            return False
+        data_shape = self.shape(data, f"input of matmul {name!r}")
+        weight_shape = self.shape(weight, f"weight of matmul {name!r}")
+        if len(data_shape) != 2 or len(weight_shape) != 2:
+            return False
+        # relax matmul multiplies by a (K, N) weight; the dense workload holds it as (N, K)
+        workload = {"op": "dense", "data": data_shape, "weight": [weight_shape[1], weight_shape[0]],
+                    "dtype": str(data.ty.dtype)}
+        if self.candidates:
+            cands = self.candidates(workload)
+        elif self.given_blocks:
+            cands = dense_candidates(workload, self.given_blocks)
+        else:
+            cands = dense_candidates(workload)
+        self.add_node(name, "target", name, "relax.matmul", workload, self.checked(name, cands))
+        self.connect(name, [data])
+        return True
+
+    def checked(self, name: str, cands: Any) -> list[dict]:
+        valid = isinstance(cands, list) and cands and all(isinstance(c, dict) and {"in", "out"} <= set(c)
+                                                           for c in cands)
+        if not valid:
+            raise ProblemError(
+                f"node {name!r}: candidates must be a non-empty list of dicts with 'in' and 'out', "
+                f"got {cands!r}"
+            )
+        return cands
+
+    def follows(self, call, op: str) -> bool:
+        """Is this unary/pool/binary op layout-following (it runs in whatever layout arrives)?"""
+        args = call.args
+        if op in BINARY_OPS:
+            tensors = [a for a in args if isinstance(a, self.relax.Var)]
+            constants = [a for a in args if isinstance(a, self.tvm.ir.expr.Constant)]
+            if len(tensors) != 1 or len(constants) != 1 or not self.is_data(tensors[0]):
+                return False
+            shape = self.shape(tensors[0], "operand")
+            return shape is not None and len(shape) == 4 and _per_channel(constants[0], shape[1])
+        if not self.is_data(args[0]) or args[0] in self.tuples:
+            return False
+        shape = self.shape(args[0], "operand")
+        if shape is None or len(shape) != 4 or not isinstance(call.ty, self.relax.TensorType):
+            return False  # e.g. dropout returns a tuple: treat it as a boundary
+        if op in POOL_OPS:
+            return (call.attrs.layout, call.attrs.out_layout) == ("NCHW", "NCHW")
+        return True
+
+    def multi(self, name: str, call, op: str, inputs: list) -> bool:
+        """A multi-input op: its choices are one common layout of all inputs and the output."""
+        relax = self.relax
+        if op in CONCAT_OPS:
+            operands = inputs
+        elif all(isinstance(a, relax.Var) for a in call.args):
+            operands = list(call.args)
+        else:
+            return False  # a tensor and a constant that is not per-channel: a boundary
+        out_shape = self.shape(call, f"binding {name!r}")
+        shapes = [self.shape(v, f"input {v.name!r} of {name!r}") for v in operands]
+        workload: dict[str, Any] = {"op": _SHORT_NAMES.get(op, op.rsplit(".", 1)[-1]), "shapes": shapes,
+                                    "dtype": str(call.ty.dtype)}
+        blocked = out_shape is not None and len(out_shape) == 4 and all(s is not None and len(s) == 4
+                                                                         for s in shapes)
+        if op in CONCAT_OPS:
+            axis = int(call.attrs.axis)
+            workload["axis"] = axis
+            # a blocked concat keeps the axis index (1, 2 or 3) of the 5-D tensors, and its inputs are
+            # converted field by field, so it needs an inline tuple and a non-negative axis
+            blocked = blocked and isinstance(call.args[0], relax.Tuple) and axis in (1, 2, 3)
+        else:
+            # broadcasting over channels (an input with C = 1) cannot be blocked
+            blocked = blocked and all(s[1] == out_shape[1] for s in shapes)
+        layouts = []
+        if blocked:
+            channel_counts = {s[1] for s in shapes}
+            layouts = [f"NCHW{b}c" for b in channel_blocks(min(channel_counts), self.blocks)
+                       if all(c % b == 0 for c in channel_counts)]
+        layouts.append(NCHW)
+        cands = [{"in": layout, "out": layout} for layout in layouts]
+        self.add_node(name, "multi", name, op, workload, cands, layouts)
+        self.connect(name, inputs)
+        return True
+
+    def boundary(self, name: str, call, op: str | None, inputs: list) -> None:
+        shapes = [self.shape(v, f"input {v.name!r} of {name!r}") for v in inputs]
+        op_name = op or (call.op.name_hint if hasattr(call.op, "name_hint") else type(call.op).__name__)
+        workload = {"op": op_name.rsplit(".", 1)[-1], "shapes": shapes}
+        self.add_node(name, "boundary", name, op_name, workload, [{"in": NCHW, "out": NCHW}], [NCHW])
+        self.connect(name, inputs)
