@@ -50,6 +50,9 @@ _LAZY = {
     "tune_and_build": ".tune",
     "TuneResult": ".tune",
     "load_model": ".tune",
+    "prepare": ".extract",
+    "extract_layout_graph": ".extract",
+    "build_problem": ".problem",
 }
 
 __all__ = sorted(_LAZY)
