@@ -11,8 +11,14 @@ import argparse
 import importlib
 import sys
 
+from .errors import MissingExtraError
+
 #: modules that contribute subcommands, in help order
-COMMAND_MODULES = ()
+COMMAND_MODULES = ("layoutopt.tvm.cli",)
+
+#: commands of modules that need an optional extra: without it they still exist and explain how
+#: to install it, instead of vanishing from the command line
+EXTRA_COMMANDS = {"layoutopt.tvm.cli": ("tune",)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,8 +28,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
-        importlib.import_module(name).add_parser(subparsers)
+        try:
+            module = importlib.import_module(name)
+        except MissingExtraError as exc:
+            for command in EXTRA_COMMANDS.get(name, ()):
+                _add_missing_extra(subparsers, command, exc)
+            continue
+        module.add_parser(subparsers)
     return parser
+
+
+def _add_missing_extra(subparsers, command: str, error: MissingExtraError) -> None:
+    def run(_args: argparse.Namespace) -> int:
+        print(f"layoutopt {command}: error: {error}", file=sys.stderr)
+        return 2
+
+    stub = subparsers.add_parser(command, help=f"(unavailable: needs the {error.extra!r} extra)")
+    stub.add_argument("args", nargs=argparse.REMAINDER)
+    stub.set_defaults(run=run)
 
 
 def main(argv: list[str] | None = None) -> int:
