@@ -1,0 +1,174 @@
+"""A report of a :func:`~layoutopt.tvm.tune_and_build` run: markdown tables plus a PNG plot.
+
+The plot shows, per layer (problem node, in graph order), the chosen kernel's time beside the
+fastest kernel of that layer, with the layout-transform time paid on its inputs stacked on top and
+marked where transforms were placed.
+
+Example::
+
+    result = tune_and_build(mod)
+    paths = write_report(result, "report")      # report/report.md, report/report.png
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from pathlib import Path
+
+from .tune import TuneResult
+
+__all__ = ["environment", "layer_markdown", "summary_markdown", "write_report"]
+
+
+def environment() -> dict[str, str]:
+    """Date, machine and versions, to stamp every report and benchmark output with.
+
+    Example::
+
+        environment()["tvm"]     # '0.27.0.post1'
+    """
+    import numpy as np
+
+    from .. import __version__
+    from ._tvm import import_tvm
+
+    tvm = import_tvm()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()} {_cpu_name()} ({os.cpu_count()} cores)",
+        "cpu (llvm)": tvm.target.codegen.llvm_get_system_cpu(),
+        "threads": os.environ.get("TVM_NUM_THREADS", "?"),
+        "python": platform.python_version(),
+        "layoutopt": __version__,
+        "tvm": str(tvm.__version__),
+        "numpy": np.__version__,
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def summary_markdown(result: TuneResult) -> str:
+    """The variants table: predicted and measured latency, transforms, error, speed-up of layoutopt."""
+    lines = [
+        "| variant | how layouts are chosen | predicted (ms) | measured (ms) | transforms | max rel. error "
+        "| layoutopt speed-up |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for variant in [result.tuned, *result.baselines.values()]:
+        speedup = result.speedup(variant.name) if variant is not result.tuned else 1.0
+        error = "-" if variant.max_relative_error is None else f"{variant.max_relative_error:.1e}"
+        lines.append(
+            f"| {variant.name} | {variant.description} | {_ms(variant.predicted)} | {_ms(variant.measured)} "
+            f"| {variant.transforms if variant.transforms is not None else '-'} | {error} "
+            f"| {'-' if speedup is None else f'{speedup:.2f}x'} |"
+        )
+    return "\n".join(lines)
+
+
+def layer_markdown(result: TuneResult) -> str:
+    """The per-layer table: chosen layouts, kernel time, fastest kernel, transforms paid on the inputs."""
+    lines = [
+        "| # | layer | op | workload | chosen | kernel (ms) | fastest kernel | fastest (ms) "
+        "| transforms in | transform (ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for number, layer in enumerate(result.layers, start=1):
+        lines.append(
+            f"| {number} | {layer.node} | {layer.op.rsplit('.', 1)[-1]} | {layer.workload} | {layer.choice} "
+            f"| {_ms(layer.kernel_time)} | {layer.best_choice} | {_ms(layer.best_kernel_time)} "
+            f"| {layer.transforms_in} | {_ms(layer.transform_time)} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(result: TuneResult, path: str | Path) -> Path:
+    """Per-layer chosen vs fastest kernel time, transform time stacked, transforms marked; a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layers = result.layers
+    xs = range(len(layers))
+    chosen = [layer.kernel_time * 1e3 for layer in layers]
+    fastest = [layer.best_kernel_time * 1e3 for layer in layers]
+    transform = [layer.transform_time * 1e3 for layer in layers]
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.22 * len(layers) + 3), 4.5))
+    width = 0.4
+    ax.bar([x - width / 2 for x in xs], chosen, width, label="chosen kernel", color="#2b6cb0")
+    ax.bar([x - width / 2 for x in xs], transform, width, bottom=chosen, label="layout transforms in",
+           color="#dd6b20")
+    ax.bar([x + width / 2 for x in xs], fastest, width, label="fastest kernel of the layer", color="#a0aec0")
+    marked = [x for x, layer in zip(xs, layers, strict=True) if layer.transforms_in]
+    ax.scatter([x - width / 2 for x in marked], [chosen[x] + transform[x] for x in marked], marker="v",
+               color="#c05621", zorder=3, label="transform placed")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([str(layer.node) for layer in layers], rotation=90, fontsize=6)
+    ax.set_ylabel("time (ms)")
+    tuned = result.tuned
+    ax.set_title(f"layoutopt: predicted {_ms(tuned.predicted)} ms, measured {_ms(tuned.measured)} ms, "
+                 f"{tuned.transforms} transforms")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_report(result: TuneResult, directory: str | Path, name: str = "report",
+                 model: str = "") -> dict[str, Path]:
+    """Write ``<directory>/<name>.md`` and ``<directory>/<name>.png``; returns their paths.
+
+    Example::
+
+        write_report(result, "out", model="resnet50.onnx")   # {'markdown': ..., 'plot': ...}
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    png = plot(result, directory / f"{name}.png")
+    env = environment()
+    stamp = ", ".join(f"{key} {value}" for key, value in env.items())
+    solution = result.solution
+    timings = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in result.timings.items())
+    text = "\n".join([
+        f"# layoutopt tune report{f': {model}' if model else ''}",
+        "",
+        f"*{stamp}; target `{result.target}`*",
+        "",
+        "## Latency",
+        "",
+        summary_markdown(result),
+        "",
+        "Predicted = the layout problem's objective (measured kernel and transform times); ops that run in",
+        "any layout (relu, bias, pooling) are not in it, so measured latency is higher.",
+        "",
+        f"Solver: {solution.method} ({solution.stats.get('engine', solution.method)}), status "
+        f"{solution.status}, objective {_ms(solution.objective)} ms, solved in {solution.solve_time:.3f} s.",
+        f"Time per stage: {timings}.",
+        "",
+        "## Layers",
+        "",
+        f"![per-layer time]({png.name})",
+        "",
+        layer_markdown(result),
+        "",
+    ])
+    markdown = directory / f"{name}.md"
+    markdown.write_text(text)
+    return {"markdown": markdown, "plot": png}
