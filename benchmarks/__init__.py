@@ -1,0 +1,1 @@
+"""Benchmarks of layoutopt (run from a checkout): ``python -m benchmarks.solvers``."""

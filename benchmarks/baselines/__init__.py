@@ -1,0 +1,1 @@
+"""Comparison baselines that are not layoutopt methods (re-implementations of prior work)."""
