@@ -57,6 +57,7 @@ __all__ = [
     "reference_output",
     "schedule_module",
     "unpack_data",
+    "validate_candidate",
     "validate_workload",
 ]
 
@@ -306,7 +307,8 @@ def _is_depthwise(workload: dict[str, Any]) -> bool:
     return workload["groups"] == workload["data"][1] == workload["kernel"][0]
 
 
-def _validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
+def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
+    """Raise ProblemError unless ``candidate`` is valid for the (validated) ``workload``."""
     what = f"{workload['op']} candidate {candidate!r}"
     if workload["op"] == "conv2d":
         if not isinstance(candidate, dict) or "in" not in candidate or "out" not in candidate:
@@ -327,6 +329,9 @@ def _validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> 
         reg_n = candidate.get("reg_n", 1)
         if int(reg_n) != reg_n or reg_n < 1:
             raise ProblemError(f"{what}: reg_n must be a positive integer")
+    elif workload["op"] == "layout_transform":
+        if candidate:
+            raise ProblemError(f"{what}: layout transforms take no candidate options (use {{}})")
     elif workload["op"] == "dense":
         match = _DENSE_WEIGHT.match(str(candidate.get("weight", "NK")))
         if match is None:
@@ -488,7 +493,7 @@ def build_kernel(workload: dict[str, Any], candidate: dict[str, Any], target: An
     tvm = import_tvm()
     workload = validate_workload(workload)
     candidate = dict(candidate or {})
-    _validate_candidate(workload, candidate)
+    validate_candidate(workload, candidate)
     target = resolve_target(target)
     te = tvm.te
     dtype = workload["dtype"]
@@ -741,11 +746,14 @@ def check_kernel(
     target: Any = None,
     device: Any = None,
     reference: tuple[list[np.ndarray], np.ndarray] | None = None,
+    args: Sequence[Any] | None = None,
 ) -> float:
     """Run ``kernel`` once and return its max error relative to the numpy reference (ProblemError if too big).
 
-    ``reference`` is ``(logical_inputs, expected_output)`` to reuse one numpy reference across the
-    candidates of a workload; ``executable`` a compiled ``kernel.module`` (compiled here if omitted).
+    ``executable`` is the compiled ``kernel.module`` or its runtime module, possibly remote (compiled here
+    if omitted); ``reference`` is ``(logical_inputs, expected_output)`` to reuse one numpy reference
+    across the candidates of a workload; ``args`` the device arrays already holding the packed inputs
+    (the last one receives the output).
 
     Example::
 
@@ -754,14 +762,16 @@ def check_kernel(
     tvm = import_tvm()
     if executable is None:
         executable = tvm.compile(kernel.module, target=resolve_target(target))
+    module = executable.mod if isinstance(executable, tvm.runtime.Executable) else executable
     device = device or tvm.cpu()
     if reference is None:
         inputs = kernel.logical_inputs()
         reference = (inputs, reference_output(kernel.workload, inputs))
     inputs, expected = reference
-    args = [tvm.runtime.tensor(a, device) for a in kernel.pack_inputs(inputs)]
-    args.append(tvm.runtime.tensor(np.zeros(kernel.arg_shapes[-1], dtype=kernel.dtype), device))
-    _module_of(executable)[kernel.name](*args)
+    if args is None:
+        args = [tvm.runtime.tensor(a, device) for a in kernel.pack_inputs(inputs)]
+        args.append(tvm.runtime.tensor(np.zeros(kernel.arg_shapes[-1], dtype=kernel.dtype), device))
+    module[kernel.name](*args)
     actual = kernel.unpack_output(args[-1].numpy())
     scale = max(1.0, float(np.max(np.abs(expected))))
     error = float(np.max(np.abs(actual - expected))) / scale if actual.shape == expected.shape else math.inf
@@ -771,11 +781,6 @@ def check_kernel(
             f"max relative error {error:.3g} > {RELATIVE_TOLERANCE}"
         )
     return error
-
-
-def _module_of(executable: Any):
-    """The runtime module of an Executable (or the module itself)."""
-    return getattr(executable, "mod", executable)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,154 @@
+"""Append-only JSON-lines cache of measured kernel costs, safe against ``kill -9`` at any moment.
+
+One line per measurement, keyed by (target, TVM version, workload, candidate)::
+
+    {"target": "{\\"kind\\": \\"llvm\\", \\"mcpu\\": \\"znver4\\"}", "tvm": "0.27.0.post1",
+     "workload": {...}, "candidate": {...}, "median": 0.00121, "results": [0.00120, 0.00121, 0.00125],
+     "error": null, "timestamp": "2026-11-29T14:20:01+00:00", ...}
+
+``median`` is in seconds, ``null`` when the measurement failed (``error`` then says why; the cost is
+infinite). Each record is written with one ``write`` and ``fsync``-ed, so a killed run leaves at worst
+one torn last line, which is skipped (with a warning) when the file is read again. The latest record of
+a key wins, so re-measuring simply appends.
+
+Example::
+
+    cache = CostCache("costs.jsonl")
+    cache.get(target_key, "0.27.0.post1", workload, candidate)     # a record dict, or None
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..errors import ProblemError
+
+__all__ = ["CostCache", "record_cost"]
+
+logger = logging.getLogger(__name__)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def record_cost(record: Mapping[str, Any]) -> float:
+    """The cost of a cache record in seconds: its median, or ``inf`` if the measurement failed."""
+    median = record.get("median")
+    return math.inf if record.get("error") or median is None else float(median)
+
+
+class CostCache:
+    """Measured costs kept in memory and appended to a JSON-lines file (``path=None``: memory only).
+
+    Args:
+        path: the ``.jsonl`` file; created (with its directory) on first write.
+
+    Raises:
+        ProblemError: ``path`` is a directory or cannot be read.
+
+    Example::
+
+        cache = CostCache("costs.jsonl")
+        if cache.get(target, version, workload, candidate) is None:
+            cache.put({"target": target, "tvm": version, "workload": workload, "candidate": candidate,
+                       "median": 1.2e-3, "results": [1.2e-3], "error": None})
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._records: dict[str, dict[str, Any]] = {}
+        #: lines that could not be parsed when the file was read (torn by a kill, or edited by hand)
+        self.skipped_lines = 0
+        if self.path is not None:
+            self._load()
+
+    @staticmethod
+    def key(target: str, tvm_version: str, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> str:
+        """The string a record is stored under (canonical JSON, so dict key order does not matter)."""
+        return _canonical([str(target), str(tvm_version), workload, candidate])
+
+    def _load(self) -> None:
+        assert self.path is not None
+        if self.path.is_dir():
+            raise ProblemError(f"cost cache {str(self.path)!r} is a directory, not a .jsonl file")
+        if not self.path.exists():
+            return
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            raise ProblemError(f"cannot read cost cache {str(self.path)!r}: {exc}") from None
+        for number, line in enumerate(data.split(b"\n"), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                key = self.key(record["target"], record["tvm"], record["workload"], record["candidate"])
+            except (ValueError, KeyError, TypeError):
+                self.skipped_lines += 1
+                logger.warning(
+                    "cost cache %s: skipped unreadable line %d (torn by a kill?)", self.path, number
+                )
+                continue
+            self._records[key] = record
+
+    def get(
+        self, target: str, tvm_version: str, workload: Mapping[str, Any], candidate: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """The latest record for this key, or ``None`` if it was never measured."""
+        return self._records.get(self.key(target, tvm_version, workload, candidate))
+
+    def put(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """Store ``record`` (needs target, tvm, workload, candidate) and append it durably to the file.
+
+        Adds a ``timestamp`` if missing; non-finite floats are stored as ``null`` (JSON has no inf).
+        """
+        record = {**record}
+        record.setdefault("timestamp", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        for field in ("median",):
+            if isinstance(record.get(field), float) and not math.isfinite(record[field]):
+                record[field] = None
+        key = self.key(record["target"], record["tvm"], record["workload"], record["candidate"])
+        line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode()
+        if self.path is not None:
+            self._append(line)
+        self._records[key] = record
+        return record
+
+    def _append(self, line: bytes) -> None:
+        assert self.path is not None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # O_APPEND + one write per record: concurrent writers interleave whole lines, and a kill leaves
+        # at most a torn tail. If the previous run was killed mid-line, start on a fresh line.
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and not self._ends_with_newline(size):
+                line = b"\n" + line
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _ends_with_newline(self, size: int) -> bool:
+        assert self.path is not None
+        with open(self.path, "rb") as handle:
+            handle.seek(size - 1)
+            return handle.read(1) == b"\n"
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(list(self._records.values()))
+
+    def __repr__(self) -> str:
+        where = str(self.path) if self.path is not None else "memory"
+        return f"CostCache({where!r}, {len(self)} records)"
