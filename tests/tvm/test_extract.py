@@ -1,0 +1,284 @@
+"""Layout-graph extraction from Relax modules: node classes, edges, choices, errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")  # the tvm extra; CI installs it
+
+import layoutopt
+from layoutopt.tvm import extract_layout_graph, models, prepare
+from layoutopt.tvm.apply import apply_layouts, count_layout_transforms
+from layoutopt.tvm.extract import candidate_label
+
+pytestmark = pytest.mark.tvm
+
+BLOCKS = [8, 16]
+
+
+def kinds(graph):
+    return {node: data["kind"] for node, data in graph.nodes(data=True)}
+
+
+def conv_choices(in_channels, out_channels, blocks=BLOCKS):
+    ins = [b for b in blocks if in_channels % b == 0] or [in_channels]
+    outs = [b for b in blocks if out_channels % b == 0]
+    return [f"NCHW{i}c->NCHW{o}c" for i, o in itertools.product(ins, outs)] + ["NCHW->NCHW"]
+
+
+def test_chain_nodes_edges_and_layouts():
+    graph = extract_layout_graph(models.chain((16, 16), in_channels=8, size=8), BLOCKS)
+    assert kinds(graph) == {"data": "input", "conv1": "target", "conv2": "target", "output:gv": "output"}
+    assert sorted(graph.edges) == [("conv1", "conv2"), ("conv2", "output:gv"), ("data", "conv1")]
+    conv1 = graph.nodes["conv1"]
+    assert conv1["binding"] == "conv1" and conv1["op"] == "relax.nn.conv2d"
+    assert conv1["workload"] == {
+        "op": "conv2d", "data": [1, 8, 8, 8], "kernel": [16, 8, 3, 3], "strides": [1, 1],
+        "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32",
+    }
+    assert conv1["choices"] == conv_choices(8, 16)
+    assert conv1["layouts"] == [tuple(label.split("->")) for label in conv1["choices"]]
+    assert graph.nodes["data"]["choices"] == ["NCHW"]
+    assert graph.nodes["output:gv"]["layouts"] == [("NCHW", "NCHW")]
+    assert graph.edges["conv1", "conv2"]["shape"] == [1, 16, 8, 8]
+    # bias and relu follow conv1's layout: they are not nodes
+    following = graph.graph["following"]
+    assert following["conv1_bias"] == following["conv1_relu"] == "conv1"
+
+
+def test_residual_add_is_a_multi_input_node_with_its_own_choices():
+    graph = extract_layout_graph(models.residual(channels=16, size=8), BLOCKS)
+    assert sorted(k for k, v in kinds(graph).items() if v == "target") == ["conv0", "conv1", "conv2"]
+    add = graph.nodes["add"]
+    assert add["kind"] == "multi" and add["choices"] == ["NCHW8c", "NCHW16c", "NCHW"]
+    assert add["layouts"] == [("NCHW8c", "NCHW8c"), ("NCHW16c", "NCHW16c"), ("NCHW", "NCHW")]
+    assert add["workload"] == {"op": "add", "shapes": [[1, 16, 8, 8]] * 2, "dtype": "float32"}
+    assert sorted(graph.predecessors("add")) == ["conv0", "conv2"]  # the skip comes from conv0 via its relu
+    assert list(graph.successors("conv0")) == ["conv1", "add"]
+    # 3 input channels: C itself is a block (C < 8)
+    assert graph.nodes["conv0"]["choices"] == ["NCHW3c->NCHW8c", "NCHW3c->NCHW16c", "NCHW->NCHW"]
+    assert graph.number_of_nodes() == 6 and graph.number_of_edges() == 6
+
+
+def test_concat_of_three_branches():
+    graph = extract_layout_graph(models.concat3((8, 16, 8), in_channels=8, size=8), BLOCKS)
+    concat = graph.nodes["concat"]
+    # a common block must divide every input's channels (8, 16, 8): 16 does not divide 8
+    assert concat["kind"] == "multi" and concat["choices"] == ["NCHW8c", "NCHW"]
+    assert concat["workload"]["axis"] == 1 and concat["workload"]["shapes"] == [[1, 8, 8, 8], [1, 16, 8, 8],
+                                                                                [1, 8, 8, 8]]
+    assert sorted(graph.predecessors("concat")) == ["branch1", "branch2", "branch3"]
+    # the max pool in branch 3 follows the stem's layout: stem -> branch3 is an edge
+    assert graph.graph["following"]["branch3_pool"] == "stem"
+    assert sorted(graph.successors("stem")) == ["branch1", "branch2", "branch3"]
+    assert graph.edges["concat", "head"]["shape"] == [1, 32, 8, 8]
+    assert graph.nodes["head"]["choices"] == conv_choices(32, 8)
+    assert graph.number_of_nodes() == 8 and graph.number_of_edges() == 9
+
+
+def test_flatten_dense_head():
+    graph = extract_layout_graph(models.dense_head(channels=16, in_channels=8, size=8, classes=16), BLOCKS)
+    assert kinds(graph) == {"data": "input", "conv1": "target", "flatten": "boundary", "dense": "target",
+                            "gv": "boundary", "output:gv": "output"}
+    # the pooled tensor reaches the flatten boundary: its shape is the one after pooling
+    assert graph.edges["conv1", "flatten"]["shape"] == [1, 16, 4, 4]
+    dense = graph.nodes["dense"]
+    assert dense["workload"] == {"op": "dense", "data": [1, 256], "weight": [16, 256], "dtype": "float32"}
+    assert dense["choices"] == [f"NCHW->NCHW[weight={w}]" for w in ("NK", "NK8n", "NK16n")]
+    assert set(dense["layouts"]) == {("NCHW", "NCHW")}
+    assert graph.nodes["flatten"]["choices"] == ["NCHW"] and graph.nodes["flatten"]["op"] == "relax.reshape"
+
+
+def test_resnet50_counts():
+    graph = extract_layout_graph(models.resnet(depth=50))
+    kind = kinds(graph)
+    convs = [n for n in graph if graph.nodes[n]["op"] == "relax.nn.conv2d"]
+    assert len(convs) == 53 and sum(v == "multi" for v in kind.values()) == 16
+    assert [kind[n] for n in ("data", "avgpool", "flatten", "fc")] == ["input", "boundary", "boundary",
+                                                                       "target"]
+    # default blocks {4, 8, 16, 32, 64} plus C = 3 for the stem's input
+    assert graph.nodes["conv1"]["choices"][:2] == ["NCHW3c->NCHW4c", "NCHW3c->NCHW8c"]
+    assert len(graph.nodes["layer1_0_conv2"]["choices"]) == 26
+
+
+def _onnx_model():
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def init(name, shape, positive=False):
+        value = rng.standard_normal(shape).astype("float32")
+        return numpy_helper.from_array(np.abs(value) + 0.5 if positive else value, name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("BatchNormalization", ["c1", "s", "bb", "m", "v"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("Add", ["c2", "r1"], ["a"]),
+        helper.make_node("MaxPool", ["a"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "wd", "bd"], ["y"], transB=1),
+    ]
+    inits = [init("w1", (16, 8, 3, 3)), init("b1", (16,)), init("s", (16,)), init("bb", (16,)),
+             init("m", (16,)), init("v", (16,), positive=True), init("w2", (16, 16, 3, 3)),
+             init("wd", (10, 256)), init("bd", (10,))]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])]
+    graph = helper.make_graph(nodes, "net", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_onnx_import_batch_norm_follows_and_names_are_unique():
+    from tvm.relax.frontend.onnx import from_onnx
+
+    mod = prepare(from_onnx(_onnx_model()))
+    names = [b.var.name for blk in mod["main"].body.blocks for b in blk.bindings]
+    assert len(set(names)) == len(names)
+    assert prepare(mod)["main"].body.blocks[0].bindings[-1].var.name == names[-1]  # idempotent
+    graph = extract_layout_graph(mod, BLOCKS, prepared=True)
+    ops = sorted((d["kind"], d["op"]) for _, d in graph.nodes(data=True))
+    assert ops == [("boundary", "relax.add"), ("boundary", "relax.reshape"), ("input", "input"),
+                   ("multi", "relax.add"), ("output", "output"), ("target", "relax.matmul"),
+                   ("target", "relax.nn.conv2d"), ("target", "relax.nn.conv2d")]
+    # the decomposed batch norm (subtract/divide/multiply/add by per-channel constants) follows conv1
+    assert len(graph.graph["following"]) >= 5
+
+
+def _relax_module(build, shape=(1, 8, 8, 8)):
+    import tvm
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    rng = np.random.default_rng(1)
+
+    def const(*dims):
+        return relax.const(rng.standard_normal(dims).astype("float32"))
+
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            # a final relu (it follows) takes the name gv, so the built nodes keep theirs
+            out = bb.emit_output(relax.op.nn.relu(build(bb, x, const, relax.op)))
+        bb.emit_func_output(out)
+    assert isinstance(bb.get(), tvm.IRModule)
+    return bb.get()
+
+
+def test_unsupported_op_becomes_a_boundary():
+    def build(bb, x, const, op):
+        y = bb.emit(op.nn.conv2d(x, const(16, 8, 3, 3), padding=1), "conv1")
+        y = bb.emit(op.nn.softmax(y, axis=1), "softmax")
+        y = bb.emit(op.add(y, const(1, 16, 8, 8)), "full_bias")  # not per-channel: not layout-following
+        return bb.emit(op.nn.conv2d(y, const(8, 16, 1, 1)), "conv2")
+
+    graph = extract_layout_graph(_relax_module(build), BLOCKS)
+    assert graph.nodes["softmax"]["kind"] == "boundary" and graph.nodes["softmax"]["choices"] == ["NCHW"]
+    assert graph.nodes["full_bias"]["kind"] == "boundary"
+    assert list(graph.edges) == [("x", "conv1"), ("conv1", "softmax"), ("softmax", "full_bias"),
+                                 ("full_bias", "conv2"), ("conv2", "output:gv")]
+
+
+def test_broadcast_multiply_gets_blocked_choices_channel_broadcast_does_not():
+    def build(bb, x, const, op):
+        y = bb.emit(op.nn.conv2d(x, const(16, 8, 3, 3), padding=1), "conv1")
+        scale = bb.emit(op.mean(y, axis=[2, 3], keepdims=True), "squeeze")  # (1, 16, 1, 1), a boundary
+        excite = bb.emit(op.multiply(y, scale), "excite")  # SE block: blocked layouts still work
+        spatial = bb.emit(op.mean(y, axis=[1], keepdims=True), "spatial")  # (1, 1, 8, 8)
+        return bb.emit(op.multiply(excite, spatial), "attend")  # broadcast over channels: NCHW only
+
+    graph = extract_layout_graph(_relax_module(build), BLOCKS)
+    assert graph.nodes["excite"]["choices"] == ["NCHW8c", "NCHW16c", "NCHW"]
+    assert graph.edges["squeeze", "excite"]["shape"] == [1, 16, 1, 1]
+    assert graph.nodes["attend"]["choices"] == ["NCHW"]
+
+
+def test_a_value_read_twice_by_one_node_is_one_edge_value():
+    def build(bb, x, const, op):
+        y = bb.emit(op.nn.conv2d(x, const(16, 8, 3, 3), padding=1), "conv1")
+        r = bb.emit(op.nn.relu(y), "relu")
+        return bb.emit(op.add(y, r), "add")
+
+    graph = extract_layout_graph(_relax_module(build), BLOCKS)
+    # conv1 reaches add twice, as two different values (conv1 and relu): one edge, two values
+    assert [v["value"] for v in graph.edges["conv1", "add"]["values"]] == ["conv1", "relu"]
+
+
+def test_custom_candidates_and_labels():
+    calls = []
+
+    def only_16(workload):
+        calls.append(workload["op"])
+        return [{"in": "NCHW16c", "out": "NCHW16c", "reg_n": 4}, {"in": "NCHW", "out": "NCHW"}]
+
+    graph = extract_layout_graph(models.chain((16, 16), in_channels=16), only_16)
+    assert calls == ["conv2d", "conv2d"]
+    assert graph.nodes["conv2"]["choices"] == ["NCHW16c->NCHW16c[reg_n=4]", "NCHW->NCHW"]
+    assert graph.nodes["conv2"]["candidates"][0]["reg_n"] == 4
+    assert candidate_label({"in": "NCHW4c", "out": "NCHW8c"}) == "NCHW4c->NCHW8c"
+    with pytest.raises(layoutopt.ProblemError, match=r"conv1.*candidates must be"):
+        extract_layout_graph(models.chain((16,)), lambda workload: [])
+
+
+@pytest.mark.parametrize("bad", [[0, 8], [], ["8"], 8.5, [True]])
+def test_bad_candidate_blocks(bad):
+    with pytest.raises(layoutopt.ProblemError, match="candidates must be"):
+        extract_layout_graph(models.chain((16,)), bad)
+
+
+def test_dynamic_shape_is_a_clear_error():
+    import tvm
+
+    n = tvm.tirx.Var("n", "int64")
+
+    def build(bb, x, const, op):
+        return bb.emit(op.nn.conv2d(x, const(16, 8, 3, 3), padding=1), "conv1")
+
+    with pytest.raises(layoutopt.ProblemError, match=r"input 'x' has a dynamic or unknown shape.*static"):
+        extract_layout_graph(_relax_module(build, shape=(n, 8, 8, 8)))
+
+
+def test_missing_main_no_supported_op_and_not_a_module():
+    import tvm
+
+    with pytest.raises(layoutopt.ProblemError, match="no 'main' function"):
+        extract_layout_graph(tvm.IRModule({}))
+    with pytest.raises(layoutopt.ProblemError, match="not dict"):
+        extract_layout_graph({"main": None})
+
+    def relu_only(bb, x, const, op):
+        return bb.emit(op.nn.relu(x), "relu")
+
+    with pytest.raises(layoutopt.ProblemError, match="no supported op"):
+        extract_layout_graph(_relax_module(relu_only))
+
+
+def _predicted_transforms(graph, assignment):
+    """Distinct (value, destination layout) pairs whose layout changes: what the rewrite must emit."""
+    pairs = set()
+    for producer, consumer, data in graph.edges(data=True):
+        out_layout = graph.nodes[producer]["layouts"][assignment[producer]][1]
+        in_layout = graph.nodes[consumer]["layouts"][assignment[consumer]][0]
+        if out_layout != in_layout:
+            pairs.update((value["value"], in_layout) for value in data["values"])
+    return len(pairs)
+
+
+@pytest.mark.parametrize("make", [lambda: models.residual(16, 8), lambda: models.concat3((8, 16, 8)),
+                                  lambda: models.dense_head(16), lambda: models.resnet(18, width=8, size=16)])
+def test_rewrite_emits_exactly_the_transforms_the_graph_predicts(make):
+    mod = prepare(make())
+    graph = extract_layout_graph(mod, BLOCKS, prepared=True)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        assignment = {n: int(rng.integers(len(d["choices"]))) for n, d in graph.nodes(data=True)}
+        choices = {d["binding"]: d["layouts"][assignment[n]] for n, d in graph.nodes(data=True)
+                   if d["kind"] in ("target", "multi")}
+        emitted = count_layout_transforms(apply_layouts(mod, choices))
+        assert emitted == _predicted_transforms(graph, assignment), assignment
