@@ -12,8 +12,8 @@ the layout model of :mod:`layoutopt.tvm` (the one extraction costs):
 
 A ``relax.op.layout_transform`` is inserted only where a producer's layout differs from what its
 consumer needs, once per (value, destination layout): two consumers reading one value in the same
-foreign layout share the transform. A solution that keeps everything in ``NCHW`` returns the module
-unchanged.
+foreign layout share the transform. A solution that keeps everything in ``NCHW`` gives back the
+original program (structurally equal).
 
 :func:`build` then legalizes blocked conv2d (TVM's own legalizer refuses it), schedules every kernel
 (:func:`layoutopt.tvm.kernels.schedule_module`) and lowers for the Relax VM.
@@ -45,6 +45,7 @@ __all__ = [
     "apply_solution",
     "build",
     "count_layout_transforms",
+    "expected_transforms",
     "parse_choice",
 ]
 
@@ -140,6 +141,7 @@ class _Rewriter:
         self.converted: dict[tuple[Any, str], Any] = {}  # (original Var, layout) -> transformed Var
         self.used: set[str] = set()
         self.transforms = 0
+        self.outputs: set[Any] = set()  # rewritten Vars that are outputs of the dataflow block
 
     # -- values in a requested layout ---------------------------------------------------------
     def value(self, expr, layout: str | None):
@@ -185,9 +187,16 @@ class _Rewriter:
         return None
 
     def emit(self, var, value, layout: str | None):
-        new = self.bb.emit(value, name_hint=var.name)
         shape = _static_shape(var)
-        self.env[var] = (new, layout if shape is not None and len(shape) == 4 else None)
+        layout = layout if shape is not None and len(shape) == 4 else None
+        if not isinstance(var, self.relax.DataflowVar) and layout in (NCHW, None):
+            # an output of the dataflow block stays one, under its own name: an all-NCHW rewrite
+            # then reproduces the original program exactly
+            new = self.bb.emit_output(value, name_hint=var.name)
+            self.outputs.add(new)
+        else:
+            new = self.bb.emit(value, name_hint=var.name)
+        self.env[var] = (new, layout)
 
     # -- one binding --------------------------------------------------------------------------
     def binding(self, var, value) -> None:
@@ -250,7 +259,10 @@ class _Rewriter:
             new_value = relax.TupleGetItem(self.value(value.tuple_value, None), value.index)
         elif isinstance(value, relax.Var):  # an alias keeps its source's layout
             new, layout = self.env[value]
-            self.env[var] = (new, layout)
+            if isinstance(var, relax.DataflowVar):
+                self.env[var] = (new, layout)
+            else:
+                self.emit(var, new, layout)
             return
         elif isinstance(value, (relax.Tuple, self.tvm.ir.expr.Constant, relax.ShapeExpr)):
             new_value = self.value(value, NCHW)
@@ -321,7 +333,7 @@ class _Rewriter:
                                 f"binding {binding.var.name!r}: match_cast is not supported by ApplyLayouts"
                             )
                         self.binding(binding.var, binding.value)
-                result = self.bb.emit_output(self.result(body.body))
+                result = self.result(body.body)
             self.bb.emit_func_output(result)
         return self.bb.get()["main"]
 
@@ -329,7 +341,10 @@ class _Rewriter:
         relax = self.relax
         if isinstance(expr, relax.Tuple):
             return relax.Tuple([self.result(f) for f in expr.fields])
-        return self.value(expr, NCHW)
+        value = self.value(expr, NCHW)
+        if isinstance(value, relax.Var) and value not in self.outputs:
+            value = self.bb.emit_output(value, name_hint=expr.name if isinstance(expr, relax.Var) else "")
+        return value
 
 
 def _per_channel(const, channels: int) -> bool:
@@ -358,7 +373,7 @@ def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True):
         strict: raise :class:`~layoutopt.ProblemError` when a choice names no binding of ``main``.
 
     Returns:
-        A new ``IRModule`` (``mod`` itself when every choice is ``NCHW``).
+        A new ``IRModule``; with every choice ``NCHW`` it is structurally equal to ``mod``.
 
     Example::
 
@@ -374,8 +389,6 @@ def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True):
         raise ProblemError(
             f"choices name {len(missing)} node(s) that are not bindings of main: {', '.join(missing[:5])}"
         )
-    if all(pair == (NCHW, NCHW) for pair in normalised.values()):
-        return mod
     new_main = _Rewriter(normalised).function(mod["main"])
     new_mod = tvm.IRModule({gv: func for gv, func in mod.functions.items() if gv.name_hint != "main"})
     new_mod["main"] = new_main
@@ -426,6 +439,26 @@ def solution_choices(graph, solution) -> dict[str, tuple[str, str]]:
             continue
         choices[str(data.get("binding", node))] = tuple(data["layouts"][index])
     return choices
+
+
+def expected_transforms(graph, assignment: Mapping[Hashable, int]) -> int:
+    """How many ``layout_transform`` calls the rewrite of ``assignment`` must contain, per the graph.
+
+    One per (value, destination layout) pair whose producer's out layout differs from a consumer's
+    in layout, read off the edges' ``"values"``: what :func:`apply_solution` inserts.
+
+    Example::
+
+        expected_transforms(graph, solution.assignment) == count_layout_transforms(new_mod)
+    """
+    needed = set()
+    for producer, consumer, data in graph.edges(data=True):
+        out_layout = graph.nodes[producer]["layouts"][assignment[producer]][1]
+        in_layout = graph.nodes[consumer]["layouts"][assignment[consumer]][0]
+        if out_layout != in_layout:
+            for value in data.get("values") or [{"value": (producer, consumer)}]:
+                needed.add((value["value"], in_layout))
+    return len(needed)
 
 
 def count_layout_transforms(mod) -> int:

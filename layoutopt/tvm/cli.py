@@ -141,7 +141,7 @@ def _candidates(blocks_text: str | None):
         ) from None
     if not blocks or blocks[0] < 1:
         raise ProblemError(f"--blocks {blocks_text!r}: blocks must be positive")
-    return {"blocks": blocks}
+    return blocks
 
 
 def _run(args: argparse.Namespace) -> int:

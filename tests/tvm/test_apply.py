@@ -1,0 +1,169 @@
+"""The layout rewrite pass: numerics, transform placement, identity on all-NCHW, clear errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+
+from layoutopt import ProblemError
+from layoutopt.solution import Solution
+from layoutopt.tvm import models
+from layoutopt.tvm.apply import (
+    ApplyLayouts,
+    apply_layouts,
+    apply_solution,
+    build,
+    count_layout_transforms,
+    expected_transforms,
+    op_list,
+    parse_choice,
+)
+from layoutopt.tvm.extract import extract_layout_graph, prepare
+from layoutopt.tvm.tune import random_inputs, relative_error, run
+
+pytestmark = pytest.mark.tvm
+
+NETS = {
+    "chain": lambda: models.chain((16, 32), in_channels=8, size=8),
+    "residual": lambda: models.residual(channels=16, size=8),
+    "concat": lambda: models.concat3((8, 16, 8), in_channels=8, size=8),
+}
+
+
+@pytest.fixture(scope="module")
+def tvm():
+    import tvm
+
+    return tvm
+
+
+@pytest.fixture(scope="module")
+def reference_outputs(tvm):
+    """Each net's untouched output from TVM's default build (an independent code path)."""
+    outputs = {}
+    for name, make in NETS.items():
+        mod = prepare(make())
+        inputs = random_inputs(mod, seed=1)
+        outputs[name] = (inputs, run(tvm.compile(mod, target=_target()), inputs))
+    return outputs
+
+
+def _target():
+    from layoutopt.tvm import resolve_target
+
+    return resolve_target("llvm")
+
+
+def _solution(assignment) -> Solution:
+    return Solution(dict(assignment), {}, 0.0, 0.0, "feasible", "test")
+
+
+def _random_assignment(graph, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return {node: int(rng.integers(len(data["layouts"]))) for node, data in graph.nodes(data=True)}
+
+
+@pytest.mark.parametrize("net", sorted(NETS))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_solution_keeps_numerics_and_places_the_implied_transforms(net, seed, reference_outputs):
+    mod = prepare(NETS[net]())
+    graph = extract_layout_graph(mod, prepared=True, candidates=[4, 8, 16])
+    assignment = _random_assignment(graph, seed)
+    new_mod = apply_solution(mod, graph, _solution(assignment))
+
+    assert count_layout_transforms(new_mod) == expected_transforms(graph, assignment)
+    assert expected_transforms(graph, assignment) > 0  # the random choices really mix layouts
+    inputs, expected = reference_outputs[net]
+    assert relative_error(run(build(new_mod), inputs), expected) < 1e-4
+
+
+def test_uniform_blocked_solution_needs_transforms_only_at_the_boundaries(reference_outputs):
+    mod = prepare(NETS["residual"]())
+    graph = extract_layout_graph(mod, prepared=True, candidates=[8])
+    # conv0 reads the 3-channel image (NCHW3c), everything else runs in NCHW8c
+    assignment = {}
+    for node, data in graph.nodes(data=True):
+        wanted = [k for k, (i, o) in enumerate(data["layouts"]) if o in ("NCHW8c",) or data["kind"] in
+                  ("input", "output", "boundary")]
+        assignment[node] = wanted[0]
+    new_mod = apply_solution(mod, graph, _solution(assignment))
+    # image NCHW -> NCHW3c, and the output NCHW8c -> NCHW: nothing in between
+    assert count_layout_transforms(new_mod) == 2
+    assert op_list(new_mod).count("relax.nn.conv2d") == 3
+    inputs, expected = reference_outputs["residual"]
+    assert relative_error(run(build(new_mod), inputs), expected) < 1e-4
+
+
+def test_a_value_read_in_one_foreign_layout_by_two_consumers_is_transformed_once():
+    mod = prepare(NETS["concat"]())
+    choices = {"stem": "NCHW8c->NCHW8c", "branch1": "NCHW4c->NCHW8c", "branch2": "NCHW4c->NCHW16c",
+               "branch3": "NCHW8c->NCHW8c", "concat": "NCHW8c", "head": "NCHW8c->NCHW8c"}
+    new_mod = apply_layouts(mod, choices)
+    # stem's output: NCHW8c -> NCHW4c once (shared by branch1 and branch2); branch2 16c -> 8c for
+    # concat; the image NCHW -> NCHW8c; the output NCHW8c -> NCHW
+    assert count_layout_transforms(new_mod) == 4
+
+
+def test_all_nchw_solution_returns_the_original_program(tvm):
+    mod = prepare(NETS["residual"]())
+    graph = extract_layout_graph(mod, prepared=True, candidates=[8])
+    nchw = {node: data["layouts"].index(("NCHW", "NCHW")) for node, data in graph.nodes(data=True)}
+    tvm.ir.assert_structural_equal(apply_solution(mod, graph, _solution(nchw)), mod)
+    passed = ApplyLayouts({node: "NCHW->NCHW" for node in ("conv0", "conv1", "conv2", "add")})(mod)
+    tvm.ir.assert_structural_equal(passed, mod)
+    assert op_list(passed) == op_list(mod)
+
+
+def test_pass_composes_in_a_user_pipeline(tvm, reference_outputs):
+    mod = prepare(NETS["chain"]())
+    pipeline = tvm.transform.Sequential([
+        ApplyLayouts({"conv1": "NCHW8c->NCHW16c", "conv2": "NCHW16c->NCHW32c"}),
+        tvm.relax.transform.FoldConstant(),
+    ])
+    new_mod = pipeline(mod)
+    assert count_layout_transforms(new_mod) == 2
+    inputs, expected = reference_outputs["chain"]
+    assert relative_error(run(build(new_mod), inputs), expected) < 1e-4
+
+
+def test_weights_are_packed_at_compile_time():
+    mod = prepare(NETS["chain"]())
+    new_mod = apply_layouts(mod, {"conv1": "NCHW8c->NCHW16c"})
+    conv = next(b.value for b in new_mod["main"].body.blocks[0].bindings if b.var.name == "conv1")
+    assert conv.attrs.kernel_layout == "OIHW8i16o"
+    assert [int(d) for d in conv.args[1].ty.shape] == [1, 1, 3, 3, 8, 16]  # a constant, no transform op
+
+
+@pytest.mark.parametrize(
+    ("choices", "message"),
+    [
+        ({"conv1": "NHWC"}, "unknown layout|neither"),
+        ({"conv1": "NCHW8c->NCHW64c"}, "do not divide"),
+        ({"conv9": "NCHW8c->NCHW8c"}, "not bindings of main"),
+        ({"conv1": "NCHW->NCHW16c"}, "mixes plain and blocked"),
+        ({"conv1": 3}, "is not a layout"),
+        ({"conv1_relu": "NCHW8c"}, "can only run in NCHW"),
+    ],
+)
+def test_bad_choices_raise_clear_errors(choices, message):
+    mod = prepare(NETS["chain"]())
+    with pytest.raises(ProblemError, match=message):
+        apply_layouts(mod, choices)
+
+
+def test_parse_choice_forms():
+    assert parse_choice("c", ("NCHW8c", "NCHW16c")) == ("NCHW8c", "NCHW16c")
+    assert parse_choice("c", {"in": "NCHW8c", "out": "NCHW4c", "reg_n": 8}) == ("NCHW8c", "NCHW4c")
+    assert parse_choice("add", "NCHW16c") == ("NCHW16c", "NCHW16c")
+    with pytest.raises(ProblemError, match="node 'c'"):
+        parse_choice("c", "NCHW8c->NCHW8c->NCHW8c")
+
+
+def test_infeasible_solution_is_refused():
+    mod = prepare(NETS["chain"]())
+    graph = extract_layout_graph(mod, prepared=True, candidates=[8])
+    empty = Solution({}, {}, float("inf"), float("inf"), "infeasible", "test")
+    with pytest.raises(ProblemError, match="no assignment"):
+        apply_solution(mod, graph, empty)
