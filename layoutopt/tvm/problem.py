@@ -1,0 +1,181 @@
+"""Turn a Relax model into a measured layout problem, ready for :func:`layoutopt.solve`.
+
+:func:`build_problem` extracts the layout graph (:func:`~layoutopt.tvm.extract.extract_layout_graph`),
+measures every distinct kernel (workload x candidate) and every distinct layout transform
+(logical shape x source layout x destination layout) once through a
+:class:`~layoutopt.tvm.measure.Measurer` (cached and resumable, locally or on an RPC device), and
+fills the costs, in seconds:
+
+* a target node's vector holds its candidates' measured kernel times (``inf`` where a kernel failed
+  to build, check or run; the reason is in ``meta["failures"]``);
+* multi-input, boundary, input and output nodes cost 0 in every layout: element-wise ops and concat
+  move the same bytes whatever the layout, so only the transforms into their common layout differ
+  (and those are on the edges);
+* an edge matrix entry ``[k, l]`` is the time to transform the tensor(s) arriving at the consumer from
+  the producer's output layout under choice ``k`` to the consumer's input layout under choice ``l``:
+  0 when equal, the measured ``layout_transform`` otherwise, ``inf`` when a block does not divide the
+  channels or the transform failed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from ..problem import Costs
+from .extract import Candidates, extract_layout_graph
+from .kernels import layout_block, layout_transform_workload
+from .measure import Measurer, Runner
+
+__all__ = ["build_problem", "transform_tasks"]
+
+_NO_CANDIDATE: dict[str, Any] = {}  # a layout transform has a single (empty) candidate
+
+
+def build_problem(
+    mod,
+    target: Any = "llvm",
+    candidates: Candidates = None,
+    cache: Any = None,
+    runner: Runner | None = None,
+    *,
+    timeout: float = 60.0,
+    check: bool = True,
+    progress: bool | None = None,
+    prepared: bool = False,
+) -> tuple[nx.DiGraph, Costs, dict[str, Any]]:
+    """Extract ``mod``'s layout graph and measure its costs; returns ``(graph, costs, meta)``.
+
+    Args:
+        mod: a Relax ``IRModule`` with static shapes (``from_onnx``, ``from_exported_program``,
+            :mod:`layoutopt.tvm.models`); :func:`~layoutopt.tvm.prepare` is applied unless
+            ``prepared``.
+        target: the CPU to measure for (see :func:`~layoutopt.tvm.resolve_target`).
+        candidates: channel blocks to try (default ``(4, 8, 16, 32, 64)``, plus ``C`` when ``C < 8``),
+            or a function ``workload -> list of candidate dicts`` for conv2d/dense nodes.
+        cache: a ``.jsonl`` path or :class:`~layoutopt.tvm.cache.CostCache` keeping every
+            measurement; a rerun measures only what is missing. None: memory only.
+        runner: where kernels run: :class:`~layoutopt.tvm.measure.LocalRunner` (default) or
+            :class:`~layoutopt.tvm.measure.RPCRunner` for a device behind a TVM RPC tracker.
+        timeout: seconds one kernel may take to build, check and run before it counts as failed.
+        check: compare every kernel's output with numpy once (a wrong kernel counts as failed).
+        progress: show a progress bar with an ETA (None: when stderr is a terminal).
+        prepared: ``mod`` already went through :func:`~layoutopt.tvm.prepare`.
+
+    Returns:
+        ``graph``: the layout graph (see :func:`~layoutopt.tvm.extract_layout_graph`; node keys are
+        binding names of ``graph.graph["mod"]``, the prepared module to rewrite);
+        ``costs``: a :class:`~layoutopt.Costs` of node vectors and edge matrices in seconds;
+        ``meta``: ``{"nodes": {node: {"kind", "workload", "layouts", "choices"}}, "stats": measurement
+        counts and seconds, "failures": [{"workload", "candidate", "error"}], "target": target
+        key, "tvm": TVM version, "seconds": {"extract", "measure"}}``.
+
+    Raises:
+        ProblemError: a bad module, shape, target, runner or candidate set (before measuring).
+
+    Example::
+
+        import layoutopt
+        from layoutopt.tvm import build_problem, models
+        graph, costs, meta = build_problem(models.residual(16, 8), candidates=[8, 16], cache="costs.jsonl")
+        solution = layoutopt.solve(graph, costs)
+        solution.labels["conv1"], solution.objective      # ('NCHW16c->NCHW16c', 2.1e-05)
+        meta["stats"]                                      # {'requested': 22, 'measured': 22, ...}
+    """
+    started = time.perf_counter()
+    graph = extract_layout_graph(mod, candidates, prepared=prepared)
+    extracted = time.perf_counter()
+    kernels = _kernel_tasks(graph)
+    transforms = transform_tasks(graph)
+    with Measurer(target=target, cache=cache, runner=runner, timeout=timeout, check=check,
+                  progress=progress) as measurer:
+        results = measurer.measure(kernels + transforms, desc="measuring kernels and transforms")
+        stats = dict(measurer.stats)
+        target_key, tvm_version = measurer.target_key, measurer.tvm_version
+    # results come in task order; key them by the tasks as extracted (the measurer normalises its copy)
+    tasks = kernels + transforms
+    cost = {_key(wl, candidate): r.cost for (wl, candidate), r in zip(tasks, results, strict=True)}
+
+    node_costs: dict[Any, np.ndarray] = {}
+    for node, data in graph.nodes(data=True):
+        if data["kind"] == "target":
+            node_costs[node] = np.array([cost[_key(data["workload"], c)] for c in data["candidates"]])
+        else:
+            node_costs[node] = np.zeros(len(data["choices"]))
+    edge_costs = {(u, v): _edge_matrix(graph, u, v, cost) for u, v in graph.edges}
+
+    failures = [{"workload": r.workload, "candidate": r.candidate, "error": r.error}
+                for r in dict((_key(r.workload, r.candidate), r) for r in results).values() if not r.ok]
+    meta = {
+        "nodes": {node: {key: data[key] for key in ("kind", "workload", "layouts", "choices")}
+                  for node, data in graph.nodes(data=True)},
+        "stats": stats,
+        "failures": failures,
+        "target": target_key,
+        "tvm": tvm_version,
+        "seconds": {"extract": extracted - started, "measure": time.perf_counter() - extracted},
+    }
+    return graph, Costs(node_costs, edge_costs), meta
+
+
+def _key(workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> tuple[str, str]:
+    return repr(sorted(workload.items())), repr(sorted(candidate.items()))
+
+
+def _kernel_tasks(graph: nx.DiGraph) -> list[tuple[dict, dict]]:
+    return [(data["workload"], candidate) for _, data in graph.nodes(data=True) if data["kind"] == "target"
+            for candidate in data["candidates"]]
+
+
+def _transform_workload(shape: list[int], src: str, dst: str, dtype: str) -> dict[str, Any] | None:
+    """The layout_transform workload of one (shape, src, dst), or None when it is impossible."""
+    if shape is None or len(shape) != 4:
+        return None  # only 4-D tensors have blocked layouts
+    if any(block is not None and shape[1] % block for block in (layout_block(src), layout_block(dst))):
+        return None
+    return layout_transform_workload(shape, src, dst, dtype)
+
+
+def _layout_pairs(graph: nx.DiGraph, producer, consumer):
+    """(row, column, src, dst) for every entry of the edge's matrix whose layouts differ."""
+    outs = [pair[1] for pair in graph.nodes[producer]["layouts"]]
+    ins = [pair[0] for pair in graph.nodes[consumer]["layouts"]]
+    for row, src in enumerate(outs):
+        for column, dst in enumerate(ins):
+            if src != dst:
+                yield row, column, src, dst
+
+
+def transform_tasks(graph: nx.DiGraph) -> list[tuple[dict, dict]]:
+    """Every distinct layout transform the graph's edges may need, as ``(workload, {})`` tasks.
+
+    Example::
+
+        tasks = transform_tasks(extract_layout_graph(models.chain((16, 16)), [8, 16]))
+        tasks[0][0]     # {'op': 'layout_transform', 'shape': [1, 8, 8, 8], 'src': 'NCHW', 'dst': 'NCHW8c'...}
+    """
+    tasks: dict[tuple, tuple[dict, dict]] = {}
+    for producer, consumer, data in graph.edges(data=True):
+        for _, _, src, dst in _layout_pairs(graph, producer, consumer):
+            for value in data["values"]:
+                workload = _transform_workload(value["shape"], src, dst, data["dtype"])
+                if workload is not None:
+                    tasks.setdefault(_key(workload, _NO_CANDIDATE), (workload, _NO_CANDIDATE))
+    return list(tasks.values())
+
+
+def _edge_matrix(graph: nx.DiGraph, producer, consumer, transform_costs: Mapping) -> np.ndarray:
+    data = graph.edges[producer, consumer]
+    matrix = np.zeros((len(graph.nodes[producer]["choices"]), len(graph.nodes[consumer]["choices"])))
+    for row, column, src, dst in _layout_pairs(graph, producer, consumer):
+        total = 0.0
+        for value in data["values"]:  # every distinct tensor on this path is transformed separately
+            workload = _transform_workload(value["shape"], src, dst, data["dtype"])
+            total += math.inf if workload is None else transform_costs[_key(workload, _NO_CANDIDATE)]
+        matrix[row, column] = total
+    return matrix
