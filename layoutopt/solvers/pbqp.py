@@ -44,15 +44,22 @@ from .reductions import Infeasible, WorkingGraph, rn_heap
 
 def _rn_choice(graph: WorkingGraph, y: int) -> int:
     """The locally minimal choice of ``y``: own cost plus each neighbour's best reply."""
-    total = graph.vec[y].copy()
+    row = graph.adj[y]
     vec = graph.vec
-    for j, m in graph.adj[y].items():
-        total += (m + vec[j]).min(axis=1)
-    return int(total.argmin())
+    # One wide (K_y, sum K_j) matrix and a segmented min instead of a loop over neighbours:
+    # DenseNet nodes have ~25 of them.
+    wide = np.concatenate(list(row.values()), axis=1) + np.concatenate([vec[j] for j in row])
+    sizes = [vec[j].size for j in row]
+    starts = np.cumsum([0, *sizes[:-1]])
+    replies = np.minimum.reduceat(wide, starts, axis=1)
+    return int((replies.sum(axis=1) + vec[y]).argmin())
 
 
-def run_pbqp(problem: Problem) -> tuple[list[int] | None, dict[str, Any], str | None]:
+def run_pbqp(problem: Problem, prune: bool = False) -> tuple[list[int] | None, dict[str, Any], str | None]:
     """Reductions + RN + back-propagation on ``problem``.
+
+    With ``prune``, forbidden choices are removed (arc consistency) before and after each
+    RN step; that costs time and is only needed after a dead end.
 
     Returns ``(assignment or None, stats, infeasibility message)``; the assignment is None
     when the reductions proved infeasibility (message set) or when an RN choice ran into a
@@ -61,8 +68,8 @@ def run_pbqp(problem: Problem) -> tuple[list[int] | None, dict[str, Any], str | 
     graph = WorkingGraph(problem)
     try:
         graph.reduce_exact()
-        if graph.n_alive:
-            graph.prune_all()  # so that RN never picks a forbidden choice
+        if graph.n_alive and prune:
+            graph.prune_all()
             graph.reduce_exact()
         heap = rn_heap(graph)
         adj = graph.adj
@@ -153,6 +160,9 @@ class PBQP(Solver):
     def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
         start = time.perf_counter()
         choices, counts, infeasible = run_pbqp(problem)
+        if choices is None and infeasible is None:  # RN hit a dead end: retry with pruning
+            choices, counts, infeasible = run_pbqp(problem, prune=True)
+            counts["pruned_retry"] = True
         stats: dict[str, Any] = dict(counts)
         if infeasible is not None:
             return SolverResult(None, "infeasible", math.inf, infeasible, stats)

@@ -1,0 +1,66 @@
+"""auto: exact answers through whichever engine, anytime under a time limit."""
+
+import math
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_reductions import small_problems
+
+import layoutopt
+from layoutopt import Problem, ProblemError
+from layoutopt.generators import generate
+from layoutopt.solvers.auto import exact_engine
+
+
+@settings(max_examples=120, deadline=None)
+@given(small_problems(), st.sampled_from([1e6, 0]))
+def test_matches_bruteforce_through_every_path(problem, dp_max_table):
+    # dp_max_table=0 sends every non-empty kernel to the exact engine
+    reference = layoutopt.solve_problem(problem, "bruteforce")
+    sol = layoutopt.solve_problem(problem, "auto", dp_max_table=dp_max_table)
+    assert sol.status == reference.status
+    if reference.status == "optimal":
+        assert sol.objective == pytest.approx(reference.objective)
+        assert sol.lower_bound == sol.objective
+    if sol.stats:  # empty when the front end found a cheap infeasibility culprit first
+        assert sol.stats["engine"] in ("reductions", "dp", exact_engine())
+
+
+@pytest.mark.parametrize(("family", "engine"), [("resnet50", "reductions"), ("inception", "reductions"),
+                                                ("ssd", "dp")])
+def test_named_models_are_solved_without_a_search_engine(family, engine):
+    graph, costs = generate(family, seed=4)
+    sol = layoutopt.solve(graph, costs)
+    assert sol.status == "optimal" and sol.stats["engine"] == engine
+    assert sol.objective == pytest.approx(layoutopt.solve(graph, costs, method="dp").objective)
+
+
+def test_wide_kernel_goes_to_the_exact_engine():
+    graph, costs = generate("densenet", nodes=80, max_choices=4, seed=2)
+    sol = layoutopt.solve(graph, costs, dp_max_table=10)
+    assert sol.stats["engine"] == exact_engine() and sol.status == "optimal"
+    assert sol.objective == pytest.approx(layoutopt.solve(graph, costs, method="dp").objective)
+
+
+def test_tiny_time_limit_gives_an_answer_with_a_valid_bound():
+    graph, costs = generate("densenet", nodes=400, max_choices=16, seed=1, regime="xhard")
+    sol = layoutopt.solve(graph, costs, time_limit=0.05)
+    assert sol.status in ("optimal", "feasible")
+    assert math.isfinite(sol.objective) and math.isfinite(sol.lower_bound)
+    assert sol.lower_bound <= sol.objective
+    assert 0 <= sol.gap < 0.5
+    assert "incumbent_time" in sol.stats
+
+
+def test_infeasible_and_bad_options():
+    graph = nx.complete_graph(4)
+    forbid_equal = [[math.inf, 0, 0], [0, math.inf, 0], [0, 0, math.inf]]
+    costs = {"nodes": {i: [0.0, 1.0, 2.0] for i in graph}, "edges": {e: forbid_equal for e in graph.edges}}
+    sol = layoutopt.solve(graph, costs)
+    assert sol.status == "infeasible" and sol.lower_bound == math.inf
+    with pytest.raises(ProblemError, match="dp_max_table"):
+        layoutopt.solve(graph, costs, dp_max_table="big")
+    problem = Problem.from_graph(graph, costs)
+    assert layoutopt.solve_problem(problem, "auto", time_limit=1.0).status == "infeasible"

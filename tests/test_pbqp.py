@@ -1,0 +1,92 @@
+"""pbqp: exact on series-parallel graphs, never better than the optimum, never wrongly infeasible."""
+
+import math
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_reductions import small_problems
+
+import layoutopt
+from layoutopt import Problem
+from layoutopt.generators import generate
+from layoutopt.solvers.pbqp import feasible_assignment, icm
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_problems(), st.booleans())
+def test_never_beats_the_optimum_and_optimal_means_optimal(problem, polish):
+    reference = layoutopt.solve_problem(problem, "bruteforce")
+    sol = layoutopt.solve_problem(problem, "pbqp", polish=polish)
+    assert (sol.status == "infeasible") == (reference.status == "infeasible")
+    if reference.status == "optimal":
+        assert sol.objective >= reference.objective - 1e-9
+        if sol.status == "optimal":
+            assert sol.objective == pytest.approx(reference.objective)
+            assert sol.stats["RN"] == 0
+
+
+@st.composite
+def colouring_problems(draw):
+    """Graph colouring with random costs: inf on equal colours, so RN choices can dead-end."""
+    n = draw(st.integers(4, 8))
+    graph = nx.gnp_random_graph(n, draw(st.floats(0.3, 0.9)), seed=draw(st.integers(0, 10**6)))
+    colours = draw(st.integers(2, 4))
+    rng = np.random.default_rng(draw(st.integers(0, 10**6)))
+    forbid_equal = np.where(np.eye(colours, dtype=bool), math.inf, 0.0)
+    costs = {"nodes": {i: rng.integers(0, 5, colours).astype(float) for i in graph},
+             "edges": {e: forbid_equal + rng.integers(0, 3, (colours, colours)) for e in graph.edges}}
+    return Problem.from_graph(graph, costs)
+
+
+@settings(max_examples=80, deadline=None)
+@given(colouring_problems())
+def test_never_infeasible_when_a_feasible_assignment_exists(problem):
+    reference = layoutopt.solve_problem(problem, "bruteforce")
+    sol = layoutopt.solve_problem(problem, "pbqp")
+    assert (sol.status == "infeasible") == (reference.status == "infeasible")
+    if sol.status == "infeasible":
+        assert sol.lower_bound == math.inf  # proven, by the reductions or the feasibility search
+
+
+@pytest.mark.parametrize("family", ["resnet", "inception", "ssd"])
+def test_exact_on_series_parallel_families(family):
+    graph, costs = generate(family, nodes=90, max_choices=8, seed=5, regime="hard")
+    problem = Problem.from_graph(graph, costs)
+    sol = layoutopt.solve_problem(problem, "pbqp")
+    exact = layoutopt.solve_problem(problem, "dp")
+    assert exact.status == "optimal"
+    assert sol.objective == pytest.approx(exact.objective, rel=1e-12)
+
+
+def test_rn_is_reported_and_polish_never_hurts():
+    graph, costs = generate("densenet", nodes=120, max_choices=6, seed=3)
+    problem = Problem.from_graph(graph, costs)
+    raw = layoutopt.solve_problem(problem, "pbqp", polish=False)
+    polished = layoutopt.solve_problem(problem, "pbqp")
+    assert raw.stats["RN"] > 0 and raw.status == "feasible" and raw.lower_bound == -math.inf
+    assert polished.objective <= raw.objective
+    assignment = np.array([raw.assignment[n] for n in problem.nodes])
+    icm(problem, assignment)
+    assert problem.evaluate(assignment) <= raw.objective
+
+
+def test_feasibility_search_proves_infeasibility_no_cheap_culprit_shows():
+    # 3-colouring K4: every node and edge allows something, no assignment is allowed
+    graph = nx.complete_graph(4)
+    forbid_equal = np.where(np.eye(3, dtype=bool), math.inf, 0.0)
+    problem = Problem.from_graph(graph, {"nodes": {i: [0.0, 1.0, 2.0] for i in graph},
+                                         "edges": {e: forbid_equal for e in graph.edges}})
+    assert problem.infeasibility_culprit() is None
+    assert feasible_assignment(problem, 5.0) == (None, True)
+    sol = layoutopt.solve_problem(problem, "pbqp")
+    assert sol.status == "infeasible" and sol.lower_bound == math.inf
+    assert sol.stats["feasibility_search"]
+
+
+def test_ten_thousand_nodes_run():
+    graph, costs = generate("resnet", nodes=10_000, max_choices=4, seed=1)
+    sol = layoutopt.solve(graph, costs, method="pbqp")
+    assert sol.status == "optimal" and len(sol.assignment) == 10_000
