@@ -112,9 +112,10 @@ class CostCache:
         """
         record = {**record}
         record.setdefault("timestamp", datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        for field in ("median",):
-            if isinstance(record.get(field), float) and not math.isfinite(record[field]):
-                record[field] = None
+        if isinstance(record.get("median"), float) and not math.isfinite(record["median"]):
+            record["median"] = None
+        if record.get("results"):
+            record["results"] = [r if math.isfinite(r) else None for r in record["results"]]
         key = self.key(record["target"], record["tvm"], record["workload"], record["candidate"])
         line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode()
         if self.path is not None:

@@ -1,0 +1,256 @@
+"""Kernels: candidates, numerics against numpy, real schedules, schedule_module, clear errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+
+from layoutopt import ProblemError
+from layoutopt.tvm import kernels
+from layoutopt.tvm._tvm import import_tvm, resolve_target, target_key
+from layoutopt.tvm.kernels import (
+    build_kernel,
+    check_kernel,
+    conv2d_candidates,
+    dense_candidates,
+    layout_transform_workload,
+    pack_data,
+    schedule_module,
+    unpack_data,
+    validate_workload,
+)
+
+pytestmark = pytest.mark.tvm
+
+
+def conv(data, kernel, strides=(1, 1), padding=(1, 1, 1, 1), groups=1):
+    return {
+        "op": "conv2d",
+        "data": list(data),
+        "kernel": list(kernel),
+        "strides": list(strides),
+        "padding": list(padding),
+        "dilation": [1, 1],
+        "groups": groups,
+        "dtype": "float32",
+    }
+
+
+@pytest.fixture(scope="module")
+def target():
+    return resolve_target("llvm")
+
+
+# -- candidates ------------------------------------------------------------------------------------
+
+
+def test_conv2d_candidates_use_dividing_blocks_and_nchw():
+    cands = conv2d_candidates(conv([1, 16, 8, 8], [32, 16, 3, 3]))
+    pairs = {(c["in"], c["out"]) for c in cands}
+    assert len(cands) == len(pairs) == 3 * 4 + 1
+    assert ("NCHW16c", "NCHW32c") in pairs and ("NCHW", "NCHW") in pairs
+    assert ("NCHW32c", "NCHW32c") not in pairs  # 32 does not divide 16 input channels
+
+
+def test_small_channel_counts_get_their_own_block():
+    ins = {c["in"] for c in conv2d_candidates(conv([1, 3, 16, 16], [8, 3, 7, 7], (2, 2), (3, 3, 3, 3)))}
+    assert ins == {"NCHW3c", "NCHW"}
+
+
+def test_candidate_blocks_are_configurable():
+    cands = conv2d_candidates(
+        conv([1, 16, 8, 8], [16, 16, 1, 1], padding=(0, 0, 0, 0)), blocks=[8], include_nchw=False
+    )
+    assert cands == [{"in": "NCHW8c", "out": "NCHW8c"}]
+
+
+def test_depthwise_gets_equal_blocks_and_grouped_only_nchw():
+    depthwise = conv2d_candidates(conv([1, 16, 8, 8], [16, 1, 3, 3], groups=16), blocks=[4, 8, 32])
+    assert [(c["in"], c["out"]) for c in depthwise] == [
+        ("NCHW4c", "NCHW4c"),
+        ("NCHW8c", "NCHW8c"),
+        ("NCHW", "NCHW"),
+    ]
+    grouped = conv2d_candidates(conv([1, 16, 8, 8], [8, 4, 3, 3], groups=4))
+    assert grouped == [{"in": "NCHW", "out": "NCHW"}]
+
+
+def test_dense_candidates_pack_the_weight_where_blocks_divide():
+    cands = dense_candidates({"op": "dense", "data": [1, 64], "weight": [24, 64], "dtype": "float32"})
+    assert [c["weight"] for c in cands] == ["NK", "NK8n"]
+
+
+# -- numerics and schedules ------------------------------------------------------------------------
+
+WORKLOADS = {
+    "conv3x3": conv([1, 16, 6, 6], [32, 16, 3, 3]),
+    "conv7x7s2_c3": conv([1, 3, 12, 12], [8, 3, 7, 7], (2, 2), (3, 3, 3, 3)),
+    "conv1x1s2_asym": conv([1, 8, 7, 7], [16, 8, 1, 1], (2, 2), (0, 1, 1, 0)),
+    "depthwise": conv([1, 16, 6, 6], [16, 1, 3, 3], groups=16),
+    "grouped": conv([1, 8, 6, 6], [8, 2, 3, 3], groups=4),
+    "dense": {"op": "dense", "data": [2, 32], "weight": [16, 32], "dtype": "float32"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_every_candidate_matches_numpy(name, target):
+    tvm = import_tvm()
+    workload = WORKLOADS[name]
+    cands = (
+        kernels.candidates(workload, blocks=[4, 8, 16])
+        if workload["op"] == "conv2d"
+        else kernels.candidates(workload)
+    )
+    inputs = build_kernel(workload, cands[0], target).logical_inputs(seed=3)
+    reference = (inputs, kernels.reference_output(workload, inputs))
+    assert np.abs(reference[1]).max() > 0.1  # a zero reference would check nothing
+    for candidate in cands:
+        kernel = build_kernel(workload, candidate, target)
+        error = check_kernel(kernel, tvm.compile(kernel.module, target=target), reference=reference)
+        assert error < 1e-5, (candidate, error)
+
+
+@pytest.mark.parametrize(
+    "src,dst", [("NCHW", "NCHW8c"), ("NCHW16c", "NCHW4c"), ("NCHW4c", "NCHW"), ("NCHW8c", "NCHW16c")]
+)
+def test_layout_transforms_move_every_element(src, dst, target):
+    kernel = build_kernel(layout_transform_workload([1, 16, 3, 5], src, dst), {}, target)
+    assert check_kernel(kernel, target=target) == 0.0
+
+
+def test_a_wrong_result_is_caught(target):
+    workload = WORKLOADS["conv3x3"]
+    kernel = build_kernel(workload, {"in": "NCHW8c", "out": "NCHW16c"}, target)
+    inputs = kernel.logical_inputs()
+    wrong = kernels.reference_output(workload, inputs)
+    wrong[0, 5, 2, 3] += 1.0
+    with pytest.raises(ProblemError, match="wrong result"):
+        check_kernel(kernel, target=target, reference=(inputs, wrong))
+
+
+@pytest.mark.parametrize("candidate", [{"in": "NCHW8c", "out": "NCHW16c"}, {"in": "NCHW", "out": "NCHW"}])
+def test_kernels_are_really_scheduled(candidate, target):
+    script = build_kernel(WORKLOADS["conv3x3"], candidate, target).module.script()
+    assert "T.parallel" in script and "T.vectorized" in script
+
+
+def test_reg_n_knob_changes_the_register_tile(target):
+    workload = conv([1, 8, 8, 16], [8, 8, 3, 3])
+    tiles = {
+        n: build_kernel(workload, {"in": "NCHW8c", "out": "NCHW8c", "reg_n": n}, target).module.script()
+        for n in (4, 8)
+    }
+    assert tiles[4] != tiles[8]
+    check_kernel(build_kernel(workload, {"in": "NCHW8c", "out": "NCHW8c", "reg_n": 4}, target), target=target)
+
+
+def test_pack_and_unpack_are_inverse():
+    array = np.arange(2 * 16 * 3 * 2, dtype="float32").reshape(2, 16, 3, 2)
+    packed = pack_data(array, "NCHW8c")
+    assert packed.shape == (2, 2, 3, 2, 8) and packed[0, 1, 2, 1, 3] == array[0, 11, 2, 1]
+    np.testing.assert_array_equal(unpack_data(packed, "NCHW8c"), array)
+
+
+def test_schedule_module_schedules_a_legalized_relax_model(target):
+    tvm = import_tvm()
+    relax = tvm.relax
+    rng = np.random.default_rng(0)
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 12, 12), "float32"))
+    weight = relax.const(rng.standard_normal((16, 8, 3, 3)).astype("float32"))
+    head = relax.const(rng.standard_normal((16, 5)).astype("float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            y = builder.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, weight, padding=1)))
+            blocked = builder.emit(
+                relax.op.layout_transform(y, index_map=lambda n, c, h, w: (n, c // 4, h, w, c % 4))
+            )
+            pooled = builder.emit(relax.op.nn.max_pool2d(blocked, 3, strides=2, padding=1, layout="NCHW4c"))
+            plain = builder.emit(
+                relax.op.layout_transform(pooled, index_map=lambda n, c, h, w, b: (n, c * 4 + b, h, w))
+            )
+            mean = builder.emit(relax.op.mean(plain, axis=[2, 3]))
+            out = builder.emit_output(relax.op.matmul(mean, head))
+        builder.emit_func_output(out)
+    with target:
+        legalized = relax.transform.LegalizeOps()(builder.get())
+    scheduled = schedule_module(legalized, target)
+    funcs = {gv.name_hint: f for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    assert len(funcs) == 7 and all(f.attrs.get("tirx.is_scheduled") for f in funcs.values())
+    assert "T.parallel" in funcs["conv2d"].script()
+    data = rng.standard_normal((1, 8, 12, 12)).astype("float32")
+    outputs = []
+    for mod in (legalized, scheduled):
+        vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
+        outputs.append(vm["main"](tvm.runtime.tensor(data)).numpy())
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-4)
+
+
+# -- targets and errors ----------------------------------------------------------------------------
+
+
+def test_llvm_targets_get_the_host_cpu():
+    tvm = import_tvm()
+    host = tvm.target.codegen.llvm_get_system_cpu()
+    for spec in (None, "llvm", {"kind": "llvm"}, '{"kind": "llvm", "mcpu": "native"}'):
+        assert str(resolve_target(spec).attrs["mcpu"]) == host
+    legacy = resolve_target("llvm -mcpu=skylake -num-cores=2")
+    assert str(legacy.attrs["mcpu"]) == "skylake"
+    assert target_key(resolve_target(legacy)) == target_key(legacy)
+
+
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ("cuda", "kind 'llvm'"),
+        ("foo", "kind 'llvm'"),
+        ({"kind": "llvm", "no_such_option": 1}, "not a valid TVM target"),
+        ({"kind": "llvm", "mcpu": "nonsense"}, "does not know the CPU"),
+        ("llvm mcpu", "cannot parse option"),
+        ("{not json", "not valid JSON"),
+        (42, "must be None, a string"),
+    ],
+)
+def test_bad_targets_are_clear_errors(bad, message):
+    with pytest.raises(ProblemError, match=message):
+        resolve_target(bad)
+
+
+@pytest.mark.parametrize(
+    "workload,message",
+    [
+        (conv([1, 16, 8, 8], [16, 8, 3, 3]), "expects 8 input channels"),
+        (conv([1, 16, 2, 2], [16, 16, 5, 5], padding=(0, 0, 0, 0)), "empty output"),
+        (conv([1, 16, 8, 8], [16, 16, 3, 3], strides=(0, 1)), "strides"),
+        (conv([1, 16, 8], [16, 16, 3, 3]), "data"),
+        (conv([1, 16, 8, 8], [16, 4, 3, 3], groups=3), "groups=3"),
+        ({"op": "dense", "data": [1, 8], "weight": [4, 6]}, "reduction size"),
+        ({"op": "softmax"}, "not one of"),
+        (
+            {"op": "layout_transform", "shape": [1, 12, 4, 4], "src": "NCHW", "dst": "NCHW8c"},
+            "does not divide",
+        ),
+        ({"op": "layout_transform", "shape": [1, 16, 4, 4], "src": "NCHW8c", "dst": "NCHW8c"}, "itself"),
+        ({"op": "layout_transform", "shape": [1, 16, 4, 4], "src": "NHWC", "dst": "NCHW8c"}, "neither"),
+        ({"op": "conv2d", "data": [1, 16, 8, 8]}, "malformed"),
+    ],
+)
+def test_bad_workloads_are_clear_errors(workload, message):
+    with pytest.raises(ProblemError, match=message):
+        validate_workload(workload)
+
+
+@pytest.mark.parametrize(
+    "candidate,message",
+    [
+        ({"in": "NCHW32c", "out": "NCHW8c"}, "does not divide the 16"),
+        ({"in": "NCHW", "out": "NCHW8c"}, "both be blocked"),
+        ({"in": "NCHW8c"}, "needs 'in' and 'out'"),
+        ({"in": "NCHW8c", "out": "NCHW8c", "reg_n": 0}, "reg_n"),
+    ],
+)
+def test_bad_candidates_are_clear_errors(candidate, message):
+    with pytest.raises(ProblemError, match=message):
+        build_kernel(WORKLOADS["conv3x3"], candidate)
