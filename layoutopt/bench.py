@@ -803,3 +803,88 @@ def run_from_args(args: argparse.Namespace, out: Callable[[str], Any] = print) -
     )
     out("wrote " + ", ".join(str(p) for p in paths))
     return 0
+
+
+def bundled_instances() -> dict[str, Path]:
+    """The problem files shipped in ``layoutopt/data`` (name -> path).
+
+    They are generator presets written with :func:`layoutopt.io.write_json`, e.g.
+    ``write_json("layoutopt/data/resnet50.json", *generate("resnet50"))``.
+    """
+    import importlib.resources
+
+    folder = importlib.resources.files("layoutopt") / "data"
+    return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".json")}
+
+
+def comparison_table(records: Sequence[Record]) -> str:
+    """A plain-text table of one instance's records: status, objective, gap, bound and time per method."""
+    summarize(records)
+    rows = [("method", "status", "objective", "gap to best", "lower bound", "time")]
+    for r in records:
+        solved = r.status in ("optimal", "feasible")
+        rows.append(
+            (
+                r.method,
+                r.status,
+                f"{r.objective:,.0f}" if solved else "-",
+                _fmt_gap(r.gap) if solved else "-",
+                f"{r.lower_bound:,.0f}" if math.isfinite(r.lower_bound) else "-",
+                _fmt_time(r.wall_time),
+            )
+        )
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if k < 2 else cell.rjust(w)
+            for k, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    notes = [f"  {r.method}: {r.message}" for r in records if r.status in FAILED and r.message]
+    return "\n".join(lines + (["", "notes:", *notes] if notes else []))
+
+
+def add_parser(subparsers) -> None:
+    """Register ``bench`` and ``demo`` on the ``layoutopt`` command's subparsers."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="compare every solver on an instance suite (markdown, CSV, PNG)",
+        description="Run every available method (and the TVM graph-tuner DP baseline, from a checkout) on "
+        "an instance suite under a time limit; write STEM.md, STEM.csv and plots under --out.",
+    )
+    add_arguments(parser)
+    parser.set_defaults(run=run_from_args)
+
+    parser = subparsers.add_parser(
+        "demo",
+        help="solve a bundled DNN-shaped instance with every method and compare",
+        description="Solve a bundled ResNet-50-shaped layout problem (synthetic costs) with every available "
+        "method and print a comparison table.",
+    )
+    parser.add_argument(
+        "--instance", default="resnet50", help="a bundled instance: resnet50 (default) or ssd"
+    )
+    parser.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="seconds per method")
+    parser.set_defaults(run=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from .errors import ProblemError
+
+    bundled = bundled_instances()
+    if args.instance not in bundled:
+        raise ProblemError(f"no bundled instance {args.instance!r}; bundled: {', '.join(sorted(bundled))}")
+    spec = InstanceSpec(args.instance, path=str(bundled[args.instance]), group="bundled")
+    graph, _ = spec.load()
+    print(
+        f"layoutopt demo: {args.instance} ({graph.number_of_nodes()} operators, {graph.number_of_edges()} "
+        f"edges; synthetic roofline costs in ns; {spec.path})"
+    )
+    print("Each method chooses a layout per operator; objective = kernel times + layout transforms.\n")
+    records = run(
+        [spec], time_limit=args.time_limit, baselines=_available_baselines(), isolate=False, progress=False
+    )
+    print(comparison_table(records))
+    return 0

@@ -430,3 +430,56 @@ def write_uai(
         handle.write("\n".join(lines))
         handle.write("\n")
     return {"temperature": temperature, "offset": offset, "variables": list(problem.nodes)}
+
+
+# --- command line: ``layoutopt solve FILE.json`` ------------------------------------------------
+
+
+def add_parser(subparsers) -> None:
+    """Register ``solve`` on the ``layoutopt`` command's subparsers."""
+    parser = subparsers.add_parser(
+        "solve",
+        help="solve a JSON problem file",
+        description="Solve a layoutopt JSON problem file (format: layoutopt.io) and print the result.",
+    )
+    parser.add_argument("file", help="a JSON problem file")
+    parser.add_argument("--method", default="auto", help="a method of layoutopt.methods() (default: auto)")
+    parser.add_argument("--time-limit", type=float, metavar="S", help="wall-clock budget in seconds")
+    parser.add_argument("--assignment", action="store_true", help="print the choice of every node")
+    parser.add_argument("--output", metavar="OUT.json", help="write the solution as JSON")
+    parser.set_defaults(run=_run_solve)
+
+
+def _run_solve(args) -> int:
+    import layoutopt
+
+    graph, costs = read_json(args.file)
+    solution = layoutopt.solve(graph, costs, method=args.method, time_limit=args.time_limit)
+    print(f"{args.file}: {graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges")
+    engine = f" ({solution.stats['engine']})" if "engine" in solution.stats else ""
+    print(f"method       {solution.method}{engine}")
+    print(f"status       {solution.status}")
+    print(f"objective    {solution.objective!r}")
+    print(f"lower bound  {solution.lower_bound!r}  (gap {100 * solution.gap:.4g} %)")
+    print(f"time         {solution.solve_time * 1e3:.3f} ms")
+    if solution.message:
+        print(f"message      {solution.message}")
+    if args.assignment:
+        width = max((len(str(n)) for n in solution.labels), default=0)
+        for node, label in solution.labels.items():
+            print(f"  {node!s:<{width}}  {label}")
+    if args.output:
+        document = {
+            "file": os.fspath(args.file), "method": solution.method, "status": solution.status,
+            "objective": _INF if math.isinf(solution.objective) else solution.objective,
+            "lower_bound": _encode_costs(np.array([solution.lower_bound]))[0]
+            if not math.isinf(solution.lower_bound) or solution.lower_bound > 0 else "-inf",
+            "solve_time": solution.solve_time, "message": solution.message,
+            "assignment": [
+                {"id": n, "choice": k, "label": solution.labels[n]} for n, k in solution.assignment.items()
+            ],
+        }
+        with open(args.output, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=1)
+            handle.write("\n")
+    return 0 if solution.status != "infeasible" else 1
