@@ -35,6 +35,6 @@ def registered() -> list[str]:
 
 # Importing a module registers its back-end. Heavy solver libraries are imported lazily
 # inside each back-end's solve(), so this stays cheap.
-from . import auto, bruteforce, dp, greedy, pbqp  # noqa: E402, F401
+from . import auto, bruteforce, cpsat, dp, greedy, mip, pbqp, toulbar2  # noqa: E402, F401
 
 __all__ = ["Solver", "SolverResult", "get_solver", "register", "registered"]

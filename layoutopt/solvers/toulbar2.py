@@ -1,0 +1,191 @@
+"""``toulbar2``: the toulbar2 weighted-CSP solver (``pip install pytoulbar2``), imported lazily.
+
+The problem maps one to one onto a cost function network: a variable per node, a unary cost function
+per node and a binary one per edge, ``inf`` meaning forbidden (toulbar2's "top"). toulbar2 works on
+integer costs: they are scaled by a power of two and rounded (:mod:`~layoutopt.solvers.scaling`) and
+passed with ``resolution=0``; the bound reported is certified for the original float costs. Cost
+tables are posted in bulk, one numpy array per table shape, so the build stays a small part of a
+solve (``auto`` runs this back-end on the kernel left by the PBQP reductions).
+
+Pitfalls handled here (measured, see the project's solver notes):
+
+* toulbar2's options are process-global and persist between ``CFN`` objects, so every option that
+  affects the search is reset to toulbar2's default before each solve (:data:`SEARCH_OPTIONS`).
+* Its ``timeLimit`` counts *CPU* seconds, in whole seconds, and overshoots the wall clock when cores
+  are shared (a 1 s limit took 1.43 s of wall time with two busy processes on 2 cores). Here the time
+  limit is wall-clock: on Linux a POSIX timer on ``CLOCK_MONOTONIC`` delivers toulbar2's own timeout
+  signal (``SIGVTALRM``) at the deadline (0.3 s limit -> 0.3005 s wall, under the same load). Elsewhere
+  the CPU limit, rounded up to whole seconds, is the fallback.
+* ``timerStop()`` is always called after solving, or a late signal would interrupt a later solve.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..problem import Problem
+from . import register
+from .base import Solver, SolverResult
+from .cpsat import heuristic_assignment
+from .scaling import scale_costs, status_from_bound
+
+__all__ = ["SEARCH_OPTIONS", "Toulbar2"]
+
+#: toulbar2 options (``pytoulbar2.pytb2.option``) set before every solve, to toulbar2 1.4's defaults
+#: unless noted: a previous model (of this library or of the user) may have changed any of them.
+SEARCH_OPTIONS: dict[str, Any] = {
+    "decimalPoint": 0,  # resolution=0: costs are the scaled integers
+    "verbose": -1,  # toulbar2 prints to stdout otherwise
+    "showSolutions": 0,
+    "allSolutions": 0,
+    "seed": 1,
+    "btdMode": 0,
+    "btdRootCluster": -1,
+    "btdSubTree": -1,
+    "hbfs": 1,
+    "hbfsGlobalLimit": 32768,
+    "hbfsAlpha": 20,
+    "hbfsBeta": 10,
+    "searchMethod": 0,
+    "vac": 0,
+    "VACthreshold": False,
+    "FullEAC": False,
+    "useRASPS": 0,
+    "lds": 0,
+    "restart": -1,
+    "elimDegree": 3,
+    "elimDegree_preprocessing": -1,
+    "preprocessFunctional": 1,
+    "preprocessTernaryRPC": 0,
+    "preprocessNary": 10,
+    "costfuncSeparate": True,
+    "DEE": 1,
+    "MSTDAC": False,
+    "trwsAccuracy": -1.0,
+    "weightedDegree": 1000000,
+    "weightedTightness": 0,
+    "lastConflict": True,
+    "binaryBranching": True,
+    "dichotomicBranching": 1,
+    "sortDomains": False,
+    "solutionBasedPhaseSaving": True,
+    "backtrackLimit": 2**63 - 1,
+    "absgap": 0,
+    "relgap": 0,
+}
+
+
+@contextlib.contextmanager
+def _wall_clock_alarm(seconds: float) -> Iterator[bool]:
+    """Send this process SIGVTALRM (toulbar2's timeout signal) after ``seconds`` of wall time.
+
+    Uses ``timer_create(CLOCK_MONOTONIC)`` through ctypes; yields False (and does nothing) where that
+    is unavailable. toulbar2's handler must already be installed (``CFN.timer``), since the default
+    action of SIGVTALRM terminates the process.
+    """
+    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+    if libc is None or not hasattr(libc, "timer_create"):
+        yield False
+        return
+
+    class SigEvent(ctypes.Structure):  # struct sigevent on 64-bit Linux (64 bytes)
+        _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                    ("pad", ctypes.c_int * 12)]
+
+    class TimeSpec(ctypes.Structure):
+        _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+    class ITimerSpec(ctypes.Structure):
+        _fields_ = [("interval", TimeSpec), ("value", TimeSpec)]
+
+    clock_monotonic, sigev_signal = 1, 0
+    event = SigEvent(None, signal.SIGVTALRM, sigev_signal)
+    timer_id = ctypes.c_void_p()
+    if libc.timer_create(clock_monotonic, ctypes.byref(event), ctypes.byref(timer_id)) != 0:
+        yield False
+        return
+    try:
+        whole = int(seconds)
+        nanoseconds = max(int((seconds - whole) * 1e9), 0 if whole else 1)  # all zero would disarm
+        spec = ITimerSpec(TimeSpec(0, 0), TimeSpec(whole, nanoseconds))
+        libc.timer_settime(timer_id, 0, ctypes.byref(spec), None)
+        yield True
+    finally:
+        libc.timer_delete(timer_id)  # before timerStop(): a pending signal still finds the handler
+
+
+@register
+class Toulbar2(Solver):
+    """Exact branch-and-bound with soft arc consistency bounds (toulbar2's HBFS), via pytoulbar2."""
+
+    name = "toulbar2"
+    exact = True
+    requires = (("pytoulbar2", "toulbar2"),)
+
+    def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
+        import pytoulbar2
+
+        start = time.perf_counter()
+        if len(problem) == 0:
+            return SolverResult(np.zeros(0, dtype=np.int64), "optimal", 0.0)
+        scaled = scale_costs(problem)
+        cfn = pytoulbar2.CFN(None, resolution=0, verbose=-1)
+        for option, value in SEARCH_OPTIONS.items():
+            setattr(cfn.Option, option, value)
+        wcsp = cfn.CFN.wcsp
+        for i, size in enumerate(problem.sizes):
+            wcsp.makeEnumeratedVariable(str(i), 0, size - 1)
+        for nodes, costs in scaled.node_tables:
+            wcsp.postUnaryVecConstraints(np.array(nodes, dtype=np.int64), costs)
+        for edges, costs in scaled.edge_tables:
+            wcsp.postMultBinaryVecConstraints(np.array(edges, dtype=np.int64), costs)
+        build_time = time.perf_counter() - start
+
+        timed_out = False
+        try:
+            if time_limit is None:
+                solution = cfn.Solve()
+            else:
+                remaining = max(time_limit - build_time, 1e-3)
+                cfn.CFN.timer(math.ceil(remaining) + 1)  # installs the handler; CPU backstop
+                with _wall_clock_alarm(remaining) as armed:
+                    if not armed:
+                        cfn.CFN.timer(math.ceil(remaining))
+                    solution = cfn.Solve()
+            timed_out = bool(cfn.Option.limited) or (
+                time_limit is not None and time.perf_counter() - start >= time_limit)
+        finally:
+            cfn.CFN.timerStop()
+        stats = {"build_time": build_time, "nodes": cfn.GetNbNodes(), "backtracks": cfn.GetNbBacktracks(),
+                 "scale": scaled.scale, "rounding_error": scaled.rounding_error}
+
+        if solution is None and not timed_out:
+            return SolverResult(None, "infeasible", math.inf,
+                                "toulbar2 proved that every assignment uses a forbidden (inf) entry", stats)
+        lower = scaled.lower_bound(cfn.GetDDualBound()) if timed_out else None
+        if solution is not None:
+            assignment = np.asarray(solution[0], dtype=np.int64)
+            message = "time limit reached; lower_bound is toulbar2's dual bound" if timed_out else ""
+        else:
+            assignment = heuristic_assignment(problem)
+            message = "time limit reached before toulbar2 found a solution; returning the pbqp/greedy one"
+        if assignment is None:
+            return SolverResult(None, "infeasible", lower,
+                                "toulbar2 found no allowed assignment within the time limit "
+                                "(infeasibility not proven)", stats)
+        objective = problem.evaluate(assignment)
+        if lower is None:  # search completed: the scaled optimum is the solution's scaled cost
+            lower = scaled.lower_bound(solution[1])
+        lower = min(lower, objective)
+        status = "feasible" if timed_out else status_from_bound(objective, lower)
+        return SolverResult(assignment, status, lower, message, stats)
+
