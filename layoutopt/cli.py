@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from .errors import MissingExtraError
+from .errors import MissingExtraError, ProblemError
 
 #: modules that contribute subcommands, in help order
 COMMAND_MODULES = ("layoutopt.io", "layoutopt.bench", "layoutopt.tvm.cli")
@@ -49,8 +49,13 @@ def _add_missing_extra(subparsers, command: str, error: MissingExtraError) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``layoutopt`` command; bad input (a ProblemError) prints one line and returns 2."""
     args = build_parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except (ProblemError, MissingExtraError) as exc:
+        print(f"layoutopt {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -220,6 +220,8 @@ def read_json(path: str | os.PathLike) -> tuple[nx.DiGraph, Costs]:
         raise ProblemError(f"{name}: not valid JSON ({where}: {exc.msg})") from None
     except ValueError as exc:
         raise ProblemError(f"{name}: {exc}") from None
+    except OSError as exc:
+        raise ProblemError(f"{name}: cannot read the problem file ({exc.strerror or exc})") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ProblemError(f"{name}: not a layoutopt problem file (expected \"format\": \"{FORMAT}\")")
     if document.get("version") != VERSION:
