@@ -55,7 +55,7 @@ _STARTUP_TIMEOUT = 120.0
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Runner:
     """Times a compiled kernel with TVM's ``time_evaluator``; subclasses decide where it runs.
 
@@ -117,7 +117,7 @@ class LocalRunner(Runner):
 
 
 @dataclass
-class RPCRunner(Runner):
+class RPCRunner(Runner):  # tracker and key are positional, the timing settings keyword-only
     """Run kernels on a device registered with a TVM RPC tracker under ``key``.
 
     The kernel is compiled here for the measurer's target (give the device's, e.g.

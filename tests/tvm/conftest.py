@@ -72,14 +72,15 @@ def rpc_tracker():
     server = None
     try:
         deadline = time.monotonic() + 60
-        while True:
+        while True:  # wait for the port first: connect_tracker itself retries only every 5 s
             try:
-                session = tvm.rpc.connect_tracker("127.0.0.1", port)
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
-            except Exception:
+            except OSError:
                 if time.monotonic() > deadline or tracker.poll() is not None:
                     raise
-                time.sleep(0.2)
+                time.sleep(0.1)
+        session = tvm.rpc.connect_tracker("127.0.0.1", port)
         server = subprocess.Popen(
             [
                 sys.executable,

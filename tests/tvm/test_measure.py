@@ -1,0 +1,186 @@
+"""The measurer: finite costs, cache hits, duplicates, crashes/hangs/errors recorded, kill -9 and resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+
+import pytest
+
+pytest.importorskip("tvm")
+
+from layoutopt import ProblemError
+from layoutopt.tvm.kernels import layout_transform_workload
+from layoutopt.tvm.measure import LocalRunner, Measurer, RPCRunner, parse_rpc_address
+
+pytestmark = pytest.mark.tvm
+
+#: short timings: these tests check the machinery, not the numbers
+FAST = LocalRunner(repeat=2, min_repeat_ms=1)
+
+
+@dataclass
+class CrashingRunner(LocalRunner):
+    """Kills the worker the way a segfaulting kernel would."""
+
+    def load(self, executable, name):
+        os.abort()
+
+
+@dataclass
+class HangingRunner(LocalRunner):
+    def load(self, executable, name):
+        time.sleep(600)
+
+
+@dataclass
+class RaisingRunner(LocalRunner):
+    def load(self, executable, name):
+        raise RuntimeError("device is on fire")
+
+
+def transforms(count):
+    layouts = ["NCHW", "NCHW4c", "NCHW8c", "NCHW16c"]
+    pairs = [(s, d) for s in layouts for d in layouts if s != d]
+    return [
+        (layout_transform_workload([1, 16, 4, 2 + i // len(pairs)], *pairs[i % len(pairs)]), {})
+        for i in range(count)
+    ]
+
+
+def test_costs_are_positive_finite_medians(tiny_conv, tmp_path):
+    candidates = [{"in": "NCHW8c", "out": "NCHW16c"}, {"in": "NCHW", "out": "NCHW"}]
+    with Measurer(
+        cache=tmp_path / "c.jsonl", runner=LocalRunner(repeat=3, min_repeat_ms=2), progress=False
+    ) as m:
+        results = m.measure([(tiny_conv, c) for c in candidates] + transforms(1))
+    assert [r.candidate for r in results[:2]] == candidates
+    for result in results:
+        assert result.ok and not result.cached and 0 < result.cost < 0.1
+        assert len(result.results) == 3 and min(result.results) <= result.cost <= max(result.results)
+        assert result.record["check_error"] < 1e-5 and result.record["build_seconds"] > 0
+    assert m.stats["measured"] == 3 and m.stats["failed"] == 0
+
+
+def test_cache_hits_skip_measurement(tiny_conv, tmp_path):
+    tasks = [(tiny_conv, {"in": "NCHW8c", "out": "NCHW8c"}), *transforms(2)]
+    with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False) as first:
+        measured = first.measure(tasks)
+    with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False) as second:
+        again = second.measure(tasks + transforms(3)[2:])
+        assert second._worker.starts == 1  # only the one new transform was run
+    assert [r.cost for r in again[:3]] == [r.cost for r in measured] and all(r.cached for r in again[:3])
+    assert not again[3].cached and second.stats["cached"] == 3 and second.stats["measured"] == 1
+    with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False) as third:
+        third.measure(tasks)
+        assert third._worker.starts == 0  # a full cache never starts TVM's worker
+
+
+def test_duplicates_are_measured_once(tmp_path):
+    task = transforms(1)[0]
+    with Measurer(runner=FAST, progress=False) as m:
+        results = m.measure([task, task, (dict(reversed(list(task[0].items()))), {})])
+    assert m.stats == {**m.stats, "requested": 3, "measured": 1}
+    assert results[0] is results[1] is results[2]
+
+
+@pytest.mark.parametrize(
+    "runner,reason",
+    [
+        (CrashingRunner(), "worker crashed (SIGABRT)"),
+        (RaisingRunner(), "RuntimeError: device is on fire"),
+    ],
+)
+def test_a_failing_kernel_is_recorded_as_inf_with_its_reason(runner, reason, tmp_path):
+    path = tmp_path / "c.jsonl"
+    tasks = transforms(2)
+    with Measurer(cache=path, runner=runner, progress=False) as m:
+        results = m.measure(tasks)
+    assert all(r.cost == math.inf and not r.ok and reason in r.error for r in results)
+    assert m.stats["failed"] == 2
+    stored = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [s["median"] for s in stored] == [None, None] and reason in stored[0]["error"]
+    # the failure is remembered; the run goes on with a healthy runner, and retry_failed re-measures
+    with Measurer(cache=path, runner=FAST, progress=False) as m:
+        assert m.measure(tasks)[0].cost == math.inf
+    with Measurer(cache=path, runner=FAST, progress=False, retry_failed=True) as m:
+        assert all(r.ok for r in m.measure(tasks))
+
+
+def test_a_hanging_kernel_times_out_and_the_run_goes_on(tmp_path):
+    tasks = transforms(2)
+    with Measurer(runner=HangingRunner(), timeout=1.0, progress=False) as m:
+        started = time.monotonic()
+        results = m.measure(tasks[:1])
+        assert time.monotonic() - started < 30
+        assert results[0].cost == math.inf and "timed out" in results[0].error
+        m.runner = FAST
+        assert m.measure(tasks[1:])[0].ok and m._worker.starts == 2  # restarted after the kill
+
+
+RESUME_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from layoutopt.tvm.measure import LocalRunner, Measurer
+    tasks = json.loads(sys.argv[2])
+    with Measurer(cache=sys.argv[1], runner=LocalRunner(repeat=2, min_repeat_ms=20), progress=False) as m:
+        m.measure(tasks)
+    """
+)
+
+
+def test_a_run_killed_with_sigkill_resumes_where_it_stopped(tmp_path):
+    path = tmp_path / "c.jsonl"
+    tasks = transforms(12)
+    run = subprocess.Popen(
+        [sys.executable, "-c", RESUME_SCRIPT, str(path), json.dumps(tasks)],
+        start_new_session=True,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while not (path.exists() and len(path.read_bytes().splitlines()) >= 3):
+        assert run.poll() is None, "the measuring run ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(run.pid, signal.SIGKILL)  # the run and its worker, mid-measurement
+    run.wait()
+    done_before = len([line for line in path.read_bytes().splitlines() if line.endswith(b"}")])
+    assert 3 <= done_before < len(tasks)
+    with Measurer(cache=path, runner=FAST, progress=False) as m:
+        results = m.measure(tasks)
+    assert all(r.ok for r in results)
+    assert m.stats["cached"] == done_before and m.stats["measured"] == len(tasks) - done_before
+
+
+def test_bad_settings_and_tasks_are_clear_errors_before_anything_runs(tiny_conv):
+    with pytest.raises(ProblemError, match="kind 'llvm'"):
+        Measurer(target="cuda")
+    with pytest.raises(ProblemError, match="repeat >= 1"):
+        LocalRunner(repeat=0)
+    with pytest.raises(ProblemError, match="timeout"):
+        Measurer(timeout=0)
+    with pytest.raises(ProblemError, match="runner must be"):
+        Measurer(runner="local")
+    with Measurer(progress=False) as m:
+        with pytest.raises(ProblemError, match="does not divide"):
+            m.measure([(tiny_conv, {"in": "NCHW32c", "out": "NCHW8c"})])
+        with pytest.raises(ProblemError, match="expects 8 input channels"):
+            m.measure([({**tiny_conv, "kernel": [16, 8, 3, 3]}, {"in": "NCHW", "out": "NCHW"})])
+        assert m._worker.starts == 0
+
+
+@pytest.mark.parametrize("address", ["localhost", "host:", ":9190", "host:99999", "host:port"])
+def test_bad_rpc_addresses_are_clear_errors(address):
+    with pytest.raises(ProblemError, match="HOST:PORT"):
+        parse_rpc_address(address)
+    with pytest.raises(ProblemError, match="HOST:PORT"):
+        RPCRunner(address, key="dev")
+    with pytest.raises(ProblemError, match="key"):
+        RPCRunner("127.0.0.1:9190")

@@ -1,0 +1,42 @@
+"""Measuring through TVM's RPC tracker, on loopback: a tracker and a server started by the test."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("tvm")
+
+from layoutopt.tvm.kernels import layout_transform_workload
+from layoutopt.tvm.measure import Measurer, RPCRunner
+
+pytestmark = pytest.mark.tvm
+
+
+def test_kernels_are_uploaded_checked_and_timed_on_the_rpc_device(rpc_tracker, tiny_conv, tmp_path):
+    address, key = rpc_tracker
+    runner = RPCRunner(address, key, repeat=2, min_repeat_ms=2)
+    tasks = [
+        (tiny_conv, {"in": "NCHW8c", "out": "NCHW16c"}),
+        (tiny_conv, {"in": "NCHW", "out": "NCHW"}),
+        (layout_transform_workload([1, 16, 8, 8], "NCHW", "NCHW16c"), {}),
+    ]
+    with Measurer(cache=tmp_path / "rpc.jsonl", runner=runner, progress=False) as measurer:
+        results = measurer.measure(tasks)
+    for result in results:
+        assert result.ok, result.error
+        assert 0 < result.cost < 0.1 and len(result.results) == 2
+        # the output was read back from the device and compared with numpy
+        assert result.record["check_error"] < 1e-5
+        assert result.record["runner"] == f"RPC tracker {address} key {key!r}"
+    assert measurer._worker.starts == 1  # one worker, one RPC session for all kernels
+
+
+def test_an_unknown_device_key_is_a_recorded_failure_not_a_crash(rpc_tracker, tmp_path):
+    address, _ = rpc_tracker
+    runner = RPCRunner(address, "no-such-device", session_timeout=1, repeat=1, min_repeat_ms=1)
+    with Measurer(runner=runner, timeout=3, progress=False) as measurer:
+        result = measurer.measure([(layout_transform_workload([1, 8, 2, 2], "NCHW", "NCHW8c"), {})])[0]
+    # the tracker queues the request until such a device registers: the timeout ends the wait
+    assert result.cost == math.inf and "timed out" in result.error
