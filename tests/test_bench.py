@@ -166,3 +166,11 @@ def test_tvm_dp_state_counts_and_refusal():
     resnet = tvm_dp.profile(*generate("resnet50"))
     assert resnet["max_live"] == 3 and resnet["max_states"] <= 16**3
     assert tvm_dp.profile(*generate("densenet121"))["max_live"] == 26
+
+
+@pytest.mark.parametrize("module", [bench, tvm_dp])
+def test_docstring_examples(module):
+    import doctest
+
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
