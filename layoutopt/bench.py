@@ -647,7 +647,7 @@ def plot(records: Sequence[Record], time_path: str | os.PathLike, gap_path: str 
     import matplotlib.pyplot as plt
 
     info = stamp()
-    footer = f"{info['date']} | {info['machine']} | {info['versions']}"
+    footer = f"{info['date']} | {info['machine']}\n{info['versions']}"
     methods = list(dict.fromkeys(r.method for r in records))
 
     fig, ax = plt.subplots(figsize=(8, 5.5))
@@ -671,7 +671,7 @@ def plot(records: Sequence[Record], time_path: str | os.PathLike, gap_path: str 
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.text(0.01, 0.005, footer, fontsize=6, color="gray")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(time_path, dpi=120)
     plt.close(fig)
 
@@ -686,7 +686,7 @@ def plot(records: Sequence[Record], time_path: str | os.PathLike, gap_path: str 
     ax.set_title("Optimality gaps of the heuristics (triangle: mean)")
     ax.grid(True, axis="y", alpha=0.3)
     fig.text(0.01, 0.005, footer, fontsize=6, color="gray")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(gap_path, dpi=120)
     plt.close(fig)
 
