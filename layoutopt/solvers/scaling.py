@@ -87,7 +87,10 @@ def _largest_objective(groups: list[_Tables]) -> float:
     for group in groups:
         flat = group.costs.reshape(len(group.keys), -1)
         maxima.append(np.where(np.isfinite(flat), flat, 0.0).max(axis=1))
-    total = math.fsum(np.concatenate(maxima).tolist()) if maxima else 0.0
+    try:
+        total = math.fsum(np.concatenate(maxima).tolist()) if maxima else 0.0
+    except OverflowError:
+        total = math.inf
     if not math.isfinite(total):
         raise ProblemError("the costs are too large: their sum overflows float64")
     return total

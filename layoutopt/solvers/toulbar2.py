@@ -144,10 +144,14 @@ class Toulbar2(Solver):
         wcsp = cfn.CFN.wcsp
         for i, size in enumerate(problem.sizes):
             wcsp.makeEnumeratedVariable(str(i), 0, size - 1)
-        for nodes, costs in scaled.node_tables:
-            wcsp.postUnaryVecConstraints(np.array(nodes, dtype=np.int64), costs)
-        for edges, costs in scaled.edge_tables:
-            wcsp.postMultBinaryVecConstraints(np.array(edges, dtype=np.int64), costs)
+        try:
+            for nodes, costs in scaled.node_tables:
+                wcsp.postUnaryVecConstraints(np.array(nodes, dtype=np.int64), costs)
+            for edges, costs in scaled.edge_tables:
+                wcsp.postMultBinaryVecConstraints(np.array(edges, dtype=np.int64), costs)
+        except pytoulbar2.pytb2.Contradiction:  # propagation while posting emptied a domain
+            return SolverResult(None, "infeasible", math.inf,
+                                "toulbar2 proved that every assignment uses a forbidden (inf) entry")
         build_time = time.perf_counter() - start
 
         timed_out = False
