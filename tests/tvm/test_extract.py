@@ -11,7 +11,7 @@ pytest.importorskip("tvm")  # the tvm extra; CI installs it
 
 import layoutopt
 from layoutopt.tvm import extract_layout_graph, models, prepare
-from layoutopt.tvm.apply import apply_layouts, count_layout_transforms
+from layoutopt.tvm.apply import apply_layouts, count_layout_transforms, expected_transforms
 from layoutopt.tvm.extract import candidate_label
 
 pytestmark = pytest.mark.tvm
@@ -259,17 +259,6 @@ def test_missing_main_no_supported_op_and_not_a_module():
         extract_layout_graph(_relax_module(relu_only))
 
 
-def _predicted_transforms(graph, assignment):
-    """Distinct (value, destination layout) pairs whose layout changes: what the rewrite must emit."""
-    pairs = set()
-    for producer, consumer, data in graph.edges(data=True):
-        out_layout = graph.nodes[producer]["layouts"][assignment[producer]][1]
-        in_layout = graph.nodes[consumer]["layouts"][assignment[consumer]][0]
-        if out_layout != in_layout:
-            pairs.update((value["value"], in_layout) for value in data["values"])
-    return len(pairs)
-
-
 @pytest.mark.parametrize("make", [lambda: models.residual(16, 8), lambda: models.concat3((8, 16, 8)),
                                   lambda: models.dense_head(16), lambda: models.resnet(18, width=8, size=16)])
 def test_rewrite_emits_exactly_the_transforms_the_graph_predicts(make):
@@ -281,4 +270,4 @@ def test_rewrite_emits_exactly_the_transforms_the_graph_predicts(make):
         choices = {d["binding"]: d["layouts"][assignment[n]] for n, d in graph.nodes(data=True)
                    if d["kind"] in ("target", "multi")}
         emitted = count_layout_transforms(apply_layouts(mod, choices))
-        assert emitted == _predicted_transforms(graph, assignment), assignment
+        assert emitted == expected_transforms(graph, assignment), assignment
