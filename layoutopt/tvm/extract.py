@@ -6,8 +6,9 @@ a ``networkx.DiGraph`` following the layout model of :mod:`layoutopt.tvm` (the o
 :mod:`layoutopt.tvm.apply` rewrites by):
 
 1. **target** ops choose ``(in, out)`` layouts: conv2d (candidates from
-   :func:`~layoutopt.tvm.kernels.conv2d_candidates`; grouped ones fixed NCHW, depthwise equal blocks)
-   and dense (``matmul`` by a constant 2-D weight, candidates are packed weight layouts).
+   :func:`~layoutopt.tvm.kernels.conv2d_candidates`; grouped and depthwise ones fixed ``NCHW``, as
+   the rewrite blocks ``groups=1`` only) and dense (``matmul`` by a constant 2-D weight; its
+   candidates are packed weight layouts).
 2. **layout-following** ops are not nodes: unary elementwise ops, binary elementwise ops with a
    per-channel or scalar constant (bias, folded batch norm), max/avg pooling. They run in the layout
    their input arrives in.
@@ -437,7 +438,14 @@ class _Extractor:
             "dilation": [int(d) for d in attrs.dilation], "groups": int(attrs.groups),
             "dtype": str(data.ty.dtype),
         }
-        cands = self.candidates(workload) if self.candidates else conv2d_candidates(workload, self.blocks)
+        if self.candidates:
+            cands = self.candidates(workload)
+        elif workload["groups"] > 1:
+            # kernels exist for blocked depthwise conv2d, but the rewrite (layoutopt.tvm.apply) blocks
+            # groups=1 only: offer what can be built, so the chosen layouts are the ones that run
+            cands = [{"in": NCHW, "out": NCHW}]
+        else:
+            cands = conv2d_candidates(workload, self.blocks)
         self.add_node(name, "target", name, "relax.nn.conv2d", workload, self.checked(name, cands))
         self.connect(name, [data])
         return True

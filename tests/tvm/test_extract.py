@@ -199,6 +199,18 @@ def test_broadcast_multiply_gets_blocked_choices_channel_broadcast_does_not():
     assert graph.nodes["attend"]["choices"] == ["NCHW"]
 
 
+def test_depthwise_conv_is_a_target_fixed_in_nchw():
+    def build(bb, x, const, op):
+        y = bb.emit(op.nn.conv2d(x, const(16, 8, 1, 1)), "conv1")
+        return bb.emit(op.nn.conv2d(y, const(16, 1, 3, 3), padding=1, groups=16), "depthwise")
+
+    graph = extract_layout_graph(_relax_module(build), BLOCKS)
+    depthwise = graph.nodes["depthwise"]
+    assert depthwise["kind"] == "target" and depthwise["workload"]["groups"] == 16
+    assert depthwise["choices"] == ["NCHW->NCHW"]
+    assert list(graph.predecessors("depthwise")) == ["conv1"]
+
+
 def test_a_value_read_twice_by_one_node_is_one_edge_value():
     def build(bb, x, const, op):
         y = bb.emit(op.nn.conv2d(x, const(16, 8, 3, 3), padding=1), "conv1")
