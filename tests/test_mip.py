@@ -1,0 +1,67 @@
+"""mip: every backend, a zero relative gap, time limits, clear backend errors, no output."""
+
+import math
+
+import networkx as nx
+import pytest
+from strategies import frustrated_problem
+
+import layoutopt
+from layoutopt import Problem, ProblemError
+from layoutopt.generators import generate
+from layoutopt.solvers.mip import BACKENDS
+
+BACKEND_NAMES = list(BACKENDS)
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_each_backend_finds_the_optimum_of_a_dnn_shaped_instance(backend, capfd):
+    graph, costs = generate("densenet", nodes=30, max_choices=4, seed=3, regime="hard")
+    problem = Problem.from_graph(graph, costs)
+    expected = layoutopt.solve_problem(problem, "dp").objective
+    sol = layoutopt.solve_problem(problem, "mip", backend=backend)
+    assert sol.status == "optimal" and sol.objective == pytest.approx(expected, rel=1e-12)
+    assert sol.stats["backend"] == backend
+    assert capfd.readouterr() == ("", "")  # HiGHS prints a banner on stdout unless silenced
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_the_relative_gap_is_zero(backend):
+    """An odd cycle of 'differ' preferences (the LP relaxation is loose there) on top of a large
+    constant: every assignment is within 1e-4 relative of the optimum, so pywraplp's default gap
+    would accept the first one found."""
+    graph = nx.cycle_graph(5)
+    costs = {"nodes": {n: [1e5 + 0.5 * (n == 0), 1e5] for n in graph},
+             "edges": {e: [[1.0, 0.0], [0.0, 1.0]] for e in graph.edges}}
+    reference = layoutopt.solve(graph, costs, method="bruteforce")
+    sol = layoutopt.solve(graph, costs, method="mip", backend=backend)
+    assert sol.status == "optimal" and sol.objective == reference.objective
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_time_limit_returns_an_assignment_and_a_bound(backend):
+    problem = frustrated_problem(nodes=40, seed=2)
+    sol = layoutopt.solve_problem(problem, "mip", time_limit=0.5, backend=backend)
+    assert sol.status == "feasible" and math.isfinite(sol.objective)
+    assert sol.lower_bound < sol.objective
+    assert sol.message
+
+
+@pytest.mark.parametrize("backend", ["gurobi", "SCIP", "glop", None])
+def test_unknown_backend_lists_the_valid_ones(backend):
+    graph = nx.path_graph(2)
+    costs = {"nodes": {0: [1.0], 1: [2.0]}, "edges": {(0, 1): [[0.0]]}}
+    expected = f"unknown mip backend {backend!r}; valid backends: scip, cbc, highs"
+    with pytest.raises(ProblemError, match=expected):
+        layoutopt.solve(graph, costs, method="mip", backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_a_node_without_allowed_choice_is_infeasible_when_called_directly(backend):
+    # auto calls back-ends on reduced kernels, without the front end's culprit check
+    from layoutopt.solvers import get_solver
+
+    problem = Problem.from_graph(nx.path_graph(2), {"nodes": {0: [math.inf, math.inf], 1: [1.0]},
+                                                    "edges": {(0, 1): [[0.0], [0.0]]}})
+    result = get_solver("mip")().solve(problem, None, backend=backend)
+    assert result.assignment is None and result.status == "infeasible" and result.lower_bound == math.inf
