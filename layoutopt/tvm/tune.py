@@ -448,7 +448,7 @@ def tune_and_build(
     say("measuring kernels and layout transforms ...")
     with stage("measure"):
         graph, costs, meta = build_problem(mod, target=target, candidates=candidates, cache=cache,
-                                           runner=runner, progress=bool(progress))
+                                           runner=runner, progress=bool(progress) or None, prepared=True)
     problem = Problem.from_graph(graph, costs)
     say(f"solving ({len(problem.nodes)} nodes, {len(problem.edges)} edges, method {method!r}) ...")
     with stage("solve"):

@@ -1,0 +1,157 @@
+"""tune_and_build end to end on a tiny model, the report, model loading and its errors."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+
+from onnx_models import relu_only_onnx, tiny_conv_onnx  # tests/tvm is on sys.path (rootdir-less tests)
+
+from layoutopt import MissingExtraError, ProblemError
+from layoutopt.tvm import load_model, models, tune_and_build
+from layoutopt.tvm.apply import count_layout_transforms, expected_transforms
+from layoutopt.tvm.report import write_report
+from layoutopt.tvm.tune import fixed_layout_assignment, relative_error
+
+pytestmark = pytest.mark.tvm
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """The residual block, tuned over blocks {4, 8, 16} with both measured baselines."""
+    cache = tmp_path_factory.mktemp("tune") / "costs.jsonl"
+    mod = models.residual(channels=16, size=8)
+    return tune_and_build(mod, method="pbqp", cache=cache, candidates=[4, 8, 16],
+                          baselines=("nchw16c", "greedy", "default"), repeat=2), cache
+
+
+def test_tuned_build_matches_the_untouched_model_and_its_prediction(tuned):
+    result, _ = tuned
+    graph, solution = result.graph, result.solution
+    assert solution.status == "optimal"
+    assert result.tuned.max_relative_error < 1e-4
+    # the predicted latency is the problem's objective for the applied assignment
+    assert math.isclose(result.tuned.predicted, solution.objective, rel_tol=1e-12)
+    assert result.tuned.transforms == count_layout_transforms(result.module)
+    assert result.tuned.transforms == expected_transforms(graph, solution.assignment)
+    assert result.tuned.measured > 0
+    # an exact solution is never predicted slower than a baseline's assignment
+    for name in ("nchw16c", "greedy"):
+        assert result.tuned.predicted <= result.baselines[name].predicted + 1e-12
+        assert result.baselines[name].max_relative_error < 1e-4
+    assert result.baselines["default"].measured > 0
+    assert result.speedup("default") == result.baselines["default"].measured / result.tuned.measured
+
+
+def test_layer_table_lists_every_tuned_op_with_its_choice(tuned):
+    result, _ = tuned
+    graph = result.graph
+    problem_nodes = [n for n, kind in graph.nodes(data="kind") if kind in ("target", "multi")]
+    rows = {layer.node: layer for layer in result.layers}
+    assert set(problem_nodes) <= set(rows)
+    for node in problem_nodes:
+        choice = graph.nodes[node]["choices"][result.solution.assignment[node]]
+        assert rows[node].choice == choice
+        assert rows[node].best_kernel_time <= rows[node].kernel_time
+
+
+def test_fixed_layout_baseline_takes_nchw16c_where_it_fits(tuned):
+    result, _ = tuned
+    graph = result.graph
+    assignment = fixed_layout_assignment(graph, "NCHW16c")
+    assert graph.nodes["conv1"]["layouts"][assignment["conv1"]] == ("NCHW16c", "NCHW16c")
+    # conv0 reads the 3-channel image: its nearest input block is 3
+    assert graph.nodes["conv0"]["layouts"][assignment["conv0"]] == ("NCHW3c", "NCHW16c")
+
+
+def test_a_rerun_with_the_cache_measures_nothing(tuned):
+    result, cache = tuned
+    again = tune_and_build(models.residual(channels=16, size=8), method="pbqp", cache=cache,
+                           candidates=[4, 8, 16], baselines=(), repeat=1)
+    assert again.solution.assignment == result.solution.assignment
+    assert again.timings["measure"] < result.timings["measure"]
+
+
+def test_report_has_tables_and_plot(tuned, tmp_path):
+    result, _ = tuned
+    paths = write_report(result, tmp_path / "report", model="residual")
+    text = paths["markdown"].read_text()
+    assert "| layoutopt |" in text and "| nchw16c |" in text and "tvm 0." in text
+    assert "conv1" in text
+    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_onnx_model_tunes_with_a_given_input_shape(tmp_path):
+    mod = load_model(tiny_conv_onnx(tmp_path / "tiny.onnx"), input_shape=[1, 4, 8, 8])
+    result = tune_and_build(mod, method="pbqp", candidates=[4, 8], baselines=(), repeat=1)
+    assert result.tuned.max_relative_error < 1e-4
+    assert {layer.op for layer in result.layers} >= {"relax.nn.conv2d", "relax.add"}
+
+
+def test_relative_error():
+    assert relative_error([np.ones(3)], [np.ones(3)]) == 0.0
+    with pytest.raises(ProblemError, match="shape"):
+        relative_error([np.ones(3)], [np.ones(4)])
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ([1, 3, 8, 8], "does not fit"),
+        ([1, 4, 8], "does not fit"),
+        ({"y": [1, 4, 8, 8]}, "no input named 'y'"),
+        ([1, 0, 8, 8], "positive"),
+    ],
+)
+def test_wrong_input_shape_is_a_clear_error(tmp_path, shape, message):
+    path = tiny_conv_onnx(tmp_path / "tiny.onnx")
+    with pytest.raises(ProblemError, match=message):
+        load_model(path, input_shape=shape)
+
+
+def test_symbolic_batch_needs_an_input_shape(tmp_path):
+    with pytest.raises(ProblemError, match="symbolic"):
+        load_model(tiny_conv_onnx(tmp_path / "tiny.onnx"))
+
+
+def test_model_with_no_supported_op_is_a_clear_error(tmp_path):
+    mod = load_model(relu_only_onnx(tmp_path / "relu.onnx"))
+    with pytest.raises(ProblemError, match="no supported op"):
+        tune_and_build(mod, baselines=())
+
+
+def test_bad_model_files(tmp_path):
+    with pytest.raises(ProblemError, match="does not exist"):
+        load_model(tmp_path / "missing.onnx")
+    (tmp_path / "model.txt").write_text("x")
+    with pytest.raises(ProblemError, match="unknown format"):
+        load_model(tmp_path / "model.txt")
+    (tmp_path / "broken.onnx").write_bytes(b"not a protobuf")
+    with pytest.raises(ProblemError, match=r"broken\.onnx"):
+        load_model(tmp_path / "broken.onnx", input_shape=[1, 4, 8, 8])
+
+
+def test_default_model_needs_no_file():
+    mod = load_model(None)
+    assert [int(d) for d in mod["main"].params[0].ty.shape][:2] == [1, 3]
+    with pytest.raises(ProblemError, match="model file"):
+        load_model(None, input_shape=[1, 3, 8, 8])
+
+
+def test_unknown_baseline_is_refused():
+    with pytest.raises(ProblemError, match="unknown baseline"):
+        tune_and_build(models.chain(), baselines=("fastest",))
+
+
+def test_missing_tvm_extra_is_a_clear_error(monkeypatch):
+    for name in list(sys.modules):
+        if name == "tvm" or name.startswith(("tvm.", "layoutopt.tvm")):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "tvm", None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'layoutopt\[tvm\]'"):
+        import layoutopt.tvm  # noqa: F401
