@@ -224,7 +224,7 @@ def extract_layout_graph(
     Example::
 
         graph = extract_layout_graph(models.chain((16, 16)), [8, 16])
-        list(graph)     # ['data', 'conv1', 'conv2', 'output:conv2_relu']
+        list(graph)     # ['data', 'conv1', 'conv2', 'output:gv'] (bias and relu follow their conv)
     """
     blocks, choose = _candidate_options(candidates)
     if not prepared:
