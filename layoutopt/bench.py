@@ -239,6 +239,11 @@ def _plain(stats: Any) -> dict[str, Any]:
 
 
 def _worker(connection) -> None:
+    import layoutopt  # noqa: F401  (start-up is not billed to the first call's deadline)
+
+    from . import generators  # noqa: F401
+
+    connection.send("ready")
     cache: dict = {}
     while True:
         try:
@@ -248,6 +253,10 @@ def _worker(connection) -> None:
         if request is None:
             return
         connection.send(_call(*request, cache))
+
+
+#: seconds a fresh worker process may take to import layoutopt (a loaded CI machine is slow)
+STARTUP_TIMEOUT = 300.0
 
 
 class _Isolated:
@@ -264,23 +273,26 @@ class _Isolated:
             process.start()
             child.close()
             self._workers[runner] = (process, parent)
+            if not parent.poll(STARTUP_TIMEOUT) or parent.recv() != "ready":
+                raise EOFError
         return self._workers[runner]
 
     def call(self, spec: InstanceSpec, runner: str, time_limit: float | None, grace: float) -> dict[str, Any]:
-        process, connection = self._worker_for(runner)
-        connection.send((spec, runner, time_limit))
-        # Loading the instance in a fresh worker and the solver's own overshoot get slack.
+        # Loading the instance, the untimed warm-up and the solver's own overshoot get slack.
         deadline = None if time_limit is None else 2 * time_limit + grace
         try:
+            process, connection = self._worker_for(runner)
+            connection.send((spec, runner, time_limit))
             if connection.poll(deadline):
                 return connection.recv()
             outcome = {"status": "killed", "message": f"no answer within {deadline:g} s; worker killed"}
-            process.kill()
         except (EOFError, OSError):
-            process.join(5)
-            outcome = {"status": "crash", "message": f"worker process died (exit code {process.exitcode})"}
+            outcome = {"status": "crash", "message": "worker process died"}
+        process = self._workers.pop(runner)[0]
+        process.kill()  # a worker that overran or lost its pipe is not reused
         process.join(5)
-        del self._workers[runner]
+        if outcome["status"] == "crash":
+            outcome["message"] += f" (exit code {process.exitcode})"
         return outcome
 
     def close(self) -> None:
