@@ -878,7 +878,7 @@ def schedule_module(mod, target: Any = None):
                 updates[gvar] = scheduled
     if not updates:
         return mod
-    mod = mod.shallow_copy() if hasattr(mod, "shallow_copy") else mod
+    mod = mod.clone()  # never modify the caller's module in place
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod

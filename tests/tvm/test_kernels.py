@@ -177,6 +177,12 @@ def test_schedule_module_schedules_a_legalized_relax_model(target):
     with target:
         legalized = relax.transform.LegalizeOps()(builder.get())
     scheduled = schedule_module(legalized, target)
+    tvm.ir.assert_structural_equal(kernels.ScheduleModule(target)(legalized), scheduled)  # the pass form
+    assert not any(
+        f.attrs.get("tirx.is_scheduled")
+        for f in legalized.functions.values()
+        if isinstance(f, tvm.tirx.PrimFunc)
+    )  # the input module is left alone
     funcs = {gv.name_hint: f for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
     assert len(funcs) == 7 and all(f.attrs.get("tirx.is_scheduled") for f in funcs.values())
     assert "T.parallel" in funcs["conv2d"].script()
@@ -254,3 +260,17 @@ def test_bad_workloads_are_clear_errors(workload, message):
 def test_bad_candidates_are_clear_errors(candidate, message):
     with pytest.raises(ProblemError, match=message):
         build_kernel(WORKLOADS["conv3x3"], candidate)
+
+
+def test_import_is_lazy_and_a_missing_tvm_is_a_clear_error():
+    import subprocess
+    import sys
+
+    lazy = "import sys, layoutopt, layoutopt.tvm; assert 'tvm' not in sys.modules, 'tvm imported eagerly'"
+    assert subprocess.run([sys.executable, "-c", lazy], capture_output=True).returncode == 0
+    missing = (
+        "import sys; sys.modules['tvm'] = None\n"
+        "try:\n    import layoutopt.tvm\nexcept ImportError as exc:\n    print(type(exc).__name__, exc)"
+    )
+    out = subprocess.run([sys.executable, "-c", missing], capture_output=True, text=True).stdout
+    assert out.startswith("MissingExtraError") and "pip install 'layoutopt[tvm]'" in out
