@@ -1,0 +1,73 @@
+"""``layoutopt tune`` from the command line, end to end on a tiny model, and its user errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("tvm")
+
+from onnx_models import relu_only_onnx, tiny_conv_onnx  # tests/tvm is on sys.path
+
+from layoutopt.cli import main
+from layoutopt.tvm.cli import parse_input_shapes
+
+pytestmark = pytest.mark.tvm
+
+
+def test_tune_runs_end_to_end_and_writes_a_report(tmp_path, capsys):
+    model = tiny_conv_onnx(tmp_path / "tiny.onnx")
+    cache = tmp_path / "costs.jsonl"
+    args = ["tune", str(model), "--input-shape", "1,4,8,8", "--blocks", "4,8", "--cache", str(cache),
+            "--method", "pbqp", "--baselines", "nchw16c,greedy", "--repeat", "2",
+            "--report", str(tmp_path / "report")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "chosen layouts" in out and "NCHW" in out
+    assert "layoutopt  predicted" in out and "nchw16c" in out and "greedy" in out and "faster" in out
+    assert cache.stat().st_size > 0
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "tiny.onnx" in report and "| greedy |" in report
+    assert (tmp_path / "report" / "report.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--input-shape", "1,3,8,8"], "does not fit"),
+        (["--input-shape", "1,4,eight"], "integer dims"),
+        (["--rpc", "127.0.0.1:9190"], "--key"),
+        (["--key", "pi"], "--rpc"),
+        (["--blocks", "a,b"], "--blocks"),
+    ],
+)
+def test_user_errors_exit_2_with_one_line(tmp_path, capsys, extra, message):
+    model = tiny_conv_onnx(tmp_path / "tiny.onnx")
+    argv = ["tune", str(model), "--cache", "none", "--report", "", *extra]
+    if "--input-shape" not in extra:
+        argv += ["--input-shape", "1,4,8,8"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("layoutopt tune: error:") and message in err
+    assert "Traceback" not in err
+
+
+def test_model_without_supported_ops_exits_2(tmp_path, capsys):
+    model = relu_only_onnx(tmp_path / "relu.onnx")
+    assert main(["tune", str(model), "--cache", "none", "--report", ""]) == 2
+    assert "no supported op" in capsys.readouterr().err
+
+
+def test_missing_tvm_extra_keeps_the_command_and_explains(tmp_path):
+    code = "import sys; sys.modules['tvm'] = None; from layoutopt.cli import main; sys.exit(main(['tune']))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "pip install 'layoutopt[tvm]'" in done.stderr
+
+
+def test_parse_input_shapes():
+    assert parse_input_shapes(None) is None
+    assert parse_input_shapes(["1,3,224,224"]) == [1, 3, 224, 224]
+    assert parse_input_shapes(["a=1,3,8,8", "b=1,4"]) == {"a": [1, 3, 8, 8], "b": [1, 4]}
