@@ -32,7 +32,7 @@ Example::
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import networkx as nx
@@ -58,14 +58,15 @@ _SHORT_NAMES = {"relax.concat": "concat"}
 # prepare
 
 
-def prepare(mod, params: Mapping[str, Any] | None = None):
+def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
     """Normalise a Relax module for extraction and rewriting; returns a new ``IRModule``.
 
     Runs, on the module (``main`` must exist):
 
-    * ``BindParams("main", params)`` when ``params`` is given (weights kept as function
-      parameters, e.g. ``from_onnx(..., keep_params_in_input=True)`` + ``detach_params``), so
-      that weights become constants;
+    * ``BindParams("main", ...)`` when ``params`` is given, so that weights kept as function
+      parameters become constants: a mapping ``{parameter name: array}``, a list of arrays for the
+      parameters after the model inputs (``num_input``), or what ``relax.frontend.detach_params``
+      returns (``{"main": [arrays]}``), e.g. after ``from_onnx(..., keep_params_in_input=True)``;
     * ``FoldBatchnormToConv2D`` (batch norm right after a conv2d goes into its weights),
       ``DecomposeOpsForInference`` (other batch norms become per-channel constant arithmetic,
       which follows layouts), ``CanonicalizeBindings``, ``FoldConstant`` and
@@ -86,7 +87,9 @@ def prepare(mod, params: Mapping[str, Any] | None = None):
     _main(mod)
     if params:
         try:
-            mod = relax.transform.BindParams("main", dict(params))(mod)
+            mod = relax.transform.BindParams("main", _params_by_name(mod["main"], params))(mod)
+        except ProblemError:
+            raise
         except Exception as exc:  # TVM's message is a long C++ trace
             raise ProblemError(f"cannot bind params to main: {_first_line(exc)}") from None
     passes = tvm.transform.Sequential([
@@ -101,6 +104,27 @@ def prepare(mod, params: Mapping[str, Any] | None = None):
     except Exception as exc:
         raise ProblemError(f"normalising the module failed: {_first_line(exc)}") from None
     return _unique_names(mod)
+
+
+def _params_by_name(main, params) -> dict[str, Any]:
+    """``params`` (see :func:`prepare`) as ``{parameter name: array}``."""
+    if isinstance(params, Mapping) and set(params) == {"main"} and not isinstance(params["main"], Mapping):
+        params = params["main"]  # relax.frontend.detach_params(mod)[1]
+    if isinstance(params, Mapping):
+        return {str(name): value for name, value in params.items()}
+    values = list(params)
+    if not main.attrs or "num_input" not in main.attrs:
+        raise ProblemError(
+            "params: main has no 'num_input' attribute telling inputs from weights; "
+            "give a mapping {parameter name: array} instead"
+        )
+    weights = list(main.params)[int(main.attrs["num_input"]):]
+    if len(values) != len(weights):
+        raise ProblemError(
+            f"params: {len(values)} arrays given for main's {len(weights)} weight parameters "
+            f"({', '.join(p.name for p in weights[:5])}...); give a mapping {{name: array}} instead"
+        )
+    return {param.name: value for param, value in zip(weights, values, strict=True)}
 
 
 def _main(mod):
@@ -201,7 +225,9 @@ def extract_layout_graph(
 
     Args:
         mod: a Relax ``IRModule`` with static shapes, e.g. from ``relax.frontend.onnx.from_onnx``
-            or ``relax.frontend.torch.from_exported_program`` (weights as constants).
+            or ``relax.frontend.torch.from_exported_program``, weights as constants (bind weights
+            kept as parameters with ``prepare(mod, params)``: left unbound, a blocked conv re-lays
+            its weight out at run time, a cost the graph does not model).
         candidates: the channel blocks to try (default ``(4, 8, 16, 32, 64)``; ``C`` itself is
             added when ``C < 8``; a block is kept only where it divides the channels), or a
             function ``workload -> list of candidate dicts`` choosing target ops' candidates
@@ -240,7 +266,7 @@ def extract_layout_graph(
     if not any(kind == "target" for _, kind in graph.nodes(data="kind")):
         raise ProblemError(
             "the model has no supported op (conv2d in NCHW/OIHW, or matmul by a constant 2-D weight): "
-            "there is no layout to choose"
+            "there is no layout to choose (weights passed as inputs? bind them: prepare(mod, params))"
         )
     return graph
 
@@ -276,6 +302,7 @@ class _Extractor:
         self.source: dict[Any, str] = {}  # data Var -> problem node whose output layout it carries
         self.tuples: dict[Any, list] = {}  # Var bound to a Tuple -> its fields
         self.params: dict[Any, None] = {}  # function parameters not yet made input nodes
+        self.weights: set = set()  # parameters after the model's inputs (num_input): unbound weights
         self.following: dict[str, str] = {}
 
     # -- helpers --------------------------------------------------------------------------------
@@ -307,6 +334,10 @@ class _Extractor:
     def is_data(self, expr) -> bool:
         return isinstance(expr, self.relax.Var) and (expr in self.source or expr in self.tuples
                                                      or expr in self.params)
+
+    def is_weight(self, expr) -> bool:
+        """A constant, or a weight parameter of ``main`` (the rewrite re-lays it out in the program)."""
+        return isinstance(expr, self.tvm.ir.expr.Constant) or expr in self.weights
 
     def data_vars(self, expr) -> list:
         """The computed tensors an argument carries (through inline and bound tuples)."""
@@ -359,6 +390,8 @@ class _Extractor:
                 self.params[param] = None
                 if num_input is None or index < int(num_input):
                     self.source_of(param)
+                else:
+                    self.weights.add(param)
         body = main.body
         if not isinstance(body, relax.SeqExpr):
             raise ProblemError("'main' is not in normal form (its body is not a sequence of bindings)")
@@ -428,7 +461,7 @@ class _Extractor:
         data, weight = call.args[0], call.args[1]
         if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
             return False
-        if not self.is_data(data) or self.data_vars(weight):
+        if not self.is_data(data) or not self.is_weight(weight):
             return False  # a weight computed at run time is not a kernel we can pack
         data_shape = self.shape(data, f"input of conv2d {name!r}")
         kernel_shape = self.shape(weight, f"weight of conv2d {name!r}")
@@ -452,7 +485,7 @@ class _Extractor:
 
     def dense(self, name: str, call) -> bool:
         data, weight = call.args[0], call.args[1]
-        if not self.is_data(data) or not isinstance(weight, self.tvm.ir.expr.Constant):
+        if not self.is_data(data) or not self.is_weight(weight):
             return False
         data_shape = self.shape(data, f"input of matmul {name!r}")
         weight_shape = self.shape(weight, f"weight of matmul {name!r}")

@@ -151,6 +151,28 @@ def test_onnx_import_batch_norm_follows_and_names_are_unique():
     assert len(graph.graph["following"]) >= 5
 
 
+def test_weights_kept_as_parameters_are_bound_by_prepare():
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    mod, params = relax.frontend.detach_params(from_onnx(_onnx_model(), keep_params_in_input=True))
+    weights = mod["main"].params[1:]
+    by_name = {param.name: value for param, value in zip(weights, params["main"], strict=True)}
+    bound = extract_layout_graph(prepare(mod, by_name), BLOCKS)
+    expected = sorted(d["kind"] for _, d in bound.nodes(data=True))
+    assert expected.count("target") == 3 and "x" in bound
+    # detach_params' own output and a positional list give the same graph
+    for given in (params, params["main"]):
+        graph = extract_layout_graph(prepare(mod, given), BLOCKS)
+        assert sorted(d["kind"] for _, d in graph.nodes(data=True)) == expected
+    # left unbound, conv2d still chooses layouts (its weight parameter is re-laid out at run time)
+    unbound = extract_layout_graph(mod, BLOCKS)
+    convs = [n for n, d in unbound.nodes(data=True) if d["op"] == "relax.nn.conv2d" and d["kind"] == "target"]
+    assert len(convs) == 2
+    with pytest.raises(layoutopt.ProblemError, match=r"params: 2 arrays given for main's 9 weight"):
+        prepare(mod, params["main"][:2])
+
+
 def _relax_module(build, shape=(1, 8, 8, 8)):
     import tvm
     from tvm import relax
