@@ -84,8 +84,8 @@ def build_problem(
         from layoutopt.tvm import build_problem, models
         graph, costs, meta = build_problem(models.residual(16, 8), candidates=[8, 16], cache="costs.jsonl")
         solution = layoutopt.solve(graph, costs)
-        solution.labels["conv1"], solution.objective      # ('NCHW16c->NCHW16c', 2.1e-05)
-        meta["stats"]                                      # {'requested': 22, 'measured': 22, ...}
+        solution.labels["conv1"], solution.objective      # e.g. ('NCHW->NCHW', 7.3e-05): seconds
+        meta["stats"]            # {'requested': 20, 'cached': 0, 'measured': 15, 'failed': 0, 'seconds': 9.1}
     """
     started = time.perf_counter()
     graph = extract_layout_graph(mod, candidates, prepared=prepared)
