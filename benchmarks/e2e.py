@@ -1,0 +1,381 @@
+"""End-to-end latency: layoutopt-tuned TVM builds against fixed layouts, greedy, PyTorch and ONNX Runtime.
+
+Batch 1, float32, 2 threads. Per network, one run, side by side:
+
+* (a) TVM's default Relax build for llvm (no schedules), timed once (it is ~100x slower);
+* (b) TVM, NCHW16c everywhere (nearest block where 16 does not divide the channels);
+* (c) TVM, each op's fastest kernel ignoring transforms (greedy / "history best");
+* (d) TVM, layouts chosen by layoutopt (an exact method);
+* (e) PyTorch eager on the CPU (``OMP_WAIT_POLICY=PASSIVE``; without it OpenMP spinning breaks on
+  2-vCPU VMs);
+* (f) ONNX Runtime on the CPU (all graph optimisations).
+
+Networks are torchvision architectures with seeded random weights (no download), exported to ONNX
+once; TVM imports that ONNX file (``relax.frontend.onnx``) and ONNX Runtime runs it, so (a)-(d) and (f)
+run the same graph. PyTorch and ONNX Runtime are timed in subprocesses so that their thread pools
+cannot disturb TVM's timings. Needs torch and torchvision (see notes/tvm.md section 4): run it with a
+Python that has them, e.g. a separate benchmark venv with layoutopt installed.
+
+Usage::
+
+    python benchmarks/e2e.py --networks resnet50_v1 --cache ~/.cache/layoutopt/e2e.jsonl
+
+Writes ``benchmarks/results/e2e.md``, ``e2e.csv`` and ``e2e.png`` (stamped with date, machine and
+versions), and per-network tune reports ``e2e-<network>.md/.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TVM_NUM_THREADS", "2")
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+#: network -> (torchvision constructor, keyword arguments, input size); SSD is built below
+NETWORKS = {
+    "resnet50_v1": ("resnet50", {}, 224),
+    "vgg19_bn": ("vgg19_bn", {}, 224),
+    "inception_v3": ("inception_v3", {"aux_logits": False, "init_weights": True}, 299),
+    "densenet201": ("densenet201", {}, 224),
+    "ssd_resnet50_512": (None, {}, 512),
+}
+
+VARIANTS = [
+    ("default", "(a) TVM default build"),
+    ("nchw16c", "(b) TVM NCHW16c everywhere"),
+    ("greedy", "(c) TVM per-op fastest (greedy)"),
+    ("layoutopt", "(d) TVM + layoutopt (exact)"),
+    ("torch", "(e) PyTorch eager"),
+    ("onnxruntime", "(f) ONNX Runtime"),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# models (torch side, run in a subprocess too so torch never shares this process with TVM timings)
+
+_TORCH_SNIPPET = r"""
+import json, sys, time, types
+sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+import numpy as np, torch, torchvision
+torch.manual_seed(0)
+torch.set_num_threads(2)
+name, ctor, kwargs, size, onnx_path, mode, repeat = json.loads(sys.argv[1])
+
+def ssd_resnet50(size):
+    # SSD-style detector on a ResNet-50 trunk (layer1-3, as in MLPerf's SSD-ResNet34 recipe) with
+    # 5 extra feature levels and per-level class/box heads; outputs the concatenated head maps.
+    import torch.nn as nn
+    trunk = torchvision.models.resnet50(weights=None)
+    backbone = nn.Sequential(trunk.conv1, trunk.bn1, trunk.relu, trunk.maxpool, trunk.layer1, trunk.layer2,
+                             trunk.layer3)
+    def extra(cin, mid, cout, stride):
+        return nn.Sequential(nn.Conv2d(cin, mid, 1), nn.BatchNorm2d(mid), nn.ReLU(),
+                             nn.Conv2d(mid, cout, 3, stride=stride, padding=1), nn.BatchNorm2d(cout),
+                             nn.ReLU())
+    extras = nn.ModuleList([extra(1024, 256, 512, 2), extra(512, 256, 512, 2), extra(512, 128, 256, 2),
+                            extra(256, 128, 256, 2), extra(256, 128, 256, 2)])
+    channels, anchors, classes = [1024, 512, 512, 256, 256, 256], [4, 6, 6, 6, 4, 4], 81
+    cls = nn.ModuleList([nn.Conv2d(c, a * classes, 3, padding=1) for c, a in zip(channels, anchors)])
+    box = nn.ModuleList([nn.Conv2d(c, a * 4, 3, padding=1) for c, a in zip(channels, anchors)])
+    class SSD(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone, self.extras, self.cls, self.box = backbone, extras, cls, box
+        def forward(self, x):
+            feats = [self.backbone(x)]
+            for layer in self.extras:
+                feats.append(layer(feats[-1]))
+            outs = [torch.flatten(h(f), 1) for f, h in zip(feats, self.cls)]
+            outs += [torch.flatten(h(f), 1) for f, h in zip(feats, self.box)]
+            return torch.cat(outs, 1)
+    return SSD()
+
+model = ssd_resnet50(size) if ctor is None else getattr(torchvision.models, ctor)(weights=None, **kwargs)
+model = model.eval()
+x = torch.randn(1, 3, size, size)
+if mode == "export":
+    with torch.no_grad():
+        torch.onnx.export(model, (x,), onnx_path, input_names=["data"], output_names=["out"], dynamo=False,
+                          opset_version=17)
+    print(json.dumps({"ok": True}))
+else:
+    with torch.inference_mode():
+        for _ in range(3):
+            model(x)
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter(); model(x); times.append(time.perf_counter() - start)
+    print(json.dumps({"seconds": float(np.median(times)), "torch": torch.__version__,
+                      "torchvision": torchvision.__version__}))
+"""
+
+_ORT_SNIPPET = r"""
+import json, sys, time
+import numpy as np, onnxruntime as ort
+path, size, repeat = json.loads(sys.argv[1])
+options = ort.SessionOptions()
+options.intra_op_num_threads = 2
+options.inter_op_num_threads = 1
+options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+data = np.random.default_rng(0).standard_normal((1, 3, size, size)).astype("float32")
+x = {session.get_inputs()[0].name: data}
+for _ in range(3):
+    session.run(None, x)
+times = []
+for _ in range(repeat):
+    start = time.perf_counter(); session.run(None, x); times.append(time.perf_counter() - start)
+print(json.dumps({"seconds": float(np.median(times)), "onnxruntime": ort.__version__}))
+"""
+
+
+def _subprocess_json(snippet: str, payload: list, timeout: float = 3600) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", snippet, json.dumps(payload)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"},
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "subprocess failed"
+        )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def export_onnx(network: str, directory: Path) -> Path:
+    """Export the seeded torchvision network to ONNX once (reused on later runs)."""
+    ctor, kwargs, size = NETWORKS[network]
+    path = directory / f"{network}.onnx"
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        _subprocess_json(_TORCH_SNIPPET, [network, ctor, kwargs, size, str(path), "export", 0])
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# one network
+
+
+def run_network(network: str, args: argparse.Namespace) -> dict:
+    from layoutopt.tvm import load_model, tune_and_build
+    from layoutopt.tvm.report import write_report
+
+    _, _, size = NETWORKS[network]
+    row: dict = {"network": network}
+    onnx_path = export_onnx(network, Path(args.models))
+    start = time.perf_counter()
+    mod = load_model(onnx_path, input_shape=[1, 3, size, size])
+    result = tune_and_build(
+        mod,
+        method=args.method,
+        cache=args.cache,
+        candidates=args.blocks,
+        baselines=("nchw16c", "greedy", *(("default",) if not args.skip_default else ())),
+        repeat=args.repeat,
+        progress=True,
+        time_limit=args.time_limit,
+    )
+    row["tune_seconds"] = time.perf_counter() - start
+    row["layoutopt"] = result.tuned.measured
+    row["layoutopt_predicted"] = result.tuned.predicted
+    row["layoutopt_transforms"] = result.tuned.transforms
+    row["max_relative_error"] = max(
+        v.max_relative_error or 0.0 for v in [result.tuned, *result.baselines.values()]
+    )
+    row["solver"] = f"{result.solution.method}/{result.solution.stats.get('engine', result.solution.method)}"
+    row["status"] = result.solution.status
+    for name, variant in result.baselines.items():
+        row[name] = variant.measured
+        row[f"{name}_predicted"] = variant.predicted
+        row[f"{name}_transforms"] = variant.transforms
+    row["timings"] = {k: round(v, 1) for k, v in result.timings.items()}
+    write_report(result, RESULTS, name=f"e2e-{network}", model=network)
+    ctor, kwargs, _ = NETWORKS[network]
+    torch_info = _subprocess_json(
+        _TORCH_SNIPPET, [network, ctor, kwargs, size, "", "time", args.repeat_eager]
+    )
+    row["torch"] = torch_info["seconds"]
+    ort_info = _subprocess_json(_ORT_SNIPPET, [str(onnx_path), size, args.repeat_eager])
+    row["onnxruntime"] = ort_info["seconds"]
+    row["versions"] = {
+        "torch": torch_info["torch"],
+        "torchvision": torch_info["torchvision"],
+        "onnxruntime": ort_info["onnxruntime"],
+    }
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# outputs
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value * 1e3:.1f}"
+
+
+def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = ", ".join(f"{k} {v}" for k, v in env.items())
+    versions = rows[0].get("versions", {}) if rows else {}
+    stamp += "".join(f", {k} {v}" for k, v in versions.items())
+    with open(out / "e2e.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["# " + stamp])
+        writer.writerow(
+            [
+                "network",
+                *[name for name, _ in VARIANTS],
+                "layoutopt_predicted",
+                "layoutopt_transforms",
+                "nchw16c_transforms",
+                "greedy_transforms",
+                "max_relative_error",
+                "solver",
+                "status",
+            ]
+        )
+        for row in rows:
+            writer.writerow(
+                [
+                    row["network"],
+                    *[row.get(name) for name, _ in VARIANTS],
+                    row.get("layoutopt_predicted"),
+                    row.get("layoutopt_transforms"),
+                    row.get("nchw16c_transforms"),
+                    row.get("greedy_transforms"),
+                    row.get("max_relative_error"),
+                    row.get("solver"),
+                    row.get("status"),
+                ]
+            )
+    header = (
+        "| network | "
+        + " | ".join(label for _, label in VARIANTS)
+        + " | (d) vs (b) | (d) vs (c) | (d) vs (e) "
+        "| (d) vs (f) |"
+    )
+    lines = [
+        "# End-to-end latency, batch 1, float32, 2 threads (ms, median)",
+        "",
+        f"*{stamp}*",
+        "",
+        "Produced by `benchmarks/e2e.py` in one run; every TVM build's outputs were checked against TVM's",
+        "default build of the untouched model (max relative error in the last column of e2e.csv).",
+        "Speed-ups are (other) / (d): above 1 means layoutopt's build is faster.",
+        "",
+        header,
+        "|---" * (len(VARIANTS) + 5) + "|",
+    ]
+    for row in rows:
+        tuned = row.get("layoutopt")
+        ratios = [
+            f"{row[o] / tuned:.2f}x" if row.get(o) and tuned else "-"
+            for o in ("nchw16c", "greedy", "torch", "onnxruntime")
+        ]
+        lines.append(
+            f"| {row['network']} | "
+            + " | ".join(_ms(row.get(name)) for name, _ in VARIANTS)
+            + " | "
+            + " | ".join(ratios)
+            + " |"
+        )
+    lines += [
+        "",
+        "Predicted (layout problem objective) vs measured, transforms inserted:",
+        "",
+        "| network | (d) predicted | (d) measured | (d) transforms | (b) predicted | (b) transforms "
+        "| (c) predicted | (c) transforms | solver | tune time (s) |",
+        "|---" * 10 + "|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['network']} | {_ms(row.get('layoutopt_predicted'))} | {_ms(row.get('layoutopt'))} "
+            f"| {row.get('layoutopt_transforms')} | {_ms(row.get('nchw16c_predicted'))} "
+            f"| {row.get('nchw16c_transforms')} | {_ms(row.get('greedy_predicted'))} "
+            f"| {row.get('greedy_transforms')} | {row.get('solver')} ({row.get('status')}) "
+            f"| {row.get('tune_seconds', 0):.0f} |"
+        )
+    lines += ["", "![e2e](e2e.png)", ""]
+    (out / "e2e.md").write_text("\n".join(lines))
+    _plot(rows, out / "e2e.png", stamp)
+
+
+def _plot(rows: list[dict], path: Path, stamp: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [(name, label) for name, label in VARIANTS if name != "default"]
+    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * len(rows) + 2), 4.5))
+    width = 0.8 / len(shown)
+    for k, (name, label) in enumerate(shown):
+        xs = [i + (k - (len(shown) - 1) / 2) * width for i in range(len(rows))]
+        ax.bar(xs, [(row.get(name) or 0) * 1e3 for row in rows], width, label=label)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([row["network"] for row in rows])
+    ax.set_ylabel("latency (ms, lower is better)")
+    ax.set_title("batch 1, float32, 2 threads ((a) TVM default build omitted: ~100x slower)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.text(0.01, 0.01, stamp[:200], fontsize=5)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--networks", default="resnet50_v1", help=f"comma-separated, from {', '.join(NETWORKS)}"
+    )
+    parser.add_argument("--method", default="auto", help="exact layoutopt method (default auto)")
+    parser.add_argument("--cache", default=str(Path.home() / ".cache" / "layoutopt" / "e2e.jsonl"))
+    parser.add_argument("--blocks", default=None, help="channel blocks (default 4,8,16,32,64 + C<8)")
+    parser.add_argument("--repeat", type=int, default=10, help="TVM timing repeats")
+    parser.add_argument("--repeat-eager", type=int, default=30, help="PyTorch / ONNX Runtime runs")
+    parser.add_argument("--time-limit", type=float, default=600.0)
+    parser.add_argument("--skip-default", action="store_true", help="skip (a), the unscheduled TVM build")
+    parser.add_argument(
+        "--models",
+        default=str(Path.home() / ".cache" / "layoutopt" / "models"),
+        help="where the exported ONNX files are kept (not committed: ~100 MB each)",
+    )
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    args.blocks = [int(b) for b in args.blocks.split(",")] if args.blocks else None
+    Path(args.cache).parent.mkdir(parents=True, exist_ok=True)
+
+    from layoutopt.tvm.report import environment
+
+    env = environment()
+    rows = []
+    partial = Path(args.out) / "e2e.json"
+    if partial.exists():  # networks measured by an earlier run stay in the table
+        rows = [r for r in json.loads(partial.read_text()) if r["network"] not in args.networks.split(",")]
+    for network in args.networks.split(","):
+        if network not in NETWORKS:
+            parser.error(f"unknown network {network!r}")
+        print(f"== {network}", flush=True)
+        rows.append(run_network(network, args))
+        rows.sort(key=lambda r: list(NETWORKS).index(r["network"]))
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(rows, indent=1, default=str))
+        write_outputs(rows, env, Path(args.out))
+        print(json.dumps(rows[-1], indent=1, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
