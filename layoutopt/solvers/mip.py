@@ -149,7 +149,9 @@ class Mip(Solver):
                                 f"(infeasibility not proven)", stats)
         value = problem.evaluate(assignment)
         lower = min(lower, value)
-        result_status = status_from_bound(value, lower) if status == pywraplp.Solver.OPTIMAL else "feasible"
-        if result_status != "optimal" and not message:
+        result_status = status_from_bound(value, lower)  # a bound meeting the incumbent is a proof
+        if result_status == "optimal":
+            message = ""
+        elif not message:
             message = f"time limit reached; lower_bound is the {backend} best bound"
         return SolverResult(assignment, result_status, lower, message, stats)

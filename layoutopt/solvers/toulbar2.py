@@ -154,7 +154,6 @@ class Toulbar2(Solver):
                                 "toulbar2 proved that every assignment uses a forbidden (inf) entry")
         build_time = time.perf_counter() - start
 
-        timed_out = False
         try:
             if time_limit is None:
                 solution = cfn.Solve()
@@ -165,8 +164,7 @@ class Toulbar2(Solver):
                     if not armed:
                         cfn.CFN.timer(math.ceil(remaining))
                     solution = cfn.Solve()
-            timed_out = bool(cfn.Option.limited) or (
-                time_limit is not None and time.perf_counter() - start >= time_limit)
+            timed_out = bool(cfn.Option.limited)  # the search stopped early: set by the timeout
         finally:
             cfn.CFN.timerStop()
         stats = {"build_time": build_time, "nodes": cfn.GetNbNodes(), "backtracks": cfn.GetNbBacktracks(),
@@ -190,6 +188,6 @@ class Toulbar2(Solver):
         if lower is None:  # search completed: the scaled optimum is the solution's scaled cost
             lower = scaled.lower_bound(solution[1])
         lower = min(lower, objective)
-        status = "feasible" if timed_out else status_from_bound(objective, lower)
-        return SolverResult(assignment, status, lower, message, stats)
+        status = status_from_bound(objective, lower)  # a bound meeting the incumbent is a proof
+        return SolverResult(assignment, status, lower, "" if status == "optimal" else message, stats)
 
