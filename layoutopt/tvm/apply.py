@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
@@ -50,6 +51,7 @@ __all__ = [
 ]
 
 NCHW = "NCHW"
+_DENSE_WEIGHT = re.compile(r"NK(?:([1-9][0-9]*)n)?")
 
 #: unary elementwise ops: any layout, same layout out
 UNARY_OPS = frozenset({
@@ -75,7 +77,8 @@ def parse_choice(node: Hashable, choice: Any) -> tuple[str, str]:
 
     Accepted forms: a pair ``("NCHW16c", "NCHW8c")``, a label ``"NCHW16c->NCHW8c"``, a single layout
     ``"NCHW16c"`` (a multi-input op's common layout: in and out equal) or a candidate dict
-    ``{"in": ..., "out": ...}`` (extra schedule knobs are ignored here).
+    ``{"in": ..., "out": ...}`` (its other keys, such as a dense ``"weight"`` layout, are knobs the
+    rewrite reads separately). A dense layer's plain ``"NC"`` counts as ``"NCHW"``.
 
     Example:
         >>> parse_choice("conv1", "NCHW16c->NCHW8c"), parse_choice("add", "NCHW8c")
@@ -94,6 +97,7 @@ def parse_choice(node: Hashable, choice: Any) -> tuple[str, str]:
         )
     if len(pair) != 2:
         raise ProblemError(f"node {node!r}: choice {choice!r} is not of the form 'IN->OUT'")
+    pair = tuple(NCHW if layout == "NC" else layout for layout in pair)
     for layout in pair:
         try:
             layout_block(layout)
@@ -132,11 +136,13 @@ def _static_shape(expr) -> list[int] | None:
 class _Rewriter:
     """Rebuilds ``main`` binding by binding; ``env`` maps each original Var to (new Var, layout)."""
 
-    def __init__(self, choices: Mapping[str, tuple[str, str]]):
+    def __init__(self, choices: Mapping[str, tuple[str, str]], knobs: Mapping[str, dict] | None = None,
+                 context=None):
         self.tvm = import_tvm()
+        self.knobs = knobs or {}
         self.relax = self.tvm.relax
         self.choices = choices
-        self.bb = self.relax.BlockBuilder()
+        self.bb = self.relax.BlockBuilder(context)  # context: the module's other functions
         self.env: dict[Any, tuple[Any, str | None]] = {}
         self.converted: dict[tuple[Any, str], Any] = {}  # (original Var, layout) -> transformed Var
         self.used: set[str] = set()
@@ -210,6 +216,8 @@ class _Rewriter:
                 return self.conv2d(var, value, choice)
             if op in BINARY_OPS or op in CONCAT_OPS:
                 return self.common_layout(var, value, choice[1])
+            if op == "relax.matmul" and choice == (NCHW, NCHW) and "weight" in self.knobs.get(name, {}):
+                return self.dense(var, value, str(self.knobs[name]["weight"]))
             if choice != (NCHW, NCHW):
                 raise ProblemError(
                     f"node {name!r}: layout {choice} was chosen for op {op or type(value).__name__!r}, "
@@ -314,6 +322,43 @@ class _Rewriter:
         )
         self.emit(var, new, out_layout)
 
+    def dense(self, var, call, weight_layout: str) -> None:
+        """``matmul(x, W)`` by a constant ``(K, N)`` weight -> the measured dense kernel for the layout.
+
+        ``NK``: ``topi.nn.dense`` on the transposed weight; ``NK{b}n``: the packed-weight kernel
+        (weight ``(N/b, K, b)``, ``b`` output features contiguous). Weights are repacked here, in numpy.
+        """
+        relax, te = self.relax, self.tvm.te
+        weight = call.args[1]
+        match = _DENSE_WEIGHT.fullmatch(weight_layout)
+        constant = isinstance(weight, self.tvm.ir.expr.Constant)
+        if match is None or not constant or len(_static_shape(weight)) != 2:
+            raise ProblemError(
+                f"node {var.name!r}: dense weight layout {weight_layout!r} needs a constant 2-D weight and "
+                "'NK' or 'NK<b>n'"
+            )
+        data = self.value(call.args[0], None)
+        w_nk = np.ascontiguousarray(weight.value.numpy().T)
+        block = int(match.group(1)) if match.group(1) else None
+        if block is None:
+            new = self.bb.call_te(self.tvm.topi.nn.dense, data, relax.const(w_nk, str(w_nk.dtype)),
+                                  primfunc_name_hint="dense")
+        else:
+            features, reduction = w_nk.shape
+            if features % block:
+                raise ProblemError(f"node {var.name!r}: block {block} does not divide {features} features")
+            packed = w_nk.reshape(features // block, block, reduction).transpose(0, 2, 1)
+            packed = np.ascontiguousarray(packed)
+
+            def dense_pack(x, w):
+                k = te.reduce_axis((0, reduction), name="k")
+                return te.compute((x.shape[0], features), lambda i, j: te.sum(
+                    x[i, k] * w[j // block, k, j % block], axis=k), name="T_dense_pack")
+
+            new = self.bb.call_te(dense_pack, data, relax.const(packed, str(packed.dtype)),
+                                  primfunc_name_hint="dense_pack")
+        self.emit(var, new, None)
+
     # -- the function -------------------------------------------------------------------------
     def function(self, func):
         relax = self.relax
@@ -335,7 +380,7 @@ class _Rewriter:
                         self.binding(binding.var, binding.value)
                 result = self.result(body.body)
             self.bb.emit_func_output(result)
-        return self.bb.get()["main"]
+        return self.bb.get()  # main plus the PrimFuncs of call_te (dense)
 
     def result(self, expr):
         relax = self.relax
@@ -358,10 +403,16 @@ def _per_channel(const, channels: int) -> bool:
     return padded[0] == 1 and padded[2] == 1 and padded[3] == 1 and padded[1] == channels
 
 
-def _normalise_choices(choices: Mapping[Hashable, Any]) -> dict[str, tuple[str, str]]:
+def _normalise_choices(choices: Mapping[Hashable, Any]) -> tuple[dict[str, tuple[str, str]], dict[str, dict]]:
+    """``(binding -> (in, out), binding -> knobs of a candidate dict)``."""
     if not isinstance(choices, Mapping):
         raise ProblemError(f"choices must map binding names to layouts, not {type(choices).__name__}")
-    return {str(node): parse_choice(node, choice) for node, choice in choices.items()}
+    pairs = {str(node): parse_choice(node, choice) for node, choice in choices.items()}
+    knobs = {
+        str(node): {k: v for k, v in choice.items() if k not in ("in", "out")}
+        for node, choice in choices.items() if isinstance(choice, Mapping)
+    }
+    return pairs, knobs
 
 
 def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True):
@@ -380,7 +431,7 @@ def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True):
         new_mod = apply_layouts(mod, {"conv1": "NCHW8c->NCHW16c"})
     """
     tvm = import_tvm()
-    normalised = _normalise_choices(choices)
+    normalised, knobs = _normalise_choices(choices)
     if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
         raise ProblemError("the module has no 'main' function to rewrite")
     bindings = {b.var.name for block in mod["main"].body.blocks for b in block.bindings}
@@ -389,9 +440,8 @@ def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True):
         raise ProblemError(
             f"choices name {len(missing)} node(s) that are not bindings of main: {', '.join(missing[:5])}"
         )
-    new_main = _Rewriter(normalised).function(mod["main"])
-    new_mod = tvm.IRModule({gv: func for gv, func in mod.functions.items() if gv.name_hint != "main"})
-    new_mod["main"] = new_main
+    others = tvm.IRModule({gv: func for gv, func in mod.functions.items() if gv.name_hint != "main"})
+    new_mod = _Rewriter(normalised, knobs, others).function(mod["main"])
     return new_mod.with_attrs(mod.attrs) if mod.attrs else new_mod
 
 
@@ -405,11 +455,11 @@ def ApplyLayouts(choices: Mapping[Hashable, Any], strict: bool = True):
         mod = seq(mod)
     """
     tvm = import_tvm()
-    normalised = _normalise_choices(choices)
+    _normalise_choices(choices)  # fail early, at pass creation
 
     @tvm.transform.module_pass(opt_level=0, name="layoutopt.ApplyLayouts")
     def _apply(mod, _ctx):
-        return apply_layouts(mod, normalised, strict=strict)
+        return apply_layouts(mod, choices, strict=strict)
 
     return _apply
 
@@ -428,8 +478,12 @@ def apply_solution(mod, graph, solution):
     return apply_layouts(mod, solution_choices(graph, solution))
 
 
-def solution_choices(graph, solution) -> dict[str, tuple[str, str]]:
-    """``{binding: (in, out)}`` for the target and multi-input nodes of a solved layout graph."""
+def solution_choices(graph, solution) -> dict[str, Any]:
+    """``{binding: candidate}`` for the target and multi-input nodes of a solved layout graph.
+
+    The candidate is the node's ``"candidates"`` entry (a dict with ``in``/``out`` and knobs such as
+    a dense weight layout) when the graph has them, else its ``(in, out)`` pair from ``"layouts"``.
+    """
     if not solution.assignment:
         raise ProblemError(f"the solution has no assignment (status {solution.status!r}): nothing to apply")
     choices = {}
@@ -437,7 +491,10 @@ def solution_choices(graph, solution) -> dict[str, tuple[str, str]]:
         data = graph.nodes[node]
         if data.get("kind") not in ("target", "multi"):
             continue
-        choices[str(data.get("binding", node))] = tuple(data["layouts"][index])
+        candidates = data.get("candidates")
+        choices[str(data.get("binding", node))] = (
+            dict(candidates[index]) if candidates else tuple(data["layouts"][index])
+        )
     return choices
 
 
@@ -508,6 +565,38 @@ def _legalize_conv2d(bb, call):
     )
 
 
+def _schedule_dense_pack(mod):
+    """Give packed-weight dense PrimFuncs (from :meth:`_Rewriter.dense`) the measured kernel's schedule."""
+    tvm = import_tvm()
+    from .kernels import _schedule_dense
+
+    updates = {}
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        sch = tvm.s_tir.Schedule(func)
+        try:
+            sch.get_sblock("T_dense_pack")
+        except Exception:  # no such block: not ours
+            continue
+        block = _dense_pack_block(func)
+        _schedule_dense(sch, block)
+        updates[gvar] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+    if not updates:
+        return mod
+    mod = mod.shallow_copy() if hasattr(mod, "shallow_copy") else mod
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
+def _dense_pack_block(func) -> int:
+    from .kernels import _param_shape
+
+    shapes = [_param_shape(func, i) for i in range(len(func.params))]
+    return int(next(shape for shape in shapes if len(shape) == 3)[2])
+
+
 def build(mod, target=None):
     """Legalize, schedule every kernel, lower and compile ``mod`` for the CPU ``target``.
 
@@ -526,6 +615,6 @@ def build(mod, target=None):
     with target:
         mod = relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _legalize_conv2d})(mod)
         mod = relax.transform.FoldConstant()(mod)
-        mod = schedule_module(mod, target)
+        mod = schedule_module(_schedule_dense_pack(mod), target)
         mod = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
     return tvm.compile(mod, target=target, relax_pipeline=None)

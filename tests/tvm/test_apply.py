@@ -167,3 +167,16 @@ def test_infeasible_solution_is_refused():
     empty = Solution({}, {}, float("inf"), float("inf"), "infeasible", "test")
     with pytest.raises(ProblemError, match="no assignment"):
         apply_solution(mod, graph, empty)
+
+
+@pytest.mark.parametrize("weight", ["NK", "NK16n"])
+def test_dense_runs_the_measured_kernel_for_its_weight_layout(tvm, weight):
+    mod = prepare(models.dense_head(channels=16, size=8, classes=32))
+    inputs = random_inputs(mod, seed=2)
+    expected = run(tvm.compile(mod, target=_target()), inputs)
+    new_mod = apply_layouts(mod, {"dense": {"in": "NC", "out": "NC", "weight": weight},
+                                  "conv1": "NCHW8c->NCHW16c"})
+    kernels = {gv.name_hint for gv in new_mod.get_global_vars()} - {"main"}
+    assert kernels == {"dense" if weight == "NK" else "dense_pack"}
+    assert "relax.matmul" not in op_list(new_mod)
+    assert relative_error(run(build(new_mod), inputs), expected) < 1e-4
