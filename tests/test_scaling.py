@@ -1,5 +1,8 @@
-"""The integer scaling shared by cpsat, mip and toulbar2: its error bound holds for every assignment."""
+"""The integer scaling shared by cpsat, mip and toulbar2: its error bound holds for every assignment.
+Also runs the docstring examples of the helper modules."""
 
+import doctest
+import importlib
 import itertools
 import math
 
@@ -75,3 +78,10 @@ def test_status_from_bound():
     assert status_from_bound(1e6, 1e6 - 10) == "feasible"
     assert status_from_bound(0.0, 0.0) == "optimal"
     assert status_from_bound(5.0, -math.inf) == "feasible"
+
+
+@pytest.mark.parametrize("name", ["layoutopt.solvers.scaling", "layoutopt.solvers.marginal",
+                                  "layoutopt.solvers.cpsat"])
+def test_docstring_examples_of_the_solver_helpers(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

@@ -11,11 +11,11 @@ Pitfalls handled here (measured, see the project's solver notes):
 
 * toulbar2's options are process-global and persist between ``CFN`` objects, so every option that
   affects the search is reset to toulbar2's default before each solve (:data:`SEARCH_OPTIONS`).
-* Its ``timeLimit`` counts *CPU* seconds, in whole seconds, and overshoots the wall clock when cores
-  are shared (a 1 s limit took 1.43 s of wall time with two busy processes on 2 cores). Here the time
-  limit is wall-clock: on Linux a POSIX timer on ``CLOCK_MONOTONIC`` delivers toulbar2's own timeout
-  signal (``SIGVTALRM``) at the deadline (0.3 s limit -> 0.3005 s wall, under the same load). Elsewhere
-  the CPU limit, rounded up to whole seconds, is the fallback.
+* Its ``timeLimit`` counts *CPU* seconds, in whole seconds, so it overshoots a wall-clock budget by
+  the rounding and by however much the cores are shared. Here the time limit is wall-clock: on Linux a
+  POSIX timer on ``CLOCK_MONOTONIC`` delivers toulbar2's own timeout signal (``SIGVTALRM``) at the
+  deadline. Elsewhere the CPU limit, rounded up to whole seconds, is the fallback.
+  ``benchmarks/toulbar2_time_limit.py`` measures both side by side.
 * ``timerStop()`` is always called after solving, or a late signal would interrupt a later solve.
 """
 
