@@ -5,7 +5,8 @@ Batch 1, float32, 2 threads. Per network, one run, side by side:
 * (a) TVM's default Relax build for llvm (no schedules), timed once (it is ~100x slower);
 * (b) TVM, NCHW16c everywhere (nearest block where 16 does not divide the channels);
 * (c) TVM, each op's fastest kernel ignoring transforms (greedy / "history best");
-* (d) TVM, layouts chosen by layoutopt (an exact method);
+* (d) TVM, layouts chosen by layoutopt (an exact method); (a)-(d) fuse each conv's elementwise
+  epilogue into it, and (d') is (d)'s layouts built unfused (one kernel per op);
 * (e) PyTorch eager on the CPU (``OMP_WAIT_POLICY=PASSIVE``; without it OpenMP spinning breaks on
   2-vCPU VMs);
 * (f) ONNX Runtime on the CPU (all graph optimisations).
@@ -55,6 +56,7 @@ VARIANTS = [
     ("nchw16c", "(b) TVM NCHW16c everywhere"),
     ("greedy", "(c) TVM per-op fastest (greedy)"),
     ("layoutopt", "(d) TVM + layoutopt (exact)"),
+    ("layoutopt_unfused", "(d') same layouts, no epilogue fusion"),
     ("torch", "(e) PyTorch eager"),
     ("onnxruntime", "(f) ONNX Runtime"),
 ]
@@ -169,8 +171,9 @@ def export_onnx(network: str, directory: Path) -> Path:
 
 
 def run_network(network: str, args: argparse.Namespace) -> dict:
-    from layoutopt.tvm import load_model, tune_and_build
+    from layoutopt.tvm import build, load_model, tune_and_build
     from layoutopt.tvm.report import write_report
+    from layoutopt.tvm.tune import measure_latency, random_inputs
 
     _, _, size = NETWORKS[network]
     row: dict = {"network": network}
@@ -201,6 +204,9 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
         row[f"{name}_predicted"] = variant.predicted
         row[f"{name}_transforms"] = variant.transforms
     row["timings"] = {k: round(v, 1) for k, v in result.timings.items()}
+    # the same layouts built without epilogue fusion: what fusion is worth, and the kernels as measured
+    unfused = build(result.module, result.target, fuse=False)
+    row["layoutopt_unfused"] = measure_latency(unfused, random_inputs(result.module), repeat=args.repeat)
     write_report(result, RESULTS, name=f"e2e-{network}", model=network)
     ctor, kwargs, _ = NETWORKS[network]
     torch_info = _subprocess_json(

@@ -597,8 +597,68 @@ def _dense_pack_block(func) -> int:
     return int(next(shape for shape in shapes if len(shape) == 3)[2])
 
 
-def build(mod, target=None):
+def _schedule_fused_conv2d(mod):
+    """Schedule conv2d_NCHWc PrimFuncs with a fused epilogue (bias, relu, residual add...) in the tile.
+
+    The epilogue is computed per register tile ``[reg_n x oc_block]`` right after the tile's
+    accumulation (``reverse_compute_at`` the output loop), its middle blocks inlined, and the conv's
+    own output kept in a ``local`` tile, so the output tensor is written once, already finished,
+    instead of being re-read by each elementwise op. Functions it cannot schedule are left to
+    :func:`~layoutopt.tvm.kernels.schedule_module`.
+    """
+    tvm = import_tvm()
+    from .kernels import _block_names, _default_reg_n, _parallel_vectorize, _param_shape
+
+    updates = {}
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs and "tirx.is_scheduled" in func.attrs):
+            continue
+        sch = tvm.s_tir.Schedule(func)
+        names = _block_names(sch)
+        epilogue = [name for name in names if name not in ("data_pad", "conv2d_NCHWc")]
+        if "conv2d_NCHWc" not in names or not epilogue:
+            continue
+        try:
+            shapes = [_param_shape(func, i) for i in range(len(func.params))]
+            in_block = next(shape for shape in shapes if len(shape) == 6)[4]
+            reg_n = _default_reg_n(shapes[-1][3])
+            conv = sch.get_sblock("conv2d_NCHWc")
+            if "data_pad" in names:
+                _parallel_vectorize(sch, sch.get_sblock("data_pad"))
+            for name in epilogue[:-1]:
+                sch.compute_inline(sch.get_sblock(name))
+            last = sch.get_sblock(epilogue[-1])
+            n, occ, oh, ow, ocb, ic, kh, kw = sch.get_loops(conv)
+            owo, owi = sch.split(ow, [None, reg_n])
+            ico, ici = sch.split(ic, [None, in_block])
+            sch.reorder(n, occ, oh, owo, ico, kh, kw, ici, owi, ocb)
+            sch.set_scope(conv, 0, "local")
+            sch.reverse_compute_at(last, owo)
+            sch.parallel(sch.fuse(n, occ, oh))
+            sch.vectorize(ocb)
+            sch.unroll(owi)
+            sch.vectorize(sch.get_loops(last)[-1])
+            sch.decompose_reduction(conv, ico)
+        except (tvm.s_tir.ScheduleError, StopIteration, ValueError):
+            continue
+        updates[gvar] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+    if not updates:
+        return mod
+    mod = mod.shallow_copy() if hasattr(mod, "shallow_copy") else mod
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
+def build(mod, target=None, fuse: bool = False):
     """Legalize, schedule every kernel, lower and compile ``mod`` for the CPU ``target``.
+
+    Args:
+        mod: a Relax module, e.g. from :func:`apply_layouts`.
+        target: CPU target (see :func:`~layoutopt.tvm.resolve_target`).
+        fuse: run ``FuseOps``/``FuseTIR`` and compute each conv2d's elementwise epilogue (bias,
+            relu, residual add) inside its register tile; unfused, every op is its own kernel,
+            exactly the kernels the costs were measured on.
 
     Returns a ``tvm.runtime.Executable`` for ``tvm.relax.VirtualMachine``.
 
@@ -615,6 +675,11 @@ def build(mod, target=None):
     with target:
         mod = relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _legalize_conv2d})(mod)
         mod = relax.transform.FoldConstant()(mod)
+        if fuse:
+            mod = relax.transform.AnnotateTIROpPattern()(mod)
+            mod = relax.transform.FuseOps()(mod)
+            mod = relax.transform.FuseTIR()(mod)
+            mod = _schedule_fused_conv2d(mod)
         mod = schedule_module(_schedule_dense_pack(mod), target)
         mod = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
     return tvm.compile(mod, target=target, relax_pipeline=None)

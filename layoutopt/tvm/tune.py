@@ -400,6 +400,7 @@ def tune_and_build(
     rtol: float = 1e-4,
     seed: int = 0,
     repeat: int = 5,
+    fuse: bool = True,
     progress: bool | Callable[[str], None] = False,
 ) -> TuneResult:
     """Extract, measure, solve, apply and build ``mod``; verify the outputs and time the build.
@@ -418,6 +419,8 @@ def tune_and_build(
             seeded random inputs; :class:`~layoutopt.ProblemError` if the error exceeds ``rtol``.
         rtol: tolerance of ``max|out - ref| / max|ref|``.
         repeat: timing repeats (the median is reported).
+        fuse: fuse each conv2d's elementwise epilogue into it (see :func:`~layoutopt.tvm.build`), in
+            the tuned build and the baselines alike.
         progress: True to print stage messages (measurement shows its own progress bar), or a
             callable receiving them.
 
@@ -465,7 +468,7 @@ def tune_and_build(
 
     def make_variant(name: str, description: str, assignment: Mapping[Hashable, int]):
         new_mod = apply_layouts(mod, solution_choices(graph, _as_solution(assignment)))
-        executable = build(new_mod, target)
+        executable = build(new_mod, target, fuse=fuse)
         error = relative_error(run(executable, inputs), reference) if check else None
         if error is not None and not error <= rtol:
             raise ProblemError(f"the {name} build's outputs differ from the untouched model's by {error:.3g} "
