@@ -8,10 +8,10 @@ The plan, in order:
    order has at most ``dp_max_table`` entries (checked symbolically first).
 3. Otherwise an **exact engine on the kernel**: ``toulbar2`` when installed (HBFS with soft
    arc consistency bounds: the fastest exact solver measured on these problems), else
-   ``cpsat``. With a ``time_limit``, a ``pbqp`` incumbent is computed first and the engine
-   gets the remaining time; on timeout the better of the two assignments is returned as
-   ``"feasible"`` with the engine's certified lower bound (or, when it has none, the sum of
-   the kernel's node minima, valid because costs are non-negative).
+   ``cpsat``, with 90 % of the time left. When it stops early its best assignment (or, if
+   it has none, a ``pbqp`` + ICM assignment of the kernel) is returned as ``"feasible"``
+   with the engine's certified lower bound (or, when it has none, the sum of the kernel's
+   node minima, valid because costs are non-negative).
 
 ``stats["engine"]`` names what ran (``"reductions"``, ``"dp"``, ``"toulbar2"`` or
 ``"cpsat"``); ``stats`` also holds the reduction counts and the time of each phase.
@@ -107,23 +107,28 @@ class Auto(Solver):
 
     def _solve_kernel(self, problem, reduction, time_limit, start, stats) -> SolverResult:
         kernel = reduction.kernel
-        incumbent = None
-        if time_limit is not None:  # anytime: have an answer before the exact engine starts
-            phase = time.perf_counter()
-            incumbent = _incumbent(kernel)
-            stats["incumbent_time"] = time.perf_counter() - phase
         engine = exact_engine()
         stats["engine"] = engine
         solver_cls = get_solver(engine)
         remaining = None
         if time_limit is not None:
-            remaining = max(time_limit - (time.perf_counter() - start), 1e-3)
+            # Keep back a tenth of what is left: the engine's build, its stop and the expansion
+            # run after its deadline.
+            remaining = max(0.9 * (time_limit - (time.perf_counter() - start)), 1e-3)
         phase = time.perf_counter()
         result = solver_cls().solve(kernel, remaining, **solver_cls.options)
         stats["engine_time"] = time.perf_counter() - phase
         stats["engine_stats"] = result.stats
 
-        candidates = [a for a in (result.assignment, incumbent) if a is not None]
+        candidates = [] if result.assignment is None else [np.asarray(result.assignment)]
+        proven_infeasible = result.status == "infeasible" and result.lower_bound == math.inf
+        if result.assignment is None and not proven_infeasible:
+            # anytime: the engine stopped before finding an assignment
+            phase = time.perf_counter()
+            incumbent = _incumbent(kernel)
+            stats["incumbent_time"] = time.perf_counter() - phase
+            if incumbent is not None:
+                candidates.append(incumbent)
         values = [kernel.evaluate(a) for a in candidates]
         bound = result.lower_bound
         if bound is None or not bound > -math.inf:
@@ -133,9 +138,7 @@ class Auto(Solver):
                 return SolverResult(None, "infeasible", math.inf, result.message, stats)
             message = result.message or f"{engine} found no allowed assignment within the time limit"
             return SolverResult(None, "infeasible", None, message, stats)
-        best = candidates[int(np.argmin(values))]
-        status = "optimal" if result.status == "optimal" else "feasible"
-        lower = reduction.lower_bound(bound)
-        if status == "optimal":
-            lower = problem.evaluate(reduction.expand(best))
-        return SolverResult(reduction.expand(best), status, lower, result.message, stats)
+        best = reduction.expand(candidates[int(np.argmin(values))])
+        if result.status == "optimal":
+            return SolverResult(best, "optimal", problem.evaluate(best), result.message, stats)
+        return SolverResult(best, "feasible", reduction.lower_bound(bound), result.message, stats)
