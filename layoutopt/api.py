@@ -74,7 +74,7 @@ def solve(
         >>> sol = layoutopt.solve(g, {"nodes": {"conv1": [2.0, 1.0], "conv2": [1.0, 1.5]},
         ...                           "edges": {("conv1", "conv2"): [[0, 0.2], [0.2, 0]]}})
         >>> sol.labels, sol.objective, sol.status
-        ({'conv1': 'NCHW16c', 'conv2': 'NCHW16c'}, 2.5, 'optimal')
+        ({'conv1': 'NCHW16c', 'conv2': 'NCHW8c'}, 2.2, 'optimal')
     """
     start = time.perf_counter()
     solver_cls = get_solver(method)
