@@ -207,7 +207,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     # the same layouts built without epilogue fusion: what fusion is worth, and the kernels as measured
     unfused = build(result.module, result.target, fuse=False)
     row["layoutopt_unfused"] = measure_latency(unfused, random_inputs(result.module), repeat=args.repeat)
-    write_report(result, RESULTS, name=f"e2e-{network}", model=network)
+    write_report(result, args.out, name=f"e2e-{network}", model=network)
     ctor, kwargs, _ = NETWORKS[network]
     torch_info = _subprocess_json(
         _TORCH_SNIPPET, [network, ctor, kwargs, size, "", "time", args.repeat_eager]
