@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import pickle
@@ -44,6 +45,8 @@ from .cache import CostCache, record_cost
 from .kernels import validate_candidate, validate_workload
 
 __all__ = ["LocalRunner", "MeasureResult", "Measurer", "RPCRunner", "Runner", "parse_rpc_address"]
+
+logger = logging.getLogger(__name__)
 
 _HEADER = struct.Struct("<Q")
 #: seconds allowed for the worker to start (it imports TVM)
@@ -284,12 +287,15 @@ class _WorkerState:
         check_error = None
         if check:
             check_error = check_kernel(kernel, module, device=device, reference=(inputs, expected), args=args)
+        load_average = os.getloadavg()[0]
         results = runner.time(module, device, kernel.name, args)
         return {
             "median": float(np.median(results)),
             "results": results,
             "error": None,
             "check_error": check_error,
+            # other work on the machine inflates every timing: keep the evidence with the number
+            "load_average": round(load_average, 2),
             "build_seconds": round(built - started, 4),
             "run_seconds": round(time.perf_counter() - built, 4),
         }
@@ -442,6 +448,19 @@ class _Worker:
 # --------------------------------------------------------------------------------------------------
 
 
+def _warn_if_busy() -> None:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    if load > cores / 2:
+        logger.warning(
+            "layoutopt: load average %.1f on %d cores: other work will inflate the kernel timings "
+            "(each record keeps its load_average; for reliable costs, measure into a fresh cache "
+            "on a quiet machine)",
+            load,
+            cores,
+        )
+
+
 class Measurer:
     """Measure kernels once, in an isolated worker, remembering every result in a cost cache.
 
@@ -538,6 +557,8 @@ class Measurer:
             else:
                 results[key] = cached
         failed = 0
+        if missing:
+            _warn_if_busy()
         disable = None if self.progress is None else not self.progress
         with tqdm(total=len(missing), desc=desc, unit="kernel", disable=disable, leave=False) as bar:
             for key, (workload, candidate) in missing.items():
