@@ -3,6 +3,7 @@ Also runs the docstring examples of the helper modules."""
 
 import doctest
 import importlib
+import importlib.util
 import itertools
 import math
 
@@ -81,7 +82,10 @@ def test_status_from_bound():
 
 
 @pytest.mark.parametrize("name", ["layoutopt.solvers.scaling", "layoutopt.solvers.marginal",
-                                  "layoutopt.solvers.cpsat"])
+                                  "layoutopt.solvers.cpsat", "layoutopt.solvers.mip",
+                                  pytest.param("layoutopt.solvers.toulbar2", marks=pytest.mark.skipif(
+                                      importlib.util.find_spec("pytoulbar2") is None,
+                                      reason="toulbar2 is an optional extra"))])
 def test_docstring_examples_of_the_solver_helpers(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0

@@ -79,6 +79,13 @@ class Mip(Solver):
 
     Options:
         backend: ``"scip"`` (default), ``"cbc"`` or ``"highs"``.
+
+    Example:
+        >>> import networkx as nx, layoutopt
+        >>> costs = {"nodes": {0: [1.0, 2.0], 1: [3.0, 1.0]}, "edges": {(0, 1): [[0.0, 5.0], [5.0, 0.0]]}}
+        >>> sol = layoutopt.solve(nx.path_graph(2), costs, method="mip", backend="highs")
+        >>> sol.assignment, sol.objective, sol.status
+        ({0: 1, 1: 1}, 3.0, 'optimal')
     """
 
     name = "mip"

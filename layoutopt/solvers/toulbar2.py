@@ -125,7 +125,18 @@ def _wall_clock_alarm(seconds: float) -> Iterator[bool]:
 
 @register
 class Toulbar2(Solver):
-    """Exact branch-and-bound with soft arc consistency bounds (toulbar2's HBFS), via pytoulbar2."""
+    """Exact branch-and-bound with soft arc consistency bounds (toulbar2's HBFS), via pytoulbar2.
+
+    ``time_limit`` is wall-clock; on timeout the result is the incumbent (``"feasible"``) with
+    toulbar2's certified dual bound.
+
+    Example:
+        >>> import networkx as nx, layoutopt
+        >>> costs = {"nodes": {0: [1.0, 2.0], 1: [3.0, 1.0]}, "edges": {(0, 1): [[0.0, 5.0], [5.0, 0.0]]}}
+        >>> sol = layoutopt.solve(nx.path_graph(2), costs, method="toulbar2", time_limit=10)
+        >>> sol.assignment, sol.objective, sol.status
+        ({0: 1, 1: 1}, 3.0, 'optimal')
+    """
 
     name = "toulbar2"
     exact = True
