@@ -126,7 +126,7 @@ class TuneResult:
         lines = [_variant_line(self.tuned)]
         for variant in self.baselines.values():
             speedup = self.speedup(variant.name)
-            suffix = f"   tuned is {speedup:.2f}x faster" if speedup else ""
+            suffix = f"   layoutopt speed-up {speedup:.2f}x" if speedup else ""
             lines.append(_variant_line(variant) + suffix)
         return "\n".join(lines)
 

@@ -26,7 +26,7 @@ def test_tune_runs_end_to_end_and_writes_a_report(tmp_path, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "chosen layouts" in out and "NCHW" in out
-    assert "layoutopt  predicted" in out and "nchw16c" in out and "greedy" in out and "faster" in out
+    assert "layoutopt  predicted" in out and "nchw16c" in out and "greedy" in out and "speed-up" in out
     assert cache.stat().st_size > 0
     report = (tmp_path / "report" / "report.md").read_text()
     assert "tiny.onnx" in report and "| greedy |" in report
