@@ -806,6 +806,13 @@ def _schedule_primfunc(func, target):
             _schedule_conv2d_nchw(sch, out_width)
         elif "T_matmul_NT" in names and _is_plain_dense(sch):
             _schedule_dense(sch, None)
+        elif "T_dense_pack" in names:  # the packed-weight dense of dense candidates "NK{b}n"
+            weight = next(
+                shape
+                for shape in map(lambda i: _param_shape(func, i), range(len(func.params)))
+                if len(shape) == 3
+            )
+            _schedule_dense(sch, weight[2])
         else:
             _schedule_generic(sch, names)
     except (tvm.s_tir.ScheduleError, ValueError, StopIteration) as exc:

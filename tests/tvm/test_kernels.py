@@ -274,3 +274,17 @@ def test_import_is_lazy_and_a_missing_tvm_is_a_clear_error():
     )
     out = subprocess.run([sys.executable, "-c", missing], capture_output=True, text=True).stdout
     assert out.startswith("MissingExtraError") and "pip install 'layoutopt[tvm]'" in out
+
+
+@pytest.mark.parametrize("weight", ["NK", "NK8n"])
+def test_schedule_module_schedules_unscheduled_kernels_like_the_measured_ones(weight, target):
+    tvm = import_tvm()
+    workload = WORKLOADS["dense"]
+    candidate = {"in": "NC", "out": "NC", "weight": weight}
+    measured = build_kernel(workload, candidate, target)
+    with target:
+        tensors, _ = kernels._dense_compute(tvm, workload, candidate)
+    raw = tvm.IRModule({"kernel": tvm.te.create_prim_func(tensors).with_attr("global_symbol", "kernel")})
+    scheduled = schedule_module(raw, target)
+    assert scheduled["kernel"].attrs.get("tirx.is_scheduled") and "T.parallel" in scheduled["kernel"].script()
+    tvm.ir.assert_structural_equal(scheduled["kernel"].body, measured.module["kernel"].body)
