@@ -66,6 +66,7 @@ def test_costs_are_positive_finite_medians(tiny_conv, tmp_path):
         assert result.ok and not result.cached and 0 < result.cost < 0.1
         assert len(result.results) == 3 and min(result.results) <= result.cost <= max(result.results)
         assert result.record["check_error"] < 1e-5 and result.record["build_seconds"] > 0
+        assert result.record["cpu_seconds"] > 0 and result.record["load_average"] >= 0
     assert m.stats["measured"] == 3 and m.stats["failed"] == 0
 
 
