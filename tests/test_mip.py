@@ -57,6 +57,16 @@ def test_unknown_backend_lists_the_valid_ones(backend):
 
 
 @pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_proven_infeasibility_is_silent(backend, capfd):
+    triangle = nx.cycle_graph(3)
+    differ = [[math.inf, 0.0], [0.0, math.inf]]
+    costs = {"nodes": {n: [0.0, 1.0] for n in triangle}, "edges": {e: differ for e in triangle.edges}}
+    sol = layoutopt.solve(triangle, costs, method="mip", backend=backend)
+    assert sol.status == "infeasible" and sol.lower_bound == math.inf
+    assert capfd.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 def test_a_node_without_allowed_choice_is_infeasible_when_called_directly(backend):
     # auto calls back-ends on reduced kernels, without the front end's culprit check
     from layoutopt.solvers import get_solver

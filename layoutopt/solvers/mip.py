@@ -134,8 +134,10 @@ class Mip(Solver):
             if remaining is not None:
                 solver.SetTimeLimit(max(int(remaining * 1000), 1))
             status = solver.Solve(parameters)
-            x_values = np.array([v.solution_value() for v in x])
-            bound = objective.BestBound()
+            solved = status in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE)
+            # Reading values without a solution makes OR-Tools log "No solution exists" on stderr.
+            x_values = np.array([v.solution_value() for v in x]) if solved else None
+            bound = objective.BestBound() if solved else -math.inf
 
         stats = {"backend": backend, "build_time": build_time, "mip_status": status,
                  "variables": len(x) + len(y), "constraints": solver.NumConstraints(), "scale": scale}
