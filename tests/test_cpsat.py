@@ -48,9 +48,10 @@ def test_the_bound_is_certified_for_float_costs(instance):
     assert problem.evaluate(result.assignment) == pytest.approx(reference.objective, rel=1e-9, abs=1e-12)
 
 
-def test_time_limit_returns_the_incumbent_with_the_best_bound():
+def test_time_limit_returns_the_incumbent_with_the_best_bound(capfd):
     problem = frustrated_problem(nodes=40)
     sol = layoutopt.solve_problem(problem, "cpsat", time_limit=0.5)
+    assert capfd.readouterr() == ("", "")
     assert sol.status == "feasible"
     assert sol.stats["cpsat_status"] in ("FEASIBLE", "UNKNOWN")  # UNKNOWN (loaded machine): the warm start
     assert 0 < sol.lower_bound < sol.objective < math.inf
