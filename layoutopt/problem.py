@@ -54,7 +54,9 @@ def _as_costs(costs: Costs | Mapping | None, graph: nx.Graph) -> Costs:
     if isinstance(costs, Mapping):
         unknown = set(costs) - {"nodes", "edges"}
         if unknown:
-            raise ProblemError(f"costs has unknown keys {sorted(map(str, unknown))}; expected 'nodes' and 'edges'")
+            raise ProblemError(
+                f"costs has unknown keys {sorted(map(str, unknown))}; expected 'nodes' and 'edges'"
+            )
         return Costs(dict(costs.get("nodes", {})), dict(costs.get("edges", {})))
     raise ProblemError(
         f"costs must be a layoutopt.Costs, a mapping {{'nodes': ..., 'edges': ...}} or None, "

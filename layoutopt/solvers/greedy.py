@@ -6,7 +6,7 @@ transform costs except where they are forbidden (``inf``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -30,7 +30,7 @@ class Greedy(Solver):
 
     name = "greedy"
     exact = False
-    options = {"max_repair_rounds": 20}
+    options: ClassVar[dict[str, Any]] = {"max_repair_rounds": 20}
 
     def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
         rounds = int(options.get("max_repair_rounds", 20))
