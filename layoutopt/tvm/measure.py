@@ -131,6 +131,8 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
         tracker: ``"HOST:PORT"`` of the tracker (``python -m tvm.exec.rpc_tracker``).
         key: the device key the RPC servers registered with (``rpc_server --key KEY``).
         priority, session_timeout: passed to the tracker request (seconds; 0 = no limit).
+        cc: the (cross) compiler that links the uploaded library, e.g. ``"aarch64-linux-gnu-g++"``
+            for an ARM board; default: the host's C++ compiler.
 
     Example::
 
@@ -141,6 +143,7 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
     key: str = ""
     priority: int = 1
     session_timeout: float = 0.0
+    cc: str | None = None
     _session: Any = field(default=None, init=False, repr=False, compare=False)
     _workdir: Any = field(default=None, init=False, repr=False, compare=False)
 
@@ -173,7 +176,12 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
     def load(self, executable: Any, name: str) -> tuple[Any, Any]:
         session = self._session or self._connect()
         path = Path(self._workdir.name) / f"{name}_{os.getpid()}_{time.monotonic_ns()}.so"
-        executable.export_library(str(path))
+        fcompile = None
+        if self.cc:
+            from tvm.support.cc import cross_compiler
+
+            fcompile = cross_compiler(self.cc)
+        executable.export_library(str(path), fcompile=fcompile)
         session.upload(str(path))
         module = session.load_module(path.name)
         path.unlink()

@@ -31,6 +31,10 @@ def test_kernels_are_uploaded_checked_and_timed_on_the_rpc_device(rpc_tracker, t
         assert result.record["check_error"] < 1e-5
         assert result.record["runner"] == f"RPC tracker {address} key {key!r}"
     assert measurer._worker.starts == 1  # one worker, one RPC session for all kernels
+    # an explicit (cross) compiler links the library that is uploaded
+    linked = RPCRunner(address, key, cc="g++", repeat=1, min_repeat_ms=1)
+    with Measurer(runner=linked, progress=False) as measurer:
+        assert measurer.measure(tasks[2:])[0].ok
 
 
 def test_an_unknown_device_key_is_a_recorded_failure_not_a_crash(rpc_tracker, tmp_path):
