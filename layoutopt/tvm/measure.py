@@ -369,9 +369,13 @@ class _Worker:
             env=env,
         )
         self.starts += 1
-        status, _ = self._receive(_STARTUP_TIMEOUT, "starting the worker")
+        try:
+            status, _ = self._receive(_STARTUP_TIMEOUT, "starting the worker")
+        except _WorkerDied as died:
+            # not a kernel's fault: fail the run instead of caching a failure for every kernel
+            raise RuntimeError(f"the layoutopt measuring worker could not start: {died}") from None
         if status != "ready":
-            raise _WorkerDied(f"worker failed to start: {status}")
+            raise RuntimeError(f"the layoutopt measuring worker could not start: {status}")
 
     def call(self, request: tuple, timeout: float) -> tuple[str, Any]:
         if self.process is None or self.process.poll() is not None:

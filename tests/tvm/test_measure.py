@@ -185,3 +185,16 @@ def test_bad_rpc_addresses_are_clear_errors(address):
         RPCRunner(address, key="dev")
     with pytest.raises(ProblemError, match="key"):
         RPCRunner("127.0.0.1:9190")
+
+
+def test_a_worker_that_cannot_start_fails_the_run_instead_of_caching_failures(tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(sys, "executable", shutil.which("false"))  # an "interpreter" that exits at once
+    path = tmp_path / "c.jsonl"
+    with (
+        Measurer(cache=path, runner=FAST, progress=False) as m,
+        pytest.raises(RuntimeError, match="could not start: worker exited with code 1"),
+    ):
+        m.measure(transforms(1))
+    assert not path.exists()
