@@ -556,11 +556,13 @@ def markdown(
         f"solve under {REPEAT_BELOW:g} s is repeated, 3 times by default, and its best time kept). "
         "Cells: time when proven optimal (**bold**: fastest proof); `time (+g%)` for a heuristic, `g` its "
         "gap to the best known objective; `TO (+g%)` an exact method stopped at the limit with its "
-        "incumbent; `refused`, `error`, `crash`, `killed`: see Failures.",
+        "incumbent; `refused`, `error`, `crash`, `killed`: see Failures. Best known: the least objective "
+        "found, `*` when some exact method proved it optimal.",
         "",
-        "| instance | n/m | " + " | ".join(methods) + " |",
-        "|---|---|" + "---|" * len(methods),
+        "| instance | n/m | best known | " + " | ".join(methods) + " |",
+        "|---|---|---|" + "---|" * len(methods),
     ]
+    best = _best_known(records)
     for inst in instances:
         row = [by[(inst, m)] for m in methods if (inst, m) in by]
         proved = [r.wall_time for r in row if r.status == "optimal"]
@@ -571,7 +573,8 @@ def markdown(
             cells.append(
                 "" if r is None else _cell(r, exact[m], r.status == "optimal" and r.wall_time == fastest)
             )
-        lines.append(f"| {inst} | {row[0].nodes}/{row[0].edges} | " + " | ".join(cells) + " |")
+        known = f"{best[inst]:.7g}{'*' if proved else ''}" if inst in best else "-"
+        lines.append(f"| {inst} | {row[0].nodes}/{row[0].edges} | {known} | " + " | ".join(cells) + " |")
 
     lines += [
         "",

@@ -68,8 +68,10 @@ def test_harness_runs_a_tiny_suite_and_writes_its_outputs(tmp_path):
     paths = bench.write_report(records, tmp_path / "out", time_limit=5)
     assert [p.name for p in paths] == ["solvers.md", "solvers.csv", "solvers.time.png", "solvers.gaps.png"]
     text = paths[0].read_text()
-    assert "| instance | n/m | greedy | dp | tvm-dp | raises | dies |" in text
-    assert "| densenet_20 | 20/" in text and "## Topological-order DP" in text and "## Failures" in text
+    assert "| instance | n/m | best known | greedy | dp | tvm-dp | raises | dies |" in text
+    optimum = by[("densenet_20", "dp")].objective
+    assert f"| densenet_20 | 20/34 | {optimum:.7g}* |" in text
+    assert "## Topological-order DP" in text and "## Failures" in text
     assert "Date:" in text and "numpy" in text
     with open(paths[1]) as handle:
         rows = list(csv.DictReader(line for line in handle if not line.startswith("#")))
