@@ -832,6 +832,9 @@ def run_from_args(args: argparse.Namespace, out: Callable[[str], Any] = print) -
             "the selected suite is empty (for --suite files, give --instances DIR with *.json)"
         )
     baselines = {} if args.no_baselines else _available_baselines()
+    for name in set(DEFAULT_BASELINES) - set(baselines) if not args.no_baselines else ():
+        out(f"note: baseline {name!r} ({DEFAULT_BASELINES[name]}) is not importable here; run "
+            "`python -m benchmarks.solvers` from a checkout to include it")
     records = run(
         specs,
         methods=args.methods,
