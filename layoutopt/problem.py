@@ -256,12 +256,22 @@ class Problem:
         Names a node whose choices are all forbidden, or an edge that forbids every pair
         of its endpoints' allowed choices.
         """
-        allowed = [np.isfinite(c) for c in self.node_costs]
-        for i, ok in enumerate(allowed):
-            if not ok.any():
+        # One reduction per node and edge on the common path (no inf anywhere): this runs on
+        # every solve, and fancy indexing per edge cost more than the solve on small graphs.
+        allowed: list[np.ndarray | None] = []  # None: every choice allowed
+        for i, c in enumerate(self.node_costs):
+            if math.isfinite(c.max()):
+                allowed.append(None)
+            elif math.isfinite(c.min()):
+                allowed.append(np.isfinite(c))
+            else:
                 return f"node {self.nodes[i]!r} has no allowed choice (all costs are inf)"
         for (i, j), m in self.edges.items():
-            if not np.isfinite(m[np.ix_(allowed[i], allowed[j])]).any():
+            if math.isfinite(m.min()) and allowed[i] is None and allowed[j] is None:
+                continue
+            rows = slice(None) if allowed[i] is None else allowed[i]
+            cols = slice(None) if allowed[j] is None else allowed[j]
+            if not np.isfinite(m[rows][:, cols]).any():
                 u, v = self.edge_names[(i, j)]
                 return (
                     f"edge {(u, v)!r} forbids every pair of the allowed choices of "
