@@ -39,6 +39,7 @@ __all__ = [
     "Variant",
     "fixed_layout_assignment",
     "load_model",
+    "measure_latencies",
     "measure_latency",
     "random_inputs",
     "relative_error",
@@ -466,6 +467,8 @@ def tune_and_build(
             default_ex = import_tvm().compile(mod, target=target)
             reference = run(default_ex, inputs) if check else None
 
+    executables = {}
+
     def make_variant(name: str, description: str, assignment: Mapping[Hashable, int]):
         new_mod = apply_layouts(mod, solution_choices(graph, _as_solution(assignment)))
         executable = build(new_mod, target, fuse=fuse)
@@ -473,12 +476,12 @@ def tune_and_build(
         if error is not None and not error <= rtol:
             raise ProblemError(f"the {name} build's outputs differ from the untouched model's by {error:.3g} "
                                f"(relative), above rtol={rtol:g}: a layout rewrite bug, please report it")
+        executables[name] = executable
         variant = Variant(name, description, problem.evaluate([assignment[n] for n in problem.nodes]),
-                          measure_latency(executable, inputs, repeat), count_layout_transforms(new_mod),
-                          error, dict(assignment))
+                          None, count_layout_transforms(new_mod), error, dict(assignment))
         return variant, new_mod, executable
 
-    say("applying the solution, building, checking and timing ...")
+    say("applying the solution, building and checking ...")
     with stage("build"):
         tuned, tuned_mod, tuned_ex = make_variant("layoutopt", f"layoutopt, method {method!r}",
                                                    solution.assignment)
@@ -487,7 +490,8 @@ def tune_and_build(
         say(f"baseline {name}: {BASELINES[name]} ...")
         with stage(f"baseline {name}"):
             if name == "default":
-                latency = measure_latency(default_ex, inputs, repeat)
+                # ~100x slower than the rest: timed once, not in the interleaved rounds
+                latency = measure_latency(default_ex, inputs, repeat=1, min_repeat_ms=0)
                 variants[name] = Variant(name, BASELINES[name], None, latency, 0, 0.0 if check else None)
             elif name == "nchw16c":
                 fixed = fixed_layout_assignment(graph, "NCHW16c")
@@ -495,8 +499,39 @@ def tune_and_build(
             else:
                 greedy = solve(graph, costs, method="greedy")
                 variants[name] = make_variant(name, BASELINES[name], greedy.assignment)[0]
+    say("timing the builds side by side ...")
+    with stage("time"):
+        latencies = measure_latencies(executables, inputs, repeat)
+    for variant in [tuned, *variants.values()]:
+        if variant.name in latencies:
+            variant.measured = latencies[variant.name]
     return TuneResult(tuned_ex, tuned_mod, solution, graph, costs, tuned, variants,
                       layer_table(graph, problem, solution.assignment), timings, meta, str(target))
+
+
+def measure_latencies(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], repeat: int = 5,
+                      min_repeat_ms: int = 100) -> dict[str, float]:
+    """Median latency of each build, timed in interleaved rounds (one repeat of each build per round).
+
+    On a shared machine the load drifts; interleaving exposes every build to the same drift, which
+    keeps their ratios honest where back-to-back timing would not.
+
+    Example::
+
+        measure_latencies({"tuned": ex1, "nchw16c": ex2}, random_inputs(mod))
+    """
+    tvm = import_tvm()
+    device = tvm.cpu()
+    timers, args = {}, [tvm.runtime.tensor(x) for x in inputs]
+    for name, executable in executables.items():
+        vm = _virtual_machine(executable)
+        vm["main"](*args)  # warm up
+        timers[name] = vm.time_evaluator("main", device, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
+    samples: dict[str, list[float]] = {name: [] for name in executables}
+    for _ in range(repeat):
+        for name, timer in timers.items():
+            samples[name].extend(timer(*args).results)
+    return {name: float(np.median(values)) for name, values in samples.items()}
 
 
 class _Stage:
