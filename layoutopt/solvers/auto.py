@@ -120,6 +120,9 @@ class Auto(Solver):
         stats["engine_time"] = time.perf_counter() - phase
         stats["engine_stats"] = result.stats
 
+        if result.status == "optimal":  # the front end sets lower_bound to the recomputed objective
+            lower = None if result.lower_bound is None else reduction.lower_bound(result.lower_bound)
+            return SolverResult(reduction.expand(result.assignment), "optimal", lower, result.message, stats)
         candidates = [] if result.assignment is None else [np.asarray(result.assignment)]
         proven_infeasible = result.status == "infeasible" and result.lower_bound == math.inf
         if result.assignment is None and not proven_infeasible:
@@ -139,6 +142,4 @@ class Auto(Solver):
             message = result.message or f"{engine} found no allowed assignment within the time limit"
             return SolverResult(None, "infeasible", None, message, stats)
         best = reduction.expand(candidates[int(np.argmin(values))])
-        if result.status == "optimal":
-            return SolverResult(best, "optimal", problem.evaluate(best), result.message, stats)
         return SolverResult(best, "feasible", reduction.lower_bound(bound), result.message, stats)
