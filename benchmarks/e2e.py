@@ -316,6 +316,9 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
             f"| {row.get('greedy_transforms')} | {row.get('solver')} ({row.get('status')}) "
             f"| {row.get('tune_seconds', 0):.0f} |"
         )
+    failed = [row for row in rows if row.get("error")]
+    if failed:
+        lines += ["", "Failed:", ""] + [f"- {row['network']}: {row['error']}" for row in failed]
     lines += ["", "![e2e](e2e.png)", ""]
     (out / "e2e.md").write_text("\n".join(lines))
     _plot(rows, out / "e2e.png", stamp)
@@ -377,7 +380,11 @@ def main(argv: list[str] | None = None) -> int:
         if network not in NETWORKS:
             parser.error(f"unknown network {network!r}")
         print(f"== {network}", flush=True)
-        rows.append(run_network(network, args))
+        try:
+            rows.append(run_network(network, args))
+        except Exception as exc:  # one network failing must not lose the others' figures
+            print(f"{network} failed: {type(exc).__name__}: {exc}", flush=True)
+            rows.append({"network": network, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
         rows.sort(key=lambda r: list(NETWORKS).index(r["network"]))
         partial.parent.mkdir(parents=True, exist_ok=True)
         partial.write_text(json.dumps(rows, indent=1, default=str))
