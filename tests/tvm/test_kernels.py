@@ -288,3 +288,12 @@ def test_schedule_module_schedules_unscheduled_kernels_like_the_measured_ones(we
     scheduled = schedule_module(raw, target)
     assert scheduled["kernel"].attrs.get("tirx.is_scheduled") and "T.parallel" in scheduled["kernel"].script()
     tvm.ir.assert_structural_equal(scheduled["kernel"].body, measured.module["kernel"].body)
+
+
+def test_every_lazily_exported_name_resolves():
+    import layoutopt.tvm
+
+    missing = [name for name in layoutopt.tvm.__all__ if getattr(layoutopt.tvm, name, None) is None]
+    assert not missing
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        _ = layoutopt.tvm.nonexistent
