@@ -311,8 +311,24 @@ class _WorkerState:
         }
 
 
+def _die_with_parent(parent: int) -> None:
+    """Have Linux kill this worker when its parent dies, even if a kernel hangs holding the GIL.
+
+    (Linux sends the signal when the parent *thread* that started the worker exits: a Measurer
+    must not outlive the thread that first measured with it.)
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the request was registered
+        os._exit(1)
+
+
 def _worker_main() -> None:
     """Serve measurement requests on stdin/stdout (pickled, length-prefixed) until stdin closes."""
+    _die_with_parent(int(os.environ.get("LAYOUTOPT_PARENT_PID", os.getppid())))
     channel_in = os.fdopen(os.dup(0), "rb")
     channel_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything TVM or LLVM prints goes to stderr, never into the protocol
@@ -360,6 +376,7 @@ class _Worker:
         env = dict(os.environ)
         # the worker must import what the caller can (e.g. a custom Runner defined in a script)
         env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
+        env["LAYOUTOPT_PARENT_PID"] = str(os.getpid())
         code = "from layoutopt.tvm.measure import _worker_main; _worker_main()"
         self.process = subprocess.Popen(
             [sys.executable, "-c", code],

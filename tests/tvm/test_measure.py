@@ -198,3 +198,45 @@ def test_a_worker_that_cannot_start_fails_the_run_instead_of_caching_failures(tm
     ):
         m.measure(transforms(1))
     assert not path.exists()
+
+
+ORPHAN_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from layoutopt.tvm.measure import LocalRunner, Measurer
+    sys.path.insert(0, sys.argv[1])
+    from test_measure import HangingRunner, transforms
+    m = Measurer(runner=HangingRunner(), timeout=600, progress=False)
+    m._worker._start()
+    print(m._worker.process.pid, flush=True)
+    m.measure(transforms(1))
+    """
+)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "zombie" not in status.read()
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only")
+def test_the_worker_dies_with_a_killed_parent_even_inside_a_hanging_kernel():
+    run = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_SCRIPT, os.path.dirname(__file__)], stdout=subprocess.PIPE, text=True
+    )
+    worker = int(run.stdout.readline())
+    time.sleep(0.5)  # the worker is now inside the hanging runner
+    assert _alive(worker)
+    run.kill()
+    run.wait()
+    deadline = time.monotonic() + 20
+    try:
+        while _alive(worker):
+            assert time.monotonic() < deadline, "the worker outlived its killed parent"
+            time.sleep(0.1)
+    finally:
+        if _alive(worker):  # do not leave a sleeping orphan behind when the test fails
+            os.kill(worker, signal.SIGKILL)
