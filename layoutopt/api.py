@@ -92,6 +92,7 @@ def _check_options(solver_cls: type, options: Mapping[str, Any]) -> None:
             f"unknown option(s) {', '.join(sorted(unknown))} for method {solver_cls.name!r}; "
             f"accepted: {accepted}"
         )
+    solver_cls.validate_options({**solver_cls.options, **options})
 
 
 def solve_problem(

@@ -311,3 +311,14 @@ def test_evaluate_validates_the_assignment():
         layoutopt.evaluate(graph, costs, {"conv1": 1, "conv2": 0})
     with raises("node 'conv2': choice 2 out of range 0..1"):
         layoutopt.evaluate(graph, costs, {"conv1": 1, "conv2": 2, "relu": 0})
+
+
+@pytest.mark.parametrize(
+    ("method", "options", "fragment"),
+    [("mip", {"backend": "gurobi"}, "backend"), ("cpsat", {"num_workers": 0}, "num_workers")],
+)
+def test_bad_option_value_is_reported_even_when_infeasibility_answers_first(method, options, fragment):
+    graph = nx.path_graph(2)
+    costs = {"nodes": {0: [math.inf], 1: [1.0]}, "edges": {(0, 1): [[0.0]]}}
+    with pytest.raises(layoutopt.ProblemError, match=fragment):
+        layoutopt.solve(graph, costs, method=method, **options)

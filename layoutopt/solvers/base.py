@@ -64,6 +64,14 @@ class Solver(ABC):
             if importlib.util.find_spec(module) is None:
                 raise MissingExtraError(module, extra, f"method {cls.name!r}")
 
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> None:
+        """Check option *values* (names are checked by the front end) before any work starts.
+
+        Raise :class:`~layoutopt.ProblemError` naming the option at fault. The default accepts all.
+        """
+        return None
+
     @abstractmethod
     def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
         """Solve ``problem`` within ``time_limit`` seconds (None: no limit)."""

@@ -88,6 +88,10 @@ class CpSat(Solver):
     exact = True
     options: ClassVar[dict[str, Any]] = {"num_workers": None, "hint": True}
 
+    @classmethod
+    def validate_options(cls, options: dict[str, Any]) -> None:
+        _positive_int_or_none("num_workers", options["num_workers"])
+
     def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
         from ortools.sat.python import cp_model
 

@@ -92,6 +92,13 @@ class Mip(Solver):
     exact = True
     options: ClassVar[dict[str, Any]] = {"backend": "scip"}
 
+    @classmethod
+    def validate_options(cls, options: dict[str, Any]) -> None:
+        if options["backend"] not in BACKENDS:
+            raise ProblemError(
+                f"unknown mip backend {options['backend']!r}; valid backends: {', '.join(BACKENDS)}"
+            )
+
     def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
         from ortools.linear_solver import pywraplp
 
