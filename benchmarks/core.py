@@ -117,7 +117,7 @@ def target_rows(exact, quality, scaling, anytime) -> list[tuple[str, str, str, s
     sp_gaps = [r.gap for i, r in pbqp.items() if family_of(r) in SERIES_PARALLEL and not math.isnan(r.gap)]
     sp_rn = sum(r.status != "optimal" for i, r in pbqp.items() if family_of(r) in SERIES_PARALLEL)
     rows.append(("pbqp gap, series-parallel (ResNet/Inception/SSD)", "0 %",
-                 f"max {100 * max(sp_gaps):.3f}% over {len(sp_gaps)} instances ({sp_rn} needed RN)",
+                 f"max {100 * max(sp_gaps):.2g}% over {len(sp_gaps)} instances ({sp_rn} needed RN)",
                  "hit" if max(sp_gaps) <= 1e-12 else "missed"))
     other = [r for r in (*pbqp.values(), *by_method(quality, "pbqp").values())
              if family_of(r) not in SERIES_PARALLEL and not math.isnan(r.gap)]

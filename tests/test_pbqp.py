@@ -73,17 +73,29 @@ def test_rn_is_reported_and_polish_never_hurts():
     assert problem.evaluate(assignment) <= raw.objective
 
 
-def test_feasibility_search_proves_infeasibility_no_cheap_culprit_shows():
-    # 3-colouring K4: every node and edge allows something, no assignment is allowed
-    graph = nx.complete_graph(4)
-    forbid_equal = np.where(np.eye(3, dtype=bool), math.inf, 0.0)
-    problem = Problem.from_graph(graph, {"nodes": {i: [0.0, 1.0, 2.0] for i in graph},
-                                         "edges": {e: forbid_equal for e in graph.edges}})
+def colouring(nodes: int, colours: int) -> Problem:
+    """Colouring a complete graph: every node and edge allows something; infeasible if colours < nodes."""
+    graph = nx.complete_graph(nodes)
+    forbid_equal = np.where(np.eye(colours, dtype=bool), math.inf, 0.0)
+    return Problem.from_graph(graph, {"nodes": {i: np.arange(colours, dtype=float) for i in graph},
+                                      "edges": {e: forbid_equal for e in graph.edges}})
+
+
+def test_small_kernel_is_solved_exactly_including_infeasibility():
+    problem = colouring(4, 3)  # a 4-node kernel: variable elimination proves it infeasible
     assert problem.infeasibility_culprit() is None
+    sol = layoutopt.solve_problem(problem, "pbqp")
+    assert sol.status == "infeasible" and sol.lower_bound == math.inf and sol.stats["kernel_dp"] == 4
+    sol = layoutopt.solve_problem(colouring(4, 4), "pbqp")
+    assert sol.status == "optimal" and sol.objective == 6.0  # colours 0..3, once each
+
+
+def test_feasibility_search_proves_infeasibility_when_rn_dead_ends():
+    problem = colouring(7, 6)  # 6^7 tables: too wide for the small-kernel elimination, so RN runs
     assert feasible_assignment(problem, 5.0) == (None, True)
     sol = layoutopt.solve_problem(problem, "pbqp")
     assert sol.status == "infeasible" and sol.lower_bound == math.inf
-    assert sol.stats["feasibility_search"]
+    assert sol.stats["feasibility_search"] and "kernel_dp" not in sol.stats
 
 
 def test_large_graph_runs_and_matches_dp():

@@ -12,7 +12,10 @@ its current degree when popped; no scan). It gets its *locally minimal* choice
 neighbour keeps an allowed choice, so RN never empties a neighbour's domain directly; domain
 pruning then propagates the consequences.
 
-When RN was never needed the answer is optimal and reported as such. When an RN choice
+A kernel of at most ``SMALL_KERNEL`` (64) nodes whose min-fill elimination tables stay
+within ``SMALL_TABLE`` (1e4) entries is instead solved exactly by variable elimination (the
+``dp`` engine; SSD's concat heads leave such a kernel), so RN only runs on kernels that are
+large or wide. When RN was never needed the answer is optimal and reported as such. When an RN choice
 leads to a dead end (an empty domain further away), a CP-SAT feasibility search (OR-Tools)
 finds an allowed assignment instead, so the method is never infeasible when a feasible
 assignment exists. With ``polish=True`` (default), an ICM sweep (each node in turn moves to
@@ -39,7 +42,8 @@ import numpy as np
 from ..problem import Problem
 from . import register
 from .base import Solver, SolverResult
-from .reductions import Infeasible, WorkingGraph, rn_heap
+from .dp import TableTooLarge, eliminate, elimination_order
+from .reductions import Infeasible, WorkingGraph, kernel_problem, rn_heap
 
 
 def _rn_choice(graph: WorkingGraph, y: int) -> int:
@@ -55,6 +59,30 @@ def _rn_choice(graph: WorkingGraph, y: int) -> int:
     return int((replies.sum(axis=1) + vec[y]).argmin())
 
 
+#: kernels up to this many nodes are tried with variable elimination before RN ...
+SMALL_KERNEL = 64
+#: ... when its largest table has at most this many entries
+SMALL_TABLE = 1e4
+
+
+def _solve_small_kernel(graph: WorkingGraph) -> tuple[list[int] | None, dict[str, Any], str | None] | None:
+    """Solve a small kernel exactly by variable elimination; None when its tables are too big."""
+    nodes = graph.live_nodes()
+    kernel, domains = kernel_problem(graph, nodes)
+    try:
+        order, _ = elimination_order(kernel, SMALL_TABLE)
+    except TableTooLarge:
+        return None
+    kernel_choices, _ = eliminate(kernel, order)
+    graph.counts["kernel_dp"] = len(nodes)
+    if kernel_choices is None:
+        return None, graph.counts, "every assignment of the reduced kernel costs inf"
+    choices: list[int | None] = [None] * len(graph.vec)
+    for i, k, domain in zip(nodes, kernel_choices, domains, strict=True):
+        choices[i] = int(domain[k])
+    return graph.backpropagate(choices), graph.counts, None
+
+
 def run_pbqp(problem: Problem, prune: bool = False) -> tuple[list[int] | None, dict[str, Any], str | None]:
     """Reductions + RN + back-propagation on ``problem``.
 
@@ -68,6 +96,10 @@ def run_pbqp(problem: Problem, prune: bool = False) -> tuple[list[int] | None, d
     graph = WorkingGraph(problem)
     try:
         graph.reduce_exact()
+        if 0 < graph.n_alive <= SMALL_KERNEL:
+            solved = _solve_small_kernel(graph)
+            if solved is not None:
+                return solved
         if graph.n_alive and prune:
             graph.prune_all()
             graph.reduce_exact()
