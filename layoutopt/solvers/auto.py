@@ -66,16 +66,17 @@ class Auto(Solver):
 
     Options:
         dp_max_table: use variable elimination when its largest table has at most this
-            many entries; above, use the exact engine.
+            many entries; above, use the exact engine (measured: a 2.4e5-entry elimination
+            took twice toulbar2's time on the same kernel, 1e5 entries about 1 ms).
     """
 
     name = "auto"
     exact = True
-    options: ClassVar[dict[str, Any]] = {"dp_max_table": 1e6}
+    options: ClassVar[dict[str, Any]] = {"dp_max_table": 1e5}
 
     def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
         start = time.perf_counter()
-        cap = options.get("dp_max_table", 1e6)
+        cap = options.get("dp_max_table", 1e5)
         if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap >= 0:
             raise ProblemError(f"dp_max_table must be a non-negative number of entries, got {cap!r}")
         reduction = reduce(problem)

@@ -39,7 +39,7 @@ from .reductions import reduce
 __all__ = ["DP", "TableTooLarge", "eliminate", "elimination_order"]
 
 #: kernels with more nodes use the (heap-based) min-degree order instead of min-fill
-MIN_FILL_LIMIT = 300
+MIN_FILL_LIMIT = 100
 
 
 class TableTooLarge(ProblemError):
