@@ -120,12 +120,9 @@ def _runner(args: argparse.Namespace):
         return None
     if not args.key:
         raise ProblemError("--rpc needs --key (the device key registered at the tracker)")
-    host, _, port = args.rpc.rpartition(":")
-    if not host or not port.isdigit():
-        raise ProblemError(f"--rpc {args.rpc!r}: expected HOST:PORT, e.g. 127.0.0.1:9190")
     from .measure import RPCRunner
 
-    return RPCRunner(host=host, port=int(port), key=args.key)
+    return RPCRunner(tracker=args.rpc, key=args.key)
 
 
 def _candidates(blocks_text: str | None):
