@@ -176,7 +176,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     from layoutopt.tvm.tune import measure_latencies, random_inputs
 
     _, _, size = NETWORKS[network]
-    row: dict = {"network": network}
+    row: dict = {"network": network, "load_before": os.getloadavg()[0]}
     onnx_path = export_onnx(network, Path(args.models))
     start = time.perf_counter()
     mod = load_model(onnx_path, input_shape=[1, 3, size, size])
@@ -218,6 +218,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     row["torch"] = torch_info["seconds"]
     ort_info = _subprocess_json(_ORT_SNIPPET, [str(onnx_path), size, args.repeat_eager])
     row["onnxruntime"] = ort_info["seconds"]
+    row["load_after"] = os.getloadavg()[0]
     row["versions"] = {
         "torch": torch_info["torch"],
         "torchvision": torch_info["torchvision"],
@@ -232,6 +233,11 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
 
 def _ms(value) -> str:
     return "-" if value is None else f"{value * 1e3:.1f}"
+
+
+def _load(row: dict) -> str:
+    before, after = row.get("load_before"), row.get("load_after")
+    return "-" if before is None or after is None else f"{before:.1f} / {after:.1f}"
 
 
 def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
@@ -282,7 +288,9 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
         "",
         "Produced by `benchmarks/e2e.py` in one run; every TVM build's outputs were checked against TVM's",
         "default build of the untouched model (max relative error in the last column of e2e.csv).",
-        "Speed-ups are (other) / (d): above 1 means layoutopt's build is faster.",
+        "Speed-ups are (other) / (d): above 1 means layoutopt's build is faster. The machine is shared:",
+        "the load average (2 cores) around each network is in the second table; kernel costs measured",
+        "under load are noisy, and an exact solution of noisy costs is only as good as they are.",
         "",
         header,
         "|---" * (len(VARIANTS) + 5) + "|",
@@ -305,8 +313,8 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
         "Predicted (layout problem objective) vs measured, transforms inserted:",
         "",
         "| network | (d) predicted | (d) measured | (d) transforms | (b) predicted | (b) transforms "
-        "| (c) predicted | (c) transforms | solver | tune time (s) |",
-        "|---" * 10 + "|",
+        "| (c) predicted | (c) transforms | solver | tune time (s) | load avg before / after |",
+        "|---" * 11 + "|",
     ]
     for row in rows:
         lines.append(
@@ -314,7 +322,7 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
             f"| {row.get('layoutopt_transforms')} | {_ms(row.get('nchw16c_predicted'))} "
             f"| {row.get('nchw16c_transforms')} | {_ms(row.get('greedy_predicted'))} "
             f"| {row.get('greedy_transforms')} | {row.get('solver')} ({row.get('status')}) "
-            f"| {row.get('tune_seconds', 0):.0f} |"
+            f"| {row.get('tune_seconds', 0):.0f} | {_load(row)} |"
         )
     failed = [row for row in rows if row.get("error")]
     if failed:
