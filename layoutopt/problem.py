@@ -64,17 +64,16 @@ def _as_costs(costs: Costs | Mapping | None, graph: nx.Graph) -> Costs:
     )
 
 
-def _check_vector(node: Hashable, value: Any) -> np.ndarray:
+def _as_vector(node: Hashable, value: Any) -> np.ndarray:
+    """``value`` as a 1-D float64 array (no copy when it already is one); values checked later."""
     try:
-        vec = np.array(value, dtype=np.float64)
+        vec = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ProblemError(f"node {node!r}: cost is not numeric ({exc})") from None
     if vec.ndim != 1:
         raise ProblemError(f"node {node!r}: cost must be a 1-D vector, got shape {vec.shape}")
     if vec.size == 0:
         raise ProblemError(f"node {node!r}: cost vector is empty (a node needs at least one choice)")
-    _check_values(vec, f"node {node!r}")
-    vec.flags.writeable = False
     return vec
 
 
@@ -89,9 +88,10 @@ def _check_values(arr: np.ndarray, where: str) -> None:
     raise ProblemError(f"{where}: cost contains a negative value ({arr.min():g}); costs are times, >= 0")
 
 
-def _check_matrix(edge: tuple, value: Any, shape: tuple[int, int]) -> np.ndarray:
+def _as_matrix(edge: tuple, value: Any, shape: tuple[int, int]) -> np.ndarray:
+    """``value`` as a float64 matrix of ``shape`` (no copy when it already is one); values checked later."""
     try:
-        mat = np.array(value, dtype=np.float64)
+        mat = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ProblemError(f"edge {edge!r}: cost is not numeric ({exc})") from None
     if mat.shape != shape:
@@ -99,8 +99,52 @@ def _check_matrix(edge: tuple, value: Any, shape: tuple[int, int]) -> np.ndarray
             f"edge {edge!r}: cost matrix has shape {mat.shape}, expected {shape} "
             f"(choices of {edge[0]!r} x choices of {edge[1]!r})"
         )
-    _check_values(mat, f"edge {edge!r}")
     return mat
+
+
+@dataclass(frozen=True)
+class _Packed:
+    """Every cost array of a Problem in one flat read-only buffer per kind, with per-array extremes.
+
+    Validation, the infeasibility check and :meth:`Problem.evaluate` then run a handful of
+    vectorised operations instead of a few numpy calls per node and per edge.
+    """
+
+    node_flat: np.ndarray
+    node_start: np.ndarray  # node i's costs are node_flat[node_start[i]:node_start[i] + K_i]
+    node_size: np.ndarray
+    node_min: np.ndarray
+    node_max: np.ndarray
+    edge_flat: np.ndarray
+    edge_start: np.ndarray  # aligned with the order of Problem.edges
+    edge_min: np.ndarray
+    edge_max: np.ndarray
+    edge_i: np.ndarray
+    edge_j: np.ndarray
+    edge_cols: np.ndarray  # K_j of each edge
+
+
+def _flatten(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One read-only copy of ``arrays`` (C order each), the start of each, and each one's min and max."""
+    if not arrays:
+        empty = np.zeros(0)
+        return empty, np.zeros(0, dtype=np.int64), empty, empty
+    flat = np.concatenate(arrays, axis=None)  # a copy: the caller's arrays are never shared
+    sizes = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
+    start = np.zeros(len(arrays), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=start[1:])
+    flat.flags.writeable = False
+    # minimum propagates NaN, so one comparison of the minima finds NaN, -inf and negatives
+    return flat, start, np.minimum.reduceat(flat, start), np.maximum.reduceat(flat, start)
+
+
+def _pack(node_costs: Sequence[np.ndarray], edges: Mapping[tuple[int, int], np.ndarray]) -> _Packed:
+    node_flat, node_start, node_min, node_max = _flatten(list(node_costs))
+    edge_flat, edge_start, edge_min, edge_max = _flatten(list(edges.values()))
+    pairs = np.array(list(edges), dtype=np.int64).reshape(-1, 2)
+    sizes = np.fromiter((c.size for c in node_costs), dtype=np.int64, count=len(node_costs))
+    return _Packed(node_flat, node_start, sizes, node_min, node_max, edge_flat, edge_start, edge_min,
+                   edge_max, pairs[:, 0], pairs[:, 1], sizes[pairs[:, 1]])
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,6 +181,15 @@ class Problem:
         object.__setattr__(self, "_adjacency", adjacency)
         object.__setattr__(self, "index", {n: i for i, n in enumerate(self.nodes)})
 
+    @property
+    def _packing(self) -> _Packed:
+        """The flat copy of the costs (made by :meth:`from_graph`, else on first use)."""
+        packed = self.__dict__.get("_packed")
+        if packed is None:
+            packed = _pack(self.node_costs, self.edges)
+            object.__setattr__(self, "_packed", packed)
+        return packed
+
     # --- construction -------------------------------------------------------------------
 
     @classmethod
@@ -151,14 +204,16 @@ class Problem:
         given = _as_costs(costs, graph)
         nodes = tuple(graph.nodes)
         index = {n: i for i, n in enumerate(nodes)}
-        node_costs = []
+        given_nodes = given.nodes
+        node_data = graph.nodes
+        vectors: list[np.ndarray] = []
         labels = []
         for n in nodes:
-            if n not in given.nodes:
+            if n not in given_nodes:
                 raise ProblemError(f"node {n!r} has no cost vector")
-            vec = _check_vector(n, given.nodes[n])
-            node_costs.append(vec)
-            choices = graph.nodes[n].get("choices")
+            vec = _as_vector(n, given_nodes[n])
+            vectors.append(vec)
+            choices = node_data[n].get("choices")
             if choices is not None:
                 if isinstance(choices, (str, bytes)) or not isinstance(choices, Iterable):
                     raise ProblemError(f"node {n!r}: 'choices' must be a list of labels")
@@ -168,12 +223,13 @@ class Problem:
                         f"node {n!r}: {len(choices)} choice labels but {vec.size} costs"
                     )
             labels.append(choices)
-        if len(given.nodes) != len(nodes):
-            extra = next(n for n in given.nodes if n not in index)
+        if len(given_nodes) != len(nodes):
+            extra = next(n for n in given_nodes if n not in index)
             raise ProblemError(f"cost given for node {extra!r}, which is not in the graph")
 
-        edges: dict[tuple[int, int], np.ndarray] = {}
+        matrices: dict[tuple[int, int], np.ndarray] = {}
         edge_names: dict[tuple[int, int], tuple[Hashable, Hashable]] = {}
+        given_key: dict[tuple[int, int], tuple] = {}  # for messages: the costs key of each edge
         used: set = set()
         multigraph = graph.is_multigraph()
         directed = graph.is_directed()
@@ -184,25 +240,46 @@ class Problem:
                 raise ProblemError(f"edge {(u, v)!r} is a self-loop; put such costs on the node instead")
             key, transpose = cls._find_edge_cost(given.edges, edge, graph, multigraph, directed)
             used.add(key)
-            shape = (node_costs[index[u]].size, node_costs[index[v]].size)
-            if transpose:
-                mat = _check_matrix(key, given.edges[key], shape[::-1]).T
-            else:
-                mat = _check_matrix(key, given.edges[key], shape)
             i, j = index[u], index[v]
+            shape = (vectors[i].size, vectors[j].size)
+            if transpose:
+                mat = _as_matrix(key, given.edges[key], shape[::-1]).T
+            else:
+                mat = _as_matrix(key, given.edges[key], shape)
             if i > j:
                 i, j, mat = j, i, mat.T
-            if (i, j) in edges:
-                edges[(i, j)] = edges[(i, j)] + mat
+            if (i, j) in matrices:  # parallel or opposite edges: check each before summing
+                _check_values(mat, f"edge {key!r}")
+                _check_values(matrices[(i, j)], f"edge {given_key[(i, j)]!r}")
+                matrices[(i, j)] = matrices[(i, j)] + mat
             else:
-                edges[(i, j)] = np.ascontiguousarray(mat)
+                matrices[(i, j)] = mat
                 edge_names[(i, j)] = (u, v)
+                given_key[(i, j)] = key
         if len(used) != len(given.edges):
             extra = next(k for k in given.edges if k not in used)
             raise ProblemError(f"cost given for edge {extra!r}, which is not in the graph")
-        for mat in edges.values():
-            mat.flags.writeable = False
-        return cls(nodes, tuple(node_costs), edges, tuple(labels), edge_names)
+
+        # Copy everything into two flat read-only buffers (the user's arrays are never shared,
+        # so never mutated) and check all values with a few vectorised reductions.
+        packed = _pack(vectors, matrices)
+        bad = np.flatnonzero(~(packed.node_min >= 0))
+        if bad.size:
+            _check_values(vectors[bad[0]], f"node {nodes[bad[0]]!r}")
+        bad = np.flatnonzero(~(packed.edge_min >= 0))
+        if bad.size:
+            pair = list(matrices)[bad[0]]
+            _check_values(matrices[pair], f"edge {given_key[pair]!r}")
+        flat, start = packed.node_flat, packed.node_start.tolist()
+        node_costs = tuple(flat[s:s + v.size] for s, v in zip(start, vectors, strict=True))
+        flat, start = packed.edge_flat, packed.edge_start.tolist()
+        edges = {
+            pair: flat[s:s + m.size].reshape(m.shape)
+            for s, (pair, m) in zip(start, matrices.items(), strict=True)
+        }
+        problem = cls(nodes, node_costs, edges, tuple(labels), edge_names)
+        object.__setattr__(problem, "_packed", packed)
+        return problem
 
     @staticmethod
     def _find_edge_cost(given: Mapping, edge: tuple, graph: nx.Graph, multigraph: bool, directed: bool):
@@ -246,8 +323,17 @@ class Problem:
 
     def evaluate(self, assignment: Sequence[int]) -> float:
         """Total cost of an index assignment (a sequence of choice indices, one per node)."""
-        total = math.fsum(float(self.node_costs[i][k]) for i, k in enumerate(assignment))
-        total += math.fsum(float(m[assignment[i], assignment[j]]) for (i, j), m in self.edges.items())
+        packed = self._packing
+        choice = np.asarray(assignment, dtype=np.int64)
+        if choice.shape != (len(self.nodes),) or not (
+            (choice >= 0).all() and (choice < packed.node_size).all()
+        ):
+            raise ValueError(f"not {len(self.nodes)} in-range choice indices: {assignment!r}")
+        # fsum of the gathered terms: exactly rounded, whatever the order
+        total = math.fsum(packed.node_flat[packed.node_start + choice].tolist())
+        if packed.edge_i.size:
+            flat_index = packed.edge_start + choice[packed.edge_i] * packed.edge_cols + choice[packed.edge_j]
+            total += math.fsum(packed.edge_flat[flat_index].tolist())
         return total
 
     def infeasibility_culprit(self) -> str | None:
@@ -256,22 +342,26 @@ class Problem:
         Names a node whose choices are all forbidden, or an edge that forbids every pair
         of its endpoints' allowed choices.
         """
-        # One reduction per node and edge on the common path (no inf anywhere): this runs on
-        # every solve, and fancy indexing per edge cost more than the solve on small graphs.
-        allowed: list[np.ndarray | None] = []  # None: every choice allowed
-        for i, c in enumerate(self.node_costs):
-            if math.isfinite(c.max()):
-                allowed.append(None)
-            elif math.isfinite(c.min()):
-                allowed.append(np.isfinite(c))
-            else:
-                return f"node {self.nodes[i]!r} has no allowed choice (all costs are inf)"
-        for (i, j), m in self.edges.items():
-            if math.isfinite(m.min()) and allowed[i] is None and allowed[j] is None:
-                continue
-            rows = slice(None) if allowed[i] is None else allowed[i]
-            cols = slice(None) if allowed[j] is None else allowed[j]
-            if not np.isfinite(m[rows][:, cols]).any():
+        # Runs on every solve: the per-array extremes, computed once, settle every node and
+        # edge without an inf (most of them); only edges with an inf next to a node with a
+        # forbidden choice need a closer look.
+        packed = self._packing
+        dead = np.flatnonzero(packed.node_min == math.inf)
+        if dead.size:
+            return f"node {self.nodes[dead[0]]!r} has no allowed choice (all costs are inf)"
+        partial = packed.node_max == math.inf
+        suspects = np.flatnonzero(
+            (packed.edge_min == math.inf)
+            | ((packed.edge_max == math.inf) & (partial[packed.edge_i] | partial[packed.edge_j]))
+        )
+        if not suspects.size:
+            return None
+        pairs = list(self.edges)
+        for e in suspects.tolist():
+            i, j = pairs[e]
+            # inf exactly where a choice of i or j, or the pair, is forbidden
+            joint = self.edges[(i, j)] + self.node_costs[i][:, None] + self.node_costs[j]
+            if joint.min() == math.inf:
                 u, v = self.edge_names[(i, j)]
                 return (
                     f"edge {(u, v)!r} forbids every pair of the allowed choices of "
