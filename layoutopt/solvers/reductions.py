@@ -35,7 +35,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -50,8 +50,7 @@ class Infeasible(Exception):
     """Raised inside the reductions when a node's domain becomes empty."""
 
 
-@dataclass
-class _Step:
+class _Step(NamedTuple):
     """One reduced node, for back-propagation.
 
     ``table[local choices of nbrs]`` is the local choice of ``node``; local indices are
@@ -78,7 +77,8 @@ class WorkingGraph:
     def __init__(self, problem: Problem) -> None:
         n = len(problem)
         self.problem = problem
-        self.vec: list[np.ndarray] = [c.copy() for c in problem.node_costs]
+        # vectors are replaced, never written in place: the problem's read-only arrays are shared
+        self.vec: list[np.ndarray] = list(problem.node_costs)
         self.adj: list[dict[int, np.ndarray]] = [{} for _ in range(n)]
         self.domain: list[np.ndarray | None] = [None] * n
         self.alive = [True] * n
@@ -88,12 +88,12 @@ class WorkingGraph:
         self.constant = 0.0
         self.counts = {"R0": 0, "RI": 0, "RII": 0, "R1": 0, "RN": 0, "pruned": 0, "dropped_edges": 0}
         adj = self.adj
-        for (i, j), m in problem.edges.items():
-            if np.count_nonzero(m):
+        coupling = (problem._packing.edge_max > 0).tolist()  # costs are >= 0: max 0 means all zero
+        for ((i, j), m), couples in zip(problem.edges.items(), coupling, strict=True):
+            if couples:
                 adj[i][j] = m
                 adj[j][i] = m.T
-            else:
-                self.counts["dropped_edges"] += 1
+        self.counts["dropped_edges"] = len(coupling) - sum(coupling)
         #: nodes whose degree or size changed, to re-examine
         self.worklist = [i for i in range(n) if len(adj[i]) <= 2 or self.vec[i].size == 1]
         #: whether to prune forbidden choices as they appear. The exact reductions handle inf
@@ -262,12 +262,15 @@ class WorkingGraph:
 
         Pops the stack in reverse: each node takes its argmin given its neighbours' choices.
         """
-        for step in reversed(self.stack):
-            index = tuple(
-                _local(choices[x], dom) for x, dom in zip(step.nbrs, step.nbr_domains, strict=True)
-            )
-            k = int(step.table[index])
-            choices[step.node] = k if step.domain is None else int(step.domain[k])
+        for node, domain, nbrs, nbr_domains, table in reversed(self.stack):
+            if len(nbrs) == 1:  # RI (the common cases are spelled out: this loop runs once per node)
+                index = _local(choices[nbrs[0]], nbr_domains[0])
+            elif nbrs:  # RII
+                index = (_local(choices[nbrs[0]], nbr_domains[0]), _local(choices[nbrs[1]], nbr_domains[1]))
+            else:  # a fixed node: table is its local choice
+                index = ()
+            k = table[index]
+            choices[node] = int(k) if domain is None else int(domain[k])
         return choices  # type: ignore[return-value]
 
     def original_choice(self, i: int, k: int) -> int:
@@ -278,7 +281,7 @@ class WorkingGraph:
 def _local(choice: int | None, domain: np.ndarray | None) -> int:
     if domain is None:
         return choice  # type: ignore[return-value]
-    return int(np.searchsorted(domain, choice))
+    return int(domain.searchsorted(choice))
 
 
 @dataclass
