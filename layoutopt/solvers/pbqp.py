@@ -129,22 +129,31 @@ def icm(problem: Problem, assignment: np.ndarray, max_sweeps: int = 10) -> int:
 
     Works in place; returns the number of moves. Never makes the objective worse.
     """
-    moves = 0
     node_costs = problem.node_costs
-    edge = problem.edge
+    nbrs = problem._adjacency  # type: ignore[attr-defined]
+    # Each node's oriented matrices, and its cost per choice given the neighbours' current choices
+    # (recomputed only when a neighbour moved: moves are few, so a sweep is one argmin per node).
+    matrices = [[problem.edge(i, j) for j in nbrs[i]] for i in range(len(nbrs))]
+    local: list[np.ndarray | None] = [None] * len(nbrs)
+    moves = 0
     for _ in range(max_sweeps):
         changed = False
-        for i, nbrs in enumerate(problem._adjacency):  # type: ignore[attr-defined]
+        for i, row in enumerate(nbrs):
             if node_costs[i].size == 1:
                 continue
-            local = node_costs[i].copy()
-            for j in nbrs:
-                local += edge(i, j)[:, assignment[j]]
-            best = int(local.argmin())
-            if local[best] < local[assignment[i]]:
+            costs = local[i]
+            if costs is None:
+                costs = node_costs[i].copy()
+                for j, m in zip(row, matrices[i], strict=True):
+                    costs += m[:, assignment[j]]
+                local[i] = costs
+            best = int(costs.argmin())
+            if costs[best] < costs[assignment[i]]:
                 assignment[i] = best
                 moves += 1
                 changed = True
+                for j in row:
+                    local[j] = None
         if not changed:
             break
     return moves
