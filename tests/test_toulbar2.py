@@ -93,3 +93,30 @@ def test_import_layoutopt_does_not_import_the_heavy_solvers():
     code = ("import sys, layoutopt; heavy = {'pytoulbar2', 'ortools', 'tvm'} & set(sys.modules); "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_an_incumbent_bounds_the_search_and_is_returned_when_nothing_beats_it():
+    graph, costs = generate("densenet", nodes=60, max_choices=6, seed=7)
+    problem = Problem.from_graph(graph, costs)
+    optimum = layoutopt.solve_problem(problem, "cpsat")
+    best = [optimum.assignment[n] for n in problem.nodes]
+    toulbar2 = get_solver("toulbar2")()
+    proved = toulbar2.solve(problem, None, incumbent=best)  # nothing is strictly better
+    assert proved.status == "optimal" and list(proved.assignment) == best
+    assert proved.lower_bound <= optimum.objective == problem.evaluate(proved.assignment)
+    worse = layoutopt.solve_problem(problem, "greedy")
+    improved = toulbar2.solve(problem, None, incumbent=[worse.assignment[n] for n in problem.nodes])
+    assert improved.status == "optimal"
+    assert problem.evaluate(improved.assignment) == pytest.approx(optimum.objective, rel=1e-12)
+    assert worse.objective > optimum.objective
+
+
+def test_under_a_tight_limit_the_fallback_is_made_before_the_search():
+    # building this model takes far more than FALLBACK_SHARE of 50 ms: the fallback is made first,
+    # and toulbar2, stopped at the deadline, returns it with its bound
+    graph, costs = generate("densenet", nodes=600, seed=1, regime="xhard")
+    problem = Problem.from_graph(graph, costs)
+    sol = layoutopt.solve_problem(problem, "toulbar2", time_limit=0.05)
+    pbqp = layoutopt.solve_problem(problem, "pbqp")
+    assert sol.status == "feasible" and "pbqp/greedy" in sol.message
+    assert sol.objective == pbqp.objective and sol.lower_bound < sol.objective

@@ -9,9 +9,9 @@ The plan, in order:
 3. Otherwise an **exact engine on the kernel**: ``toulbar2`` when installed (HBFS with soft
    arc consistency bounds: the fastest exact solver measured on these problems), else
    ``cpsat``, with 90 % of the time left. When it stops early its best assignment (or, if
-   it has none, a ``pbqp`` + ICM assignment of the kernel) is returned as ``"feasible"``
-   with the engine's certified lower bound (or, when it has none, the sum of the kernel's
-   node minima, valid because costs are non-negative).
+   it has none, its ``pbqp`` fallback, made before its search starts unless that is cheap)
+   is returned as ``"feasible"`` with the engine's certified lower bound (or, when it has
+   none, the sum of the kernel's node minima, valid because costs are non-negative).
 
 ``stats["engine"]`` names what ran (``"reductions"``, ``"dp"``, ``"toulbar2"`` or
 ``"cpsat"``); ``stats`` also holds the reduction counts and the time of each phase.
@@ -39,7 +39,6 @@ from ..problem import Problem
 from . import get_solver, register, registered
 from .base import Solver, SolverResult
 from .dp import TableTooLarge, eliminate, elimination_order
-from .pbqp import icm, run_pbqp
 from .reductions import reduce
 
 
@@ -48,16 +47,6 @@ def exact_engine() -> str:
     if "toulbar2" in registered() and get_solver("toulbar2").is_available():
         return "toulbar2"
     return "cpsat"
-
-
-def _incumbent(kernel: Problem) -> np.ndarray | None:
-    """A pbqp (+ICM) assignment of the kernel, or None if it has no finite cost."""
-    choices, _, _ = run_pbqp(kernel)
-    if choices is None:
-        return None
-    assignment = np.array(choices, dtype=np.int64)
-    icm(kernel, assignment)
-    return assignment if math.isfinite(kernel.evaluate(assignment)) else None
 
 
 @register
@@ -113,8 +102,8 @@ class Auto(Solver):
         solver_cls = get_solver(engine)
         remaining = None
         if time_limit is not None:
-            # Keep back a tenth of what is left: the engine's build, its stop and the expansion
-            # run after its deadline.
+            # Keep back a tenth of what is left: the engine's stop, the expansion and the
+            # recomputation of the objective run after its deadline.
             remaining = max(0.9 * (time_limit - (time.perf_counter() - start)), 1e-3)
         phase = time.perf_counter()
         result = solver_cls().solve(kernel, remaining, **solver_cls.options)
@@ -124,15 +113,8 @@ class Auto(Solver):
         if result.status == "optimal":  # the front end sets lower_bound to the recomputed objective
             lower = None if result.lower_bound is None else reduction.lower_bound(result.lower_bound)
             return SolverResult(reduction.expand(result.assignment), "optimal", lower, result.message, stats)
+        # Both engines return their pbqp fallback when the search found nothing in time.
         candidates = [] if result.assignment is None else [np.asarray(result.assignment)]
-        proven_infeasible = result.status == "infeasible" and result.lower_bound == math.inf
-        if result.assignment is None and not proven_infeasible:
-            # anytime: the engine stopped before finding an assignment
-            phase = time.perf_counter()
-            incumbent = _incumbent(kernel)
-            stats["incumbent_time"] = time.perf_counter() - phase
-            if incumbent is not None:
-                candidates.append(incumbent)
         values = [kernel.evaluate(a) for a in candidates]
         bound = result.lower_bound
         if bound is None or not bound > -math.inf:
@@ -142,5 +124,5 @@ class Auto(Solver):
                 return SolverResult(None, "infeasible", math.inf, result.message, stats)
             message = result.message or f"{engine} found no allowed assignment within the time limit"
             return SolverResult(None, "infeasible", None, message, stats)
-        best = reduction.expand(candidates[int(np.argmin(values))])
+        best = reduction.expand(candidates[0])
         return SolverResult(best, "feasible", reduction.lower_bound(bound), result.message, stats)

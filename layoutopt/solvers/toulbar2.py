@@ -36,7 +36,7 @@ from ..problem import Problem
 from . import register
 from .base import Solver, SolverResult
 from .cpsat import heuristic_assignment
-from .scaling import scale_costs, status_from_bound
+from .scaling import ScaledCosts, scale_costs, status_from_bound
 
 __all__ = ["SEARCH_OPTIONS", "Toulbar2"]
 
@@ -84,6 +84,12 @@ SEARCH_OPTIONS: dict[str, Any] = {
 }
 
 
+#: Under a time limit, the pbqp/greedy fallback (returned if the search finds nothing in time) is
+#: made *before* the search when building the model took more than this share of the limit (the
+#: fallback costs about as much as the build); else only if needed, overshooting by about that share.
+FALLBACK_SHARE = 0.005
+
+
 @contextlib.contextmanager
 def _wall_clock_alarm(seconds: float) -> Iterator[bool]:
     """Send this process SIGVTALRM (toulbar2's timeout signal) after ``seconds`` of wall time.
@@ -123,6 +129,12 @@ def _wall_clock_alarm(seconds: float) -> Iterator[bool]:
         libc.timer_delete(timer_id)  # before timerStop(): a pending signal still finds the handler
 
 
+def _scaled_cost(scaled: ScaledCosts, assignment: np.ndarray) -> float:
+    """The scaled (integer) cost of ``assignment``: exact, the scaled costs are integers below 2**53."""
+    total = math.fsum(float(c[k]) for c, k in zip(scaled.node_costs, assignment, strict=True))
+    return total + math.fsum(float(m[assignment[i], assignment[j]]) for (i, j), m in scaled.edges.items())
+
+
 @register
 class Toulbar2(Solver):
     """Exact branch-and-bound with soft arc consistency bounds (toulbar2's HBFS), via pytoulbar2.
@@ -142,7 +154,10 @@ class Toulbar2(Solver):
     exact = True
     requires = (("pytoulbar2", "toulbar2"),)
 
-    def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
+    def solve(self, problem: Problem, time_limit: float | None, *, incumbent: np.ndarray | None = None,
+              **options: Any) -> SolverResult:
+        """See the class docstring; ``incumbent``: an assignment already known (toulbar2 then
+        searches only for better ones, and returns it if it finds none in time)."""
         import pytoulbar2
 
         start = time.perf_counter()
@@ -163,6 +178,20 @@ class Toulbar2(Solver):
         except pytoulbar2.pytb2.Contradiction:  # propagation while posting emptied a domain
             return SolverResult(None, "infeasible", math.inf,
                                 "toulbar2 proved that every assignment uses a forbidden (inf) entry")
+        if (incumbent is None and time_limit is not None
+                and time.perf_counter() - start > FALLBACK_SHARE * time_limit):
+            # The fallback costs about what the build did: made now, so that nothing runs after the
+            # deadline. Below that share it is made only if the search ends with nothing.
+            incumbent = heuristic_assignment(problem)
+        incumbent_cost = math.inf if incumbent is None else _scaled_cost(scaled, incumbent)
+        if math.isfinite(incumbent_cost):
+            try:  # search only for strictly better assignments
+                cfn.UpdateUB(incumbent_cost)
+            except pytoulbar2.pytb2.Contradiction:  # the bound already meets the incumbent: optimal
+                return SolverResult(incumbent, "optimal", scaled.lower_bound(incumbent_cost), "",
+                                    {"incumbent_proved": True})
+        else:
+            incumbent = None
         build_time = time.perf_counter() - start
 
         try:
@@ -182,6 +211,9 @@ class Toulbar2(Solver):
                  "scale": scaled.scale, "rounding_error": scaled.rounding_error}
 
         if solution is None and not timed_out:
+            if incumbent is not None:  # no assignment beats the incumbent's cost: a proof
+                stats["incumbent_proved"] = True
+                return SolverResult(incumbent, "optimal", scaled.lower_bound(incumbent_cost), "", stats)
             return SolverResult(None, "infeasible", math.inf,
                                 "toulbar2 proved that every assignment uses a forbidden (inf) entry", stats)
         lower = scaled.lower_bound(cfn.GetDDualBound()) if timed_out else None
@@ -189,8 +221,9 @@ class Toulbar2(Solver):
             assignment = np.asarray(solution[0], dtype=np.int64)
             message = "time limit reached; lower_bound is toulbar2's dual bound" if timed_out else ""
         else:
-            assignment = heuristic_assignment(problem)
-            message = "time limit reached before toulbar2 found a solution; returning the pbqp/greedy one"
+            # made before the search, or now when that costs under FALLBACK_SHARE of the limit
+            assignment = incumbent if incumbent is not None else heuristic_assignment(problem)
+            message = "time limit reached before toulbar2 improved on the pbqp/greedy assignment"
         if assignment is None:
             return SolverResult(None, "infeasible", lower,
                                 "toulbar2 found no allowed assignment within the time limit "
