@@ -57,7 +57,8 @@ def test_integer_costs_are_represented_exactly():
 def test_entries_of_forbidden_choices_become_forbidden():
     problem = Problem.from_graph(nx.path_graph(2), {"nodes": {0: [math.inf, 1.0], 1: [0.0, 2.0]},
                                                     "edges": {(0, 1): [[1e300, 0.0], [4.0, math.inf]]}})
-    scaled = scale_costs(problem, budget=1024)
+    with np.errstate(all="raise"):  # forbidden entries take part in no arithmetic (no inf - inf)
+        scaled = scale_costs(problem, budget=1024)
     # the 1e300 of forbidden choice 0 neither counts in the scale nor reaches the solvers
     assert cost_scale(problem, budget=1024) == scaled.scale == 128.0  # largest objective 1 + 2 + 4
     np.testing.assert_array_equal(scaled.edges[(0, 1)], [[math.inf, math.inf], [512.0, math.inf]])

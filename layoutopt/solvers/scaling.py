@@ -157,11 +157,14 @@ def scale_costs(problem: Problem, budget: float = INTEGER_COST_BUDGET) -> Scaled
     scale = _scale_for(_largest_objective(node_tables + edge_tables), budget)
     errors = []
     for group in node_tables + edge_tables:
-        rounded = np.rint(group.costs * scale)
-        with np.errstate(invalid="ignore"):  # inf - inf: forbidden entries carry no error
-            deviation = np.abs(rounded / scale - group.costs).reshape(len(group.keys), -1)
-        errors.append(np.where(np.isfinite(deviation), deviation, 0.0).max(axis=1))
-        group.costs = rounded
+        # Forbidden (inf) entries stay inf and carry no error; the arithmetic runs on finite values
+        # only (inf - inf would be NaN, with a RuntimeWarning).
+        finite = np.isfinite(group.costs)
+        costs = np.where(finite, group.costs, 0.0)
+        rounded = np.rint(costs * scale)
+        deviation = np.abs(rounded / scale - costs).reshape(len(group.keys), -1)
+        errors.append(deviation.max(axis=1))
+        group.costs = np.where(finite, rounded, np.inf)
     # Each float operation above may round down by an ulp; a relative 1e-9 covers millions of terms.
     error = math.fsum(np.concatenate(errors).tolist()) * (1 + 1e-9) if errors else 0.0
     node_costs: list[np.ndarray] = [np.zeros(0)] * len(problem)
