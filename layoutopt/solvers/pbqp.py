@@ -131,16 +131,22 @@ def icm(problem: Problem, assignment: np.ndarray, max_sweeps: int = 10) -> int:
     """
     node_costs = problem.node_costs
     nbrs = problem._adjacency  # type: ignore[attr-defined]
-    # Each node's oriented matrices, and its cost per choice given the neighbours' current choices
-    # (recomputed only when a neighbour moved: moves are few, so a sweep is one argmin per node).
-    matrices = [[problem.edge(i, j) for j in nbrs[i]] for i in range(len(nbrs))]
+    matrices: list[list[np.ndarray]] = [[] for _ in nbrs]  # aligned with nbrs (same edge order)
+    for (i, j), m in problem.edges.items():
+        matrices[i].append(m)
+        matrices[j].append(m.T)
+    # A node's cost per choice given its neighbours' choices is cached, and the node is looked at
+    # again only once a neighbour moved: the same moves as visiting every node every sweep, since a
+    # node whose neighbours stayed put has no better reply than last time.
     local: list[np.ndarray | None] = [None] * len(nbrs)
+    pending = [c.size > 1 for c in node_costs]
     moves = 0
     for _ in range(max_sweeps):
         changed = False
         for i, row in enumerate(nbrs):
-            if node_costs[i].size == 1:
+            if not pending[i]:
                 continue
+            pending[i] = False
             costs = local[i]
             if costs is None:
                 costs = node_costs[i].copy()
@@ -154,6 +160,7 @@ def icm(problem: Problem, assignment: np.ndarray, max_sweeps: int = 10) -> int:
                 changed = True
                 for j in row:
                     local[j] = None
+                    pending[j] = node_costs[j].size > 1
         if not changed:
             break
     return moves
