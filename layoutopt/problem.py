@@ -90,6 +90,8 @@ def _check_values(arr: np.ndarray, where: str) -> None:
 
 def _as_matrix(edge: tuple, value: Any, shape: tuple[int, int]) -> np.ndarray:
     """``value`` as a float64 matrix of ``shape`` (no copy when it already is one); values checked later."""
+    if type(value) is np.ndarray and value.dtype == np.float64 and value.shape == shape:
+        return value  # the common case, without the conversion machinery
     try:
         mat = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -234,28 +236,32 @@ class Problem:
         multigraph = graph.is_multigraph()
         directed = graph.is_directed()
         graph_edges = graph.edges(keys=True) if multigraph else graph.edges()
+        given_edges = given.edges
         for edge in graph_edges:
             u, v = edge[0], edge[1]
             if u == v:
                 raise ProblemError(f"edge {(u, v)!r} is a self-loop; put such costs on the node instead")
-            key, transpose = cls._find_edge_cost(given.edges, edge, graph, multigraph, directed)
+            if not multigraph and edge in given_edges:  # the common case, without a call
+                key, transpose = edge, False
+            else:
+                key, transpose = cls._find_edge_cost(given_edges, edge, graph, multigraph, directed)
             used.add(key)
             i, j = index[u], index[v]
-            shape = (vectors[i].size, vectors[j].size)
             if transpose:
-                mat = _as_matrix(key, given.edges[key], shape[::-1]).T
+                mat = _as_matrix(key, given_edges[key], (vectors[j].size, vectors[i].size)).T
             else:
-                mat = _as_matrix(key, given.edges[key], shape)
+                mat = _as_matrix(key, given_edges[key], (vectors[i].size, vectors[j].size))
+            pair = (i, j)
             if i > j:
-                i, j, mat = j, i, mat.T
-            if (i, j) in matrices:  # parallel or opposite edges: check each before summing
+                pair, mat = (j, i), mat.T
+            if pair in matrices:  # parallel or opposite edges: check each before summing
                 _check_values(mat, f"edge {key!r}")
-                _check_values(matrices[(i, j)], f"edge {given_key[(i, j)]!r}")
-                matrices[(i, j)] = matrices[(i, j)] + mat
+                _check_values(matrices[pair], f"edge {given_key[pair]!r}")
+                matrices[pair] = matrices[pair] + mat
             else:
-                matrices[(i, j)] = mat
-                edge_names[(i, j)] = (u, v)
-                given_key[(i, j)] = key
+                matrices[pair] = mat
+                edge_names[pair] = (u, v)
+                given_key[pair] = key
         if len(used) != len(given.edges):
             extra = next(k for k in given.edges if k not in used)
             raise ProblemError(f"cost given for edge {extra!r}, which is not in the graph")
