@@ -124,6 +124,33 @@ def run_pbqp(problem: Problem, prune: bool = False) -> tuple[list[int] | None, d
     return choices, graph.counts, None
 
 
+def _local_costs(problem: Problem, assignment: np.ndarray) -> list[np.ndarray]:
+    """Each node's cost per choice given its neighbours' choices in ``assignment``, in bulk.
+
+    Gathers, from the flat copy of the costs, column ``assignment[j]`` of every edge ``(i, j)`` for
+    node ``i`` and row ``assignment[i]`` for node ``j``, and sums them per node entry.
+    """
+    packed = problem._packing
+    choice = np.asarray(assignment, dtype=np.int64)
+    first, second, cols, start = packed.edge_i, packed.edge_j, packed.edge_cols, packed.edge_start
+    rows = packed.node_size[first]
+    # for node i: entries start + k * cols + choice[j], k < rows
+    edge_of = np.repeat(np.arange(first.size), rows)
+    k = np.arange(edge_of.size) - np.repeat(np.cumsum(rows) - rows, rows)
+    source_i = start[edge_of] + k * cols[edge_of] + choice[second][edge_of]
+    target_i = packed.node_start[first][edge_of] + k
+    # for node j: entries start + choice[i] * cols + l, l < cols
+    edge_of = np.repeat(np.arange(first.size), cols)
+    lane = np.arange(edge_of.size) - np.repeat(np.cumsum(cols) - cols, cols)
+    source_j = start[edge_of] + choice[first][edge_of] * cols[edge_of] + lane
+    target_j = packed.node_start[second][edge_of] + lane
+    sums = np.bincount(np.concatenate([target_i, target_j]),
+                       weights=packed.edge_flat[np.concatenate([source_i, source_j])],
+                       minlength=packed.node_flat.size)
+    flat = packed.node_flat + sums
+    return [flat[s:s + n] for s, n in zip(packed.node_start.tolist(), packed.node_size.tolist(), strict=True)]
+
+
 def icm(problem: Problem, assignment: np.ndarray, max_sweeps: int = 10) -> int:
     """Iterated conditional modes: move nodes to their best reply until none improves.
 
@@ -138,7 +165,7 @@ def icm(problem: Problem, assignment: np.ndarray, max_sweeps: int = 10) -> int:
     # A node's cost per choice given its neighbours' choices is cached, and the node is looked at
     # again only once a neighbour moved: the same moves as visiting every node every sweep, since a
     # node whose neighbours stayed put has no better reply than last time.
-    local: list[np.ndarray | None] = [None] * len(nbrs)
+    local: list[np.ndarray | None] = list(_local_costs(problem, assignment))
     pending = [c.size > 1 for c in node_costs]
     moves = 0
     for _ in range(max_sweeps):
