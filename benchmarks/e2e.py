@@ -176,7 +176,8 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     from layoutopt.tvm.tune import measure_latencies, random_inputs
 
     _, _, size = NETWORKS[network]
-    row: dict = {"network": network, "load_before": os.getloadavg()[0]}
+    row: dict = {"network": network, "load_before": os.getloadavg()[0],
+                 "blocks": ",".join(map(str, args.blocks)) if args.blocks else "4,8,16,32,64"}
     onnx_path = export_onnx(network, Path(args.models))
     start = time.perf_counter()
     mod = load_model(onnx_path, input_shape=[1, 3, size, size])
@@ -313,8 +314,8 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
         "Predicted (layout problem objective) vs measured, transforms inserted:",
         "",
         "| network | (d) predicted | (d) measured | (d) transforms | (b) predicted | (b) transforms "
-        "| (c) predicted | (c) transforms | solver | tune time (s) | load avg before / after |",
-        "|---" * 11 + "|",
+        "| (c) predicted | (c) transforms | solver | blocks | tune time (s) | load avg before / after |",
+        "|---" * 12 + "|",
     ]
     for row in rows:
         lines.append(
@@ -322,7 +323,7 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
             f"| {row.get('layoutopt_transforms')} | {_ms(row.get('nchw16c_predicted'))} "
             f"| {row.get('nchw16c_transforms')} | {_ms(row.get('greedy_predicted'))} "
             f"| {row.get('greedy_transforms')} | {row.get('solver')} ({row.get('status')}) "
-            f"| {row.get('tune_seconds', 0):.0f} | {_load(row)} |"
+            f"| {row.get('blocks', '-')} | {row.get('tune_seconds', 0):.0f} | {_load(row)} |"
         )
     failed = [row for row in rows if row.get("error")]
     if failed:
