@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh
 export TVM_NUM_THREADS=${TVM_NUM_THREADS:-2}
-exec .venv/bin/layoutopt demo "$@"
+exec .venv/bin/layoutopt tune "$@"
