@@ -31,7 +31,6 @@ Example:
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -100,6 +99,10 @@ class WorkingGraph:
         #: arithmetically (min-sum), so pruning is only switched on for RN, which must not
         #: pick a dead choice (see :meth:`prune_all`).
         self.pruning = False
+        #: nodes whose edges changed, and nodes whose cost vector changed, since the caller last
+        #: cleared these lists (RN's node selection re-estimates them, and the latter's neighbours)
+        self.changed: list[int] = []
+        self.changed_vectors: list[int] = []
 
     # --- domains ---------------------------------------------------------------------------
 
@@ -139,6 +142,7 @@ class WorkingGraph:
             self.adj[j][i] = m.T
         queue.append(i)
         self.worklist.append(i)
+        self.changed_vectors.append(i)  # its vector and the matrices of all its edges
 
     def _check_support(self, i: int, j: int, queue: list[int]) -> None:
         """Remove the choices of ``i`` that no choice of ``j`` allows."""
@@ -162,6 +166,7 @@ class WorkingGraph:
         for x, values in additions:
             vec = self.vec[x] + values
             self.vec[x] = vec
+            self.changed_vectors.append(x)
             if self.pruning and math.isinf(vec.max()):
                 forbidden.append(x)
         if forbidden:
@@ -185,11 +190,14 @@ class WorkingGraph:
                 self._propagate(queue)
         self.worklist.append(x)
         self.worklist.append(z)
+        self.changed.append(x)
+        self.changed.append(z)
 
     def _remove(self, y: int) -> None:
         for x in self.adj[y]:
             del self.adj[x][y]
             self.worklist.append(x)
+            self.changed.append(x)
         self.adj[y] = {}
         self.alive[y] = False
         self.n_alive -= 1
@@ -390,10 +398,3 @@ def reduce(problem: Problem) -> Reduction:
     stats["kernel_nodes"] = len(kernel)
     stats["kernel_edges"] = len(kernel.edges)
     return Reduction(kernel, graph.constant, nodes, choices, infeasible, stats, graph)
-
-
-def rn_heap(graph: WorkingGraph) -> list[tuple[int, int]]:
-    """A max-degree heap of the live nodes (entries ``(-degree, node)``)."""
-    heap = [(-len(graph.adj[i]), i) for i in graph.live_nodes()]
-    heapq.heapify(heap)
-    return heap
