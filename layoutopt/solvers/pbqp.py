@@ -264,7 +264,7 @@ def feasible_assignment(problem: Problem, time_limit: float | None) -> tuple[lis
 
 @register
 class PBQP(Solver):
-    """PBQP reductions with the max-degree / locally-minimal RN rule (see the module docstring).
+    """PBQP reductions with the most-certain-node / locally-minimal RN rule (see the module docstring).
 
     Options:
         polish: run an ICM local search after the reductions when RN was used.
