@@ -133,6 +133,50 @@ def _static_shape(expr) -> list[int] | None:
         return None
 
 
+def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None = None):
+    """The computed operand whose layout a layout-following op keeps, or None when ``call`` is not one.
+
+    The one classification extraction (:mod:`layoutopt.tvm.extract`) and the rewrite both use, so
+    that the graph costs exactly the program the rewrite emits. Layout-following are:
+
+    * a unary elementwise op (:data:`UNARY_OPS`) of a 4-D tensor returning one 4-D tensor (dropout's
+      tuple output is not: a boundary);
+    * max/avg pooling declared ``NCHW`` in and out (an ``NHWC`` pool is a boundary);
+    * a binary elementwise op (:data:`BINARY_OPS`) of ONE computed 4-D tensor and one per-channel or
+      scalar constant, in either order (``add(bias, x)`` as well as ``add(x, bias)``).
+
+    ``is_data(var)`` tells computed tensors from other Vars (extraction's unbound weights); default:
+    every Var is data.
+
+    Example::
+
+        layout_carrier(relu_call, "relax.nn.relu")   # the Var relu reads
+    """
+    tvm = import_tvm()
+    relax = tvm.relax
+    if op not in UNARY_OPS and op not in POOL_OPS and op not in BINARY_OPS:
+        return None
+    is_data = is_data or (lambda _var: True)
+    args = list(call.args)
+    if op in BINARY_OPS:
+        tensors = [a for a in args if isinstance(a, relax.Var)]
+        constants = [a for a in args if isinstance(a, tvm.ir.expr.Constant)]
+        if len(tensors) != 1 or len(constants) != 1 or not is_data(tensors[0]):
+            return None
+        shape = _static_shape(tensors[0])
+        ok = shape is not None and len(shape) == 4 and _per_channel(constants[0], shape[1])
+        return tensors[0] if ok and _static_shape(call) == shape else None
+    if not args or not isinstance(args[0], relax.Var) or not is_data(args[0]):
+        return None
+    shape = _static_shape(args[0])
+    out_shape = _static_shape(call)
+    if shape is None or len(shape) != 4 or out_shape is None or len(out_shape) != 4:
+        return None  # e.g. dropout returns a tuple
+    if op in POOL_OPS and (str(call.attrs.layout), str(call.attrs.out_layout)) != (NCHW, NCHW):
+        return None
+    return args[0]
+
+
 class _Rewriter:
     """Rebuilds ``main`` binding by binding; ``env`` maps each original Var to (new Var, layout)."""
 
@@ -223,24 +267,15 @@ class _Rewriter:
                     f"node {name!r}: layout {choice} was chosen for op {op or type(value).__name__!r}, "
                     "which this pass can only run in NCHW"
                 )
-        if op in UNARY_OPS or op in POOL_OPS or op in BINARY_OPS:
-            follow = self.following_layout(value, op)
-            if follow is not None:
-                return self.layout_following(var, value, op, follow)
+        follow = self.following_layout(value, op) if isinstance(value, relax.Call) else None
+        if follow is not None:
+            return self.layout_following(var, value, op, follow)
         self.boundary(var, value)
 
-    def following_layout(self, value, op: str) -> str | None:
+    def following_layout(self, value, op: str | None) -> str | None:
         """The layout a layout-following op keeps (its computed input's), or None when it is not one."""
-        shape = _static_shape(value.args[0])
-        if shape is None or len(shape) != 4:
-            return None
-        if op in BINARY_OPS:
-            tensors = [a for a in value.args if isinstance(a, self.relax.Var)]
-            constants = [a for a in value.args if isinstance(a, self.tvm.ir.expr.Constant)]
-            if len(tensors) != 1 or len(constants) != 1 or not _per_channel(constants[0], shape[1]):
-                return None
-            return self.layout_of(tensors[0])
-        return self.layout_of(value.args[0])
+        carrier = layout_carrier(value, op)
+        return None if carrier is None else self.layout_of(carrier)
 
     def layout_following(self, var, value, op: str, layout: str) -> None:
         args = [self.value(a, layout) for a in value.args]
@@ -565,91 +600,6 @@ def _legalize_conv2d(bb, call):
     )
 
 
-def _schedule_dense_pack(mod):
-    """Give packed-weight dense PrimFuncs (from :meth:`_Rewriter.dense`) the measured kernel's schedule."""
-    tvm = import_tvm()
-    from .kernels import _schedule_dense
-
-    updates = {}
-    for gvar, func in mod.functions_items():
-        if not isinstance(func, tvm.tirx.PrimFunc):
-            continue
-        sch = tvm.s_tir.Schedule(func)
-        try:
-            sch.get_sblock("T_dense_pack")
-        except Exception:  # no such block: not ours
-            continue
-        block = _dense_pack_block(func)
-        _schedule_dense(sch, block)
-        updates[gvar] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
-    if not updates:
-        return mod
-    mod = mod.shallow_copy() if hasattr(mod, "shallow_copy") else mod
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return mod
-
-
-def _dense_pack_block(func) -> int:
-    from .kernels import _param_shape
-
-    shapes = [_param_shape(func, i) for i in range(len(func.params))]
-    return int(next(shape for shape in shapes if len(shape) == 3)[2])
-
-
-def _schedule_fused_conv2d(mod):
-    """Schedule conv2d_NCHWc PrimFuncs with a fused epilogue (bias, relu, residual add...) in the tile.
-
-    The epilogue is computed per register tile ``[reg_n x oc_block]`` right after the tile's
-    accumulation (``reverse_compute_at`` the output loop), its middle blocks inlined, and the conv's
-    own output kept in a ``local`` tile, so the output tensor is written once, already finished,
-    instead of being re-read by each elementwise op. Functions it cannot schedule are left to
-    :func:`~layoutopt.tvm.kernels.schedule_module`.
-    """
-    tvm = import_tvm()
-    from .kernels import _block_names, _default_reg_n, _parallel_vectorize, _param_shape
-
-    updates = {}
-    for gvar, func in mod.functions_items():
-        if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs and "tirx.is_scheduled" in func.attrs):
-            continue
-        sch = tvm.s_tir.Schedule(func)
-        names = _block_names(sch)
-        epilogue = [name for name in names if name not in ("data_pad", "conv2d_NCHWc")]
-        if "conv2d_NCHWc" not in names or not epilogue:
-            continue
-        try:
-            shapes = [_param_shape(func, i) for i in range(len(func.params))]
-            in_block = next(shape for shape in shapes if len(shape) == 6)[4]
-            reg_n = _default_reg_n(shapes[-1][3])
-            conv = sch.get_sblock("conv2d_NCHWc")
-            if "data_pad" in names:
-                _parallel_vectorize(sch, sch.get_sblock("data_pad"))
-            for name in epilogue[:-1]:
-                sch.compute_inline(sch.get_sblock(name))
-            last = sch.get_sblock(epilogue[-1])
-            n, occ, oh, ow, ocb, ic, kh, kw = sch.get_loops(conv)
-            owo, owi = sch.split(ow, [None, reg_n])
-            ico, ici = sch.split(ic, [None, in_block])
-            sch.reorder(n, occ, oh, owo, ico, kh, kw, ici, owi, ocb)
-            sch.set_scope(conv, 0, "local")
-            sch.reverse_compute_at(last, owo)
-            sch.parallel(sch.fuse(n, occ, oh))
-            sch.vectorize(ocb)
-            sch.unroll(owi)
-            sch.vectorize(sch.get_loops(last)[-1])
-            sch.decompose_reduction(conv, ico)
-        except (tvm.s_tir.ScheduleError, StopIteration, ValueError):
-            continue
-        updates[gvar] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
-    if not updates:
-        return mod
-    mod = mod.shallow_copy() if hasattr(mod, "shallow_copy") else mod
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return mod
-
-
 def build(mod, target=None, fuse: bool = False):
     """Legalize, schedule every kernel, lower and compile ``mod`` for the CPU ``target``.
 
@@ -679,7 +629,6 @@ def build(mod, target=None, fuse: bool = False):
             mod = relax.transform.AnnotateTIROpPattern()(mod)
             mod = relax.transform.FuseOps()(mod)
             mod = relax.transform.FuseTIR()(mod)
-            mod = _schedule_fused_conv2d(mod)
-        mod = schedule_module(_schedule_dense_pack(mod), target)
+        mod = schedule_module(mod, target)
         mod = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
     return tvm.compile(mod, target=target, relax_pipeline=None)

@@ -39,7 +39,7 @@ import networkx as nx
 
 from ..errors import ProblemError
 from ._tvm import import_tvm
-from .apply import BINARY_OPS, CONCAT_OPS, NCHW, POOL_OPS, UNARY_OPS, _per_channel
+from .apply import BINARY_OPS, CONCAT_OPS, NCHW, layout_carrier
 from .kernels import DEFAULT_BLOCKS, channel_blocks, conv2d_candidates, dense_candidates
 
 __all__ = ["KINDS", "Candidates", "candidate_label", "extract_layout_graph", "prepare"]
@@ -439,8 +439,9 @@ class _Extractor:
         if not inputs:
             return  # computed from constants only (FoldConstant leaves few of these)
         op = value.op.name if isinstance(value.op, self.tvm.ir.Op) else None
-        if (op in UNARY_OPS or op in POOL_OPS or op in BINARY_OPS) and self.follows(value, op):
-            producer = self.source_of(inputs[0])  # the one computed operand
+        carrier = layout_carrier(value, op, self.is_follower_input)
+        if carrier is not None:  # layout-following: same classification as the rewrite's
+            producer = self.source_of(carrier)  # the one computed operand
             self.source[var] = producer
             self.following[name] = producer
             return
@@ -514,24 +515,9 @@ class _Extractor:
             )
         return cands
 
-    def follows(self, call, op: str) -> bool:
-        """Is this unary/pool/binary op layout-following (it runs in whatever layout arrives)?"""
-        args = call.args
-        if op in BINARY_OPS:
-            tensors = [a for a in args if isinstance(a, self.relax.Var)]
-            constants = [a for a in args if isinstance(a, self.tvm.ir.expr.Constant)]
-            if len(tensors) != 1 or len(constants) != 1 or not self.is_data(tensors[0]):
-                return False
-            shape = self.shape(tensors[0], "operand")
-            return shape is not None and len(shape) == 4 and _per_channel(constants[0], shape[1])
-        if not self.is_data(args[0]) or args[0] in self.tuples:
-            return False
-        shape = self.shape(args[0], "operand")
-        if shape is None or len(shape) != 4 or not isinstance(call.ty, self.relax.TensorType):
-            return False  # e.g. dropout returns a tuple: treat it as a boundary
-        if op in POOL_OPS:
-            return (call.attrs.layout, call.attrs.out_layout) == ("NCHW", "NCHW")
-        return True
+    def is_follower_input(self, var) -> bool:
+        """A computed tensor a layout-following op can carry the layout of (not a bound tuple)."""
+        return self.is_data(var) and var not in self.tuples
 
     def multi(self, name: str, call, op: str, inputs: list) -> bool:
         """A multi-input op: its choices are one common layout of all inputs and the output."""

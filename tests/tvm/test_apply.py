@@ -182,3 +182,65 @@ def test_dense_runs_the_measured_kernel_for_its_weight_layout(tvm, weight):
     assert kernels == {"dense" if weight == "NK" else "dense_pack"}
     assert "relax.matmul" not in op_list(new_mod)
     assert relative_error(run(build(new_mod), inputs), expected) < 1e-4
+
+
+def _conv_op_conv(middle: str):
+    """conv1 (8->16) -> ``middle`` -> conv2 (16->16): one op the rewrite and extraction must agree on."""
+    net = models._NetBuilder(8, 8, seed=3)
+    relax = net.relax
+
+    def body(x):
+        x = net.conv(x, 16, name="conv1", relu=False, bias=False)
+        if middle == "bias_first":  # the constant FIRST: still a per-channel bias, layout-following
+            x = net.emit(relax.op.add(net.const((16, 1, 1), 16), x), "bias")
+        elif middle == "nhwc_pool":  # a pool declared NHWC: a boundary (plain NCHW in and out)
+            x = net.emit(relax.op.nn.max_pool2d(x, 1, 1, 0, layout="NHWC"), "pool")
+        elif middle == "dropout":  # a tuple output: a boundary
+            pair = net.emit(relax.op.nn.dropout(x, 0.5), "drop")
+            x = net.emit(relax.TupleGetItem(pair, 0), "drop0")
+        return net.conv(x, 16, name="conv2", relu=False, bias=False)
+
+    return net.finish(body)
+
+
+@pytest.mark.parametrize(("middle", "transforms"), [("bias_first", 2), ("nhwc_pool", 4), ("dropout", 4)])
+def test_extraction_and_rewrite_classify_every_op_alike(tvm, middle, transforms):
+    mod = prepare(_conv_op_conv(middle))
+    graph = extract_layout_graph(mod, prepared=True, candidates=[8])
+    kinds = {data["op"]: data["kind"] for _, data in graph.nodes(data=True)}
+    if middle == "bias_first":
+        assert "relax.add" not in kinds  # follows conv1: no node
+    else:
+        assert kinds.get("relax.nn.max_pool2d" if middle == "nhwc_pool" else "relax.nn.dropout") == "boundary"
+    blocked = {node: data["layouts"].index(("NCHW8c", "NCHW8c"))
+               for node, data in graph.nodes(data=True) if ("NCHW8c", "NCHW8c") in data["layouts"]}
+    assignment = {node: blocked.get(node, 0) for node in graph}
+    new_mod = apply_solution(mod, graph, _solution(assignment))
+    # bias_first: image -> 8c, output 8c -> NCHW; a boundary in the middle adds 8c -> NCHW -> 8c
+    assert count_layout_transforms(new_mod) == expected_transforms(graph, assignment) == transforms
+    inputs = random_inputs(mod, seed=2)
+    expected = run(tvm.compile(mod, target=_target()), inputs)
+    assert relative_error(run(build(new_mod), inputs), expected) < 1e-4
+
+
+def test_fused_build_finishes_the_epilogue_in_the_conv_tile_leaving_the_input_alone(tvm, reference_outputs):
+    from layoutopt.tvm.apply import _legalize_conv2d
+    from layoutopt.tvm.kernels import schedule_module
+
+    mod = apply_layouts(prepare(NETS["residual"]()), {"conv0": "NCHW3c->NCHW16c", "conv1": "NCHW16c->NCHW8c",
+                                                     "conv2": "NCHW8c->NCHW8c", "add": "NCHW16c"})
+    target = _target()
+    relax = tvm.relax
+    with target:
+        fused = relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _legalize_conv2d})(mod)
+        fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(relax.transform.AnnotateTIROpPattern()(
+            relax.transform.FoldConstant()(fused))))
+    before = fused.script()
+    scheduled = schedule_module(fused, target)
+    assert fused.script() == before  # the caller's module is not modified in place
+    convs = [f.script() for f in scheduled.functions.values()
+             if isinstance(f, tvm.tirx.PrimFunc) and "conv2d_NCHWc" in f.script()]
+    # every conv finishes its bias (+ relu) in its register tile: the conv output stays "local"
+    assert len(convs) == 3 and all('"local"' in script for script in convs)
+    inputs, expected = reference_outputs["residual"]
+    assert relative_error(run(build(mod, fuse=True), inputs), expected) < 1e-4
