@@ -529,7 +529,7 @@ def _conv2d_compute(tvm, workload, candidate):
     strides, padding, dilation = workload["strides"], workload["padding"], workload["dilation"]
     in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
     out_width = conv2d_output_shape(workload)[3]
-    reg_n = int(candidate.get("reg_n") or _default_reg_n(out_width))
+    reg_n = int(candidate.get("reg_n") or register_tile(out_width, out_block))
     if in_block is None:
         data = te.placeholder(data_shape, dtype=dtype, name="data")
         kernel = te.placeholder(kernel_shape, dtype=dtype, name="kernel")
@@ -602,9 +602,44 @@ def _dense_compute(tvm, workload, candidate):
     return [data, weight, out], lambda sch, _c: _schedule_dense(sch, block)
 
 
-def _default_reg_n(out_width: int) -> int:
-    # AutoTVM's x86 fallback: the widest register tile of at most 8 output columns dividing the width
-    return max(d for d in range(1, 9) if out_width % d == 0)
+def _vector_registers(target: Any = None) -> tuple[int, int]:
+    """``(float32 lanes per vector register, vector registers)`` of the CPU target."""
+    tvm = import_tvm()
+    target = resolve_target(target) if target is not None else tvm.target.Target.current(allow_none=True)
+    if target is None:
+        return 8, 16
+    has = tvm.target.codegen.target_has_features  # (llvm_get_vector_width reads the host, not the target)
+    try:
+        if has("avx512f", target):
+            return 16, 32  # 32 zmm
+        return (8, 16) if has("avx", target) else (4, 16)  # ymm / xmm (and NEON-sized) registers
+    except Exception:  # not an x86 target
+        return 4, 16
+
+
+def register_tile(out_width: int, out_block: int | None, target: Any = None) -> int:
+    """Output columns per register tile (``reg_n``) of a blocked conv2d, so that its accumulators fit.
+
+    A tile holds ``reg_n x out_block`` floats, ``reg_n * ceil(out_block / lanes)`` vector
+    registers. At most 3/4 of the register file goes to accumulators (the rest holds the weight
+    vectors and the broadcast input), else LLVM spills inside the reduction loop - the 64-wide
+    blocks with AutoTVM's ``reg_n = 8`` did, fused or not; but when that leaves under a quarter of
+    the registers accumulating (too few independent FMAs), a wider tile that still fits beside one
+    weight row is taken. ``reg_n`` divides the output width (at most 8). The measured kernel and the
+    built program both use it, so they run the same tile.
+
+    Example::
+
+        register_tile(56, 16, "llvm -mcpu=znver4"), register_tile(56, 64, "llvm -mcpu=znver4")   # (8, 4)
+    """
+    lanes, registers = _vector_registers(target)
+    per_column = -(-(out_block or lanes) // lanes)
+    divisors = [d for d in range(1, 9) if out_width % d == 0]
+    reg_n = max(d for d in divisors if d * per_column <= max(per_column, registers * 3 // 4))
+    if reg_n * per_column < registers // 4:
+        wider = [d for d in divisors if d * per_column <= registers - per_column]
+        reg_n = max([reg_n, *wider])
+    return reg_n
 
 
 def _block_names(sch) -> list[str]:
@@ -626,7 +661,8 @@ def _schedule_injective(sch, _candidate=None) -> None:
         _parallel_vectorize(sch, sch.get_sblock(name))
 
 
-def _schedule_conv2d_nchwc(sch, in_block: int, reg_n: int, block_name: str = "conv2d_NCHWc") -> None:
+def _schedule_conv2d_nchwc(sch, in_block: int, reg_n: int, block_name: str = "conv2d_NCHWc",
+                           fuse_epilogue: bool = True) -> None:
     # AutoTVM's schedule_conv_NCHWc_cpu_common: a [reg_n x oc_block] register tile accumulated over
     # (ic outer, kh, kw, ic inner), parallel over (n, oc outer, oh), oc block vectorised.
     names = _block_names(sch)
@@ -637,13 +673,24 @@ def _schedule_conv2d_nchwc(sch, in_block: int, reg_n: int, block_name: str = "co
     owo, owi = sch.split(ow, [None, reg_n])
     ico, ici = sch.split(ic, [None, in_block])
     sch.reorder(n, occ, oh, owo, ico, kh, kw, ici, owi, ocb)
-    tile = sch.cache_write(conv, 0, "global")
+    epilogue = [name for name in names if name not in (block_name, "data_pad")]
+    if fuse_epilogue and epilogue and all(_is_elementwise_after(sch, name, conv) for name in epilogue):
+        # a fused epilogue (bias, relu, residual add...) is finished per register tile, right after the
+        # tile's accumulation: the conv's own output never leaves the tile, and the output tensor is
+        # written once instead of being re-read by every elementwise op
+        for name in epilogue[:-1]:
+            sch.compute_inline(sch.get_sblock(name))
+        tile = sch.get_sblock(epilogue[-1])
+        sch.set_scope(conv, 0, "local")
+        epilogue = []
+    else:
+        tile = sch.cache_write(conv, 0, "global")
     sch.reverse_compute_at(tile, owo)
     sch.parallel(sch.fuse(n, occ, oh))
     sch.vectorize(sch.get_loops(tile)[-1])
     sch.vectorize(ocb)
     sch.unroll(owi)
-    _schedule_epilogue(sch, names, {block_name, "data_pad"})
+    _schedule_epilogue(sch, epilogue, set())
     # must come last: before parallel/vectorize it breaks the "compact dataflow" check
     sch.decompose_reduction(conv, ico)
 
@@ -731,6 +778,14 @@ def _schedule_epilogue(sch, names: Sequence[str], done: set[str]) -> None:
                 _parallel_vectorize(sch, block)
 
 
+def _is_elementwise_after(sch, name: str, producer) -> bool:
+    """Does block ``name`` write a tensor of the producer's shape (bias, relu, add: not a layout
+    transform, which FuseOps also fuses and which a register tile of the producer cannot finish)?"""
+    block = sch.get_sblock(name)
+    shape = [int(d) for d in sch.get(block).writes[0].source.shape]
+    return _is_spatial(sch, block) and shape == [int(d) for d in sch.get(producer).writes[0].source.shape]
+
+
 def _is_spatial(sch, block) -> bool:
     return all(int(v.iter_type) == 0 for v in sch.get(block).iter_vars)
 
@@ -795,12 +850,19 @@ def _schedule_primfunc(func, target):
     names = _block_names(sch)
     try:
         if "conv2d_NCHWc" in names:
-            in_block = _param_shape(func, 0)[-1]
+            # the packed kernel (O/ob, I/ib, KH, KW, ib, ob) gives the blocks, also in a fused function
+            kernel = next(shape for shape in map(lambda i: _param_shape(func, i), range(len(func.params)))
+                          if len(shape) == 6)
             out_width = int(_param_shape(func, len(func.params) - 1)[3])
-            _schedule_conv2d_nchwc(sch, in_block, _default_reg_n(out_width))
+            reg_n = register_tile(out_width, kernel[5])
+            try:
+                _schedule_conv2d_nchwc(sch, kernel[4], reg_n)
+            except tvm.s_tir.ScheduleError:  # the epilogue does not fit in the tile: after the conv
+                sch = tvm.s_tir.Schedule(func)
+                _schedule_conv2d_nchwc(sch, kernel[4], reg_n, fuse_epilogue=False)
         elif "DepthwiseConv2d" in names and len(_param_shape(func, 0)) == 5:
-            out_width = int(_param_shape(func, len(func.params) - 1)[3])
-            _schedule_depthwise_nchwc(sch, _default_reg_n(out_width))
+            out = _param_shape(func, len(func.params) - 1)
+            _schedule_depthwise_nchwc(sch, register_tile(int(out[3]), int(out[4])))
         elif any(n in names for n in ("conv2d_nchw", "group_conv2d_nchw", "DepthwiseConv2d")):
             out_width = int(_param_shape(func, len(func.params) - 1)[3])
             _schedule_conv2d_nchw(sch, out_width)

@@ -17,6 +17,7 @@ from layoutopt.tvm.kernels import (
     dense_candidates,
     layout_transform_workload,
     pack_data,
+    register_tile,
     schedule_module,
     unpack_data,
     validate_workload,
@@ -297,3 +298,22 @@ def test_every_lazily_exported_name_resolves():
     assert not missing
     with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
         _ = layoutopt.tvm.nonexistent
+
+
+@pytest.mark.parametrize(
+    ("mcpu", "width", "block", "reg_n"),
+    [("znver4", 56, 16, 8), ("znver4", 56, 64, 4), ("znver4", 14, 64, 2), ("znver4", 7, 64, 7),
+     ("haswell", 56, 16, 4), ("haswell", 28, 8, 7), ("znver4", 28, None, 7)],
+)
+def test_register_tile_fits_the_accumulators_in_the_target_registers(mcpu, width, block, reg_n):
+    # AVX-512 has 32 zmm of 16 floats, AVX2 16 ymm of 8: a 64-wide block takes 4 zmm per column
+    assert register_tile(width, block, {"kind": "llvm", "mcpu": mcpu}) == reg_n
+
+
+def test_measured_kernel_uses_the_register_tile_of_the_build(target):
+    workload = conv([1, 16, 14, 14], [64, 16, 3, 3])
+    default = build_kernel(workload, {"in": "NCHW16c", "out": "NCHW64c"}, target).module.script()
+    tile = register_tile(14, 64, target)
+    assert tile < 7  # not AutoTVM's widest divisor: 7 x 64 floats do not fit in the registers
+    knob = build_kernel(workload, {"in": "NCHW16c", "out": "NCHW64c", "reg_n": tile}, target).module.script()
+    assert default == knob
