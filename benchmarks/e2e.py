@@ -5,8 +5,10 @@ Batch 1, float32, 2 threads. Per network, one run, side by side:
 * (a) TVM's default Relax build for llvm (no schedules), timed once (it is ~100x slower);
 * (b) TVM, NCHW16c everywhere (nearest block where 16 does not divide the channels);
 * (c) TVM, each op's fastest kernel ignoring transforms (greedy / "history best");
-* (d) TVM, layouts chosen by layoutopt (an exact method); (a)-(d) fuse each conv's elementwise
-  epilogue into it, and (d') is (d)'s layouts built unfused (one kernel per op);
+* (d) TVM, layouts chosen by layoutopt (an exact method); (b)-(d) fuse each conv's elementwise
+  epilogue into it (finished in the register tile for output blocks of one vector, after the conv
+  otherwise: see ``layoutopt.tvm.kernels``), and (d') is (d)'s layouts built unfused (one kernel
+  per op, exactly the kernels the costs were measured on);
 * (e) PyTorch eager on the CPU (``OMP_WAIT_POLICY=PASSIVE``; without it OpenMP spinning breaks on
   2-vCPU VMs);
 * (f) ONNX Runtime on the CPU (all graph optimisations).
@@ -17,9 +19,12 @@ run the same graph. PyTorch and ONNX Runtime are timed in subprocesses so that t
 cannot disturb TVM's timings. Needs torch and torchvision (see notes/tvm.md section 4): run it with a
 Python that has them, e.g. a separate benchmark venv with layoutopt installed.
 
-Usage::
+Usage (``/work/benchvenv`` is such a venv: torch 2.13, torchvision, layoutopt editable)::
 
     python benchmarks/e2e.py --networks resnet50_v1 --cache ~/.cache/layoutopt/e2e.jsonl
+
+A cost cache holds kernel times for one schedule: after a change to the kernels' schedules
+(``layoutopt/tvm/kernels.py``), measure into a fresh ``--cache`` file.
 
 Writes ``benchmarks/results/e2e.md``, ``e2e.csv`` and ``e2e.png`` (stamped with date, machine and
 versions), and per-network tune reports ``e2e-<network>.md/.png``.
