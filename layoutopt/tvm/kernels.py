@@ -854,12 +854,12 @@ def _schedule_primfunc(func, target):
             kernel = next(shape for shape in map(lambda i: _param_shape(func, i), range(len(func.params)))
                           if len(shape) == 6)
             out_width = int(_param_shape(func, len(func.params) - 1)[3])
-            reg_n = register_tile(out_width, kernel[5])
+            reg_n = register_tile(out_width, kernel[5], target)
             # the epilogue goes in the register tile only when the tile holds one vector per column:
             # with wider output blocks (4 zmm per column at 64c) the epilogue's operands (residual,
             # bias) spill the accumulators, and a fused 64c residual block measured 8-25 % slower
             # than the same conv with its epilogue run after it
-            in_tile = kernel[5] <= _vector_registers()[0]
+            in_tile = kernel[5] <= _vector_registers(target)[0]
             try:
                 _schedule_conv2d_nchwc(sch, kernel[4], reg_n, fuse_epilogue=in_tile)
             except tvm.s_tir.ScheduleError:  # the epilogue does not fit in the tile: after the conv
@@ -867,7 +867,7 @@ def _schedule_primfunc(func, target):
                 _schedule_conv2d_nchwc(sch, kernel[4], reg_n, fuse_epilogue=False)
         elif "DepthwiseConv2d" in names and len(_param_shape(func, 0)) == 5:
             out = _param_shape(func, len(func.params) - 1)
-            _schedule_depthwise_nchwc(sch, register_tile(int(out[3]), int(out[4])))
+            _schedule_depthwise_nchwc(sch, register_tile(int(out[3]), int(out[4]), target))
         elif any(n in names for n in ("conv2d_nchw", "group_conv2d_nchw", "DepthwiseConv2d")):
             out_width = int(_param_shape(func, len(func.params) - 1)[3])
             _schedule_conv2d_nchw(sch, out_width)
