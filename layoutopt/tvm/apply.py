@@ -606,9 +606,10 @@ def build(mod, target=None, fuse: bool = False):
     Args:
         mod: a Relax module, e.g. from :func:`apply_layouts`.
         target: CPU target (see :func:`~layoutopt.tvm.resolve_target`).
-        fuse: run ``FuseOps``/``FuseTIR`` and compute each conv2d's elementwise epilogue (bias,
-            relu, residual add) inside its register tile; unfused, every op is its own kernel,
-            exactly the kernels the costs were measured on.
+        fuse: run ``FuseOps``/``FuseTIR``: each conv2d's elementwise epilogue (bias, relu, residual
+            add) joins it, finished inside its register tile where the output block is one vector
+            wide (see :func:`~layoutopt.tvm.kernels.schedule_module`); unfused, every op is its own
+            kernel, exactly the kernels the costs were measured on.
 
     Returns a ``tvm.runtime.Executable`` for ``tvm.relax.VirtualMachine``.
 
