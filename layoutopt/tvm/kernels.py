@@ -928,7 +928,10 @@ def schedule_module(mod, target: Any = None):
     """Schedule every PrimFunc of a legalized module that is not yet marked ``tirx.is_scheduled``.
 
     Recognises conv2d_NCHWc, depthwise, plain NCHW conv2d and dense by block name, and gives every other
-    function the generic CPU schedule (parallel outer loops, vectorised inner loop, pads inlined). Call
+    function the generic CPU schedule (parallel outer loops, vectorised inner loop, pads inlined). A
+    conv2d_NCHWc fused with its elementwise epilogue (``FuseOps``) gets the measured kernel's register
+    tile (:func:`register_tile`), the epilogue finished per tile when the output block is one vector
+    wide, after the conv otherwise. Call
     it after ``relax.transform.LegalizeOps`` and before the lowering passes.
 
     Example::
