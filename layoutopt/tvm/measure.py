@@ -42,7 +42,7 @@ from typing import Any
 
 from ..errors import ProblemError
 from .cache import CostCache, record_cost
-from .kernels import validate_candidate, validate_workload
+from .kernels import SCHEDULE_VERSION, validate_candidate, validate_workload
 
 __all__ = ["LocalRunner", "MeasureResult", "Measurer", "RPCRunner", "Runner", "parse_rpc_address"]
 
@@ -527,7 +527,9 @@ class Measurer:
 
         self.target = resolve_target(target)
         self.target_key = target_key(self.target)
-        self.tvm_version = metadata.version("apache-tvm")
+        # The schedule version rides along with TVM's: a cached time is only valid for the same
+        # compiler AND the same hand-written schedule.
+        self.tvm_version = f"{metadata.version('apache-tvm')}+schedules.{SCHEDULE_VERSION}"
         self.cache = cache if isinstance(cache, CostCache) else CostCache(cache)
         self.runner = runner if runner is not None else LocalRunner()
         if not isinstance(self.runner, Runner):

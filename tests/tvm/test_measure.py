@@ -84,6 +84,18 @@ def test_cache_hits_skip_measurement(tiny_conv, tmp_path):
         assert third._worker.starts == 0  # a full cache never starts TVM's worker
 
 
+def test_times_from_another_schedule_version_are_not_reused(tmp_path, monkeypatch):
+    from layoutopt.tvm import measure
+
+    tasks = transforms(1)
+    with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False) as old:
+        old.measure(tasks)
+    monkeypatch.setattr(measure, "SCHEDULE_VERSION", measure.SCHEDULE_VERSION + 1)
+    with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False) as new:
+        (result,) = new.measure(tasks)
+    assert not result.cached and new.stats["measured"] == 1
+
+
 def test_duplicates_are_measured_once(tmp_path):
     task = transforms(1)[0]
     with Measurer(runner=FAST, progress=False) as m:
