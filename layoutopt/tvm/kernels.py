@@ -689,14 +689,21 @@ def _schedule_conv2d_nchwc(sch, in_block: int, reg_n: int, block_name: str = "co
         epilogue = []
     else:
         tile = sch.cache_write(conv, 0, "global")
-    sch.reverse_compute_at(tile, owo)
-    sch.parallel(sch.fuse(n, occ, oh))
-    sch.vectorize(sch.get_loops(tile)[-1])
-    sch.vectorize(ocb)
-    sch.unroll(owi)
+    _finish_register_tile(sch, tile, owo, (n, occ, oh), ocb, owi)
     _schedule_epilogue(sch, epilogue, set())
     # must come last: before parallel/vectorize it breaks the "compact dataflow" check
     sch.decompose_reduction(conv, ico)
+
+
+def _finish_register_tile(sch, tile, owo, outer: tuple, ocb, owi) -> None:
+    """The blocked convolutions' common tail: the output tile (``[reg_n, oc_bn]``) is written per
+    ``owo`` step, the outer loops run in parallel, the channel block is vectorised and the row
+    of ``reg_n`` columns unrolled."""
+    sch.reverse_compute_at(tile, owo)
+    sch.parallel(sch.fuse(*outer))
+    sch.vectorize(sch.get_loops(tile)[-1])
+    sch.vectorize(ocb)
+    sch.unroll(owi)
 
 
 def _schedule_depthwise_nchwc(sch, reg_n: int, block_name: str = "DepthwiseConv2d") -> None:
@@ -708,11 +715,7 @@ def _schedule_depthwise_nchwc(sch, reg_n: int, block_name: str = "DepthwiseConv2
     owo, owi = sch.split(ow, [None, reg_n])
     sch.reorder(n, occ, oh, owo, kh, kw, owi, ocb)
     tile = sch.cache_write(conv, 0, "global")
-    sch.reverse_compute_at(tile, owo)
-    sch.parallel(sch.fuse(n, occ, oh))
-    sch.vectorize(sch.get_loops(tile)[-1])
-    sch.vectorize(ocb)
-    sch.unroll(owi)
+    _finish_register_tile(sch, tile, owo, (n, occ, oh), ocb, owi)
     _schedule_epilogue(sch, names, {block_name, "data_pad"})
     sch.decompose_reduction(conv, kh)
 
