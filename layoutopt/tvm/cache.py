@@ -40,9 +40,12 @@ def _canonical(value: Any) -> str:
 
 
 def record_cost(record: Mapping[str, Any]) -> float:
-    """The cost of a cache record in seconds: its median, or ``inf`` if the measurement failed."""
+    """The cost of a cache record in seconds: its median (the fastest of its passes' medians when it was
+    timed in several passes, ``pass_medians``), or ``inf`` if the measurement failed."""
     median = record.get("median")
-    return math.inf if record.get("error") or median is None else float(median)
+    if record.get("error") or median is None:
+        return math.inf
+    return float(min(record.get("pass_medians") or [median]))
 
 
 class CostCache:

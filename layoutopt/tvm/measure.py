@@ -217,7 +217,8 @@ def parse_rpc_address(address: str) -> tuple[str, int]:
 
 @dataclass
 class MeasureResult:
-    """One measured (workload, candidate): ``cost`` is the median in seconds, ``inf`` if it failed.
+    """One measured (workload, candidate): ``cost`` in seconds (see
+    :func:`~layoutopt.tvm.cache.record_cost`), ``inf`` if it failed.
 
     Attributes:
         results: the seconds of every repeat; ``error``: why it failed (None if it did not);
@@ -250,11 +251,13 @@ def _first_line(exc: BaseException) -> str:
 
 
 class _WorkerState:
-    """What the worker keeps between tasks: the numpy references of recent workloads."""
+    """What the worker keeps between tasks: the numpy references of recent workloads, and the
+    kernels of the current :meth:`Measurer.measure` call, loaded and ready to be timed again."""
 
     def __init__(self) -> None:
         self.references: OrderedDict[str, Any] = OrderedDict()
         self.runners: dict[bytes, Runner] = {}
+        self.loaded: dict[str, tuple[Runner, Any, Any, Any]] = {}
 
     def reference(self, kernel) -> tuple[list, Any]:
         from .kernels import reference_output
@@ -268,13 +271,32 @@ class _WorkerState:
         self.references.move_to_end(key)
         return self.references[key]
 
+    def retime(self, key: str) -> dict:
+        """Time a kernel kept by :meth:`measure` again (no build, no check)."""
+        import numpy as np
+
+        from ._tvm import import_tvm
+
+        tvm = import_tvm()
+        runner, module, device, kernel = self.loaded[key]
+        args = [tvm.runtime.tensor(a, device) for a in kernel.pack_inputs(kernel.logical_inputs())]
+        args.append(tvm.runtime.tensor(np.zeros(kernel.arg_shapes[-1], dtype=kernel.dtype), device))
+        load_average = os.getloadavg()[0]
+        results = runner.time(module, device, kernel.name, args)
+        return {"median": float(np.median(results)), "results": results,
+                "load_average": round(load_average, 2)}
+
+    def forget(self) -> None:
+        self.loaded.clear()
+
     def runner(self, runner: Runner) -> Runner:
         # keep one live instance per runner configuration so RPC sessions survive across tasks
         key = pickle.dumps(runner)
         return self.runners.setdefault(key, runner)
 
     def measure(
-        self, runner: Runner, target_spec: dict, workload: dict, candidate: dict, check: bool
+        self, runner: Runner, target_spec: dict, workload: dict, candidate: dict, check: bool,
+        keep: str = "",
     ) -> dict:
         import numpy as np
 
@@ -297,6 +319,8 @@ class _WorkerState:
             check_error = check_kernel(kernel, module, device=device, reference=(inputs, expected), args=args)
         load_average = os.getloadavg()[0]
         results = runner.time(module, device, kernel.name, args)
+        if keep:
+            self.loaded[keep] = (runner, module, device, kernel)
         return {
             "median": float(np.median(results)),
             "results": results,
@@ -348,8 +372,9 @@ def _worker_main() -> None:
         if len(header) < _HEADER.size:
             break
         request = pickle.loads(channel_in.read(_HEADER.unpack(header)[0]))
+        kind, *arguments = request
         try:
-            reply(("ok", state.measure(*request)))
+            reply(("ok", getattr(state, kind)(*arguments)))
         except Exception as exc:
             reply(("error", _first_line(exc)))
     for runner in state.runners.values():
@@ -358,6 +383,13 @@ def _worker_main() -> None:
 
 class _WorkerDied(Exception):
     """The worker crashed or was killed for running too long; the message says which."""
+
+
+#: Set in the measuring worker's environment. Its numpy references and checks run on a BLAS whose
+#: idle threads busy-wait for a while after each call; beside TVM's own two threads on a 2-core CPU
+#: they inflate the kernel being timed. One BLAS thread never competes with it (in-process timings
+#: use :func:`~layoutopt.tvm._tvm.one_blas_thread` for the same reason).
+WORKER_BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "BLIS_NUM_THREADS": "1"}
 
 
 class _Worker:
@@ -377,6 +409,7 @@ class _Worker:
         # the worker must import what the caller can (e.g. a custom Runner defined in a script)
         env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
         env["LAYOUTOPT_PARENT_PID"] = str(os.getpid())
+        env.update(WORKER_BLAS_THREADS)
         code = "from layoutopt.tvm.measure import _worker_main; _worker_main()"
         self.process = subprocess.Popen(
             [sys.executable, "-c", code],
@@ -503,6 +536,11 @@ class Measurer:
         check: compare every kernel's output with numpy (a wrong kernel is recorded as failed).
         progress: show a tqdm progress bar (None: only when stderr is a terminal).
         retry_failed: measure again the kernels the cache records as failed.
+        passes: how many times each kernel is timed, in separate passes over all the kernels of a
+            :meth:`measure` call (built and checked once); its cost is the fastest pass's median.
+            On a shared or virtualised machine, interference comes in episodes of seconds that
+            slow every kernel timed meanwhile by up to 2x; a second pass, minutes later, rarely
+            falls in the same episode. Cached kernels are not timed again.
 
     Raises:
         ProblemError: a bad target, runner setting, workload or candidate (before anything runs).
@@ -522,6 +560,7 @@ class Measurer:
         check: bool = True,
         progress: bool | None = None,
         retry_failed: bool = False,
+        passes: int = 2,
     ) -> None:
         from ._tvm import resolve_target, target_key
 
@@ -537,6 +576,9 @@ class Measurer:
         if not timeout > 0:
             raise ProblemError(f"timeout must be positive seconds, got {timeout!r}")
         self.timeout = float(timeout)
+        if int(passes) != passes or passes < 1:
+            raise ProblemError(f"passes must be a positive integer, got {passes!r}")
+        self.passes = int(passes)
         self.check = bool(check)
         self.progress = progress
         self.retry_failed = bool(retry_failed)
@@ -593,11 +635,20 @@ class Measurer:
         if missing:
             _warn_if_busy()
         disable = None if self.progress is None else not self.progress
-        with tqdm(total=len(missing), desc=desc, unit="kernel", disable=disable, leave=False) as bar:
+        with tqdm(total=len(missing) * self.passes, desc=desc, unit="kernel", disable=disable,
+                  leave=False) as bar:
+            keep = self.passes > 1
             for key, (workload, candidate) in missing.items():
-                results[key] = self._measure_one(workload, candidate)
+                results[key] = self._measure_one(workload, candidate, key if keep else "")
                 failed += not results[key].ok
                 bar.update()
+            for _ in range(1, self.passes):
+                for key in reversed(list(missing)):  # reversed: neighbours get different moments
+                    if results[key].ok:
+                        results[key] = self._time_again(key, results[key])
+                    bar.update()
+            if keep and missing:
+                self._call(("forget",))
         self.stats = {
             "requested": len(normalized),
             "cached": len(results) - len(missing),
@@ -607,13 +658,16 @@ class Measurer:
         }
         return [results[self.cache.key(self.target_key, self.tvm_version, w, c)] for w, c in normalized]
 
-    def _measure_one(self, workload: dict, candidate: dict) -> MeasureResult:
-        target_spec = json.loads(self.target_key)
-        request = (self.runner, target_spec, workload, candidate, self.check)
+    def _call(self, request: tuple) -> tuple[str, Any]:
         try:
-            status, value = self._worker.call(request, self.timeout)
+            return self._worker.call(request, self.timeout)
         except _WorkerDied as died:
-            status, value = "error", str(died)
+            return "error", str(died)
+
+    def _measure_one(self, workload: dict, candidate: dict, keep: str = "") -> MeasureResult:
+        target_spec = json.loads(self.target_key)
+        request = ("measure", self.runner, target_spec, workload, candidate, self.check, keep)
+        status, value = self._call(request)
         outcome = value if status == "ok" else {"median": None, "results": [], "error": str(value)}
         record = self.cache.put(
             {
@@ -626,6 +680,17 @@ class Measurer:
             }
         )
         return self._result(record, cached=False)
+
+    def _time_again(self, key: str, result: MeasureResult) -> MeasureResult:
+        """One more pass over a kernel the worker still holds; the record keeps every pass's median."""
+        status, value = self._call(("retime", key))
+        if status != "ok":  # e.g. the worker restarted after a crash and lost it: keep what we have
+            return result
+        record = dict(result.record)
+        record["pass_medians"] = [*record.get("pass_medians", [record["median"]]), value["median"]]
+        record["results"] = [*record.get("results", []), *value["results"]]
+        record["load_average"] = max(record.get("load_average", 0.0), value["load_average"])
+        return self._result(self.cache.put(record), cached=False)
 
     @staticmethod
     def _result(record: dict[str, Any], cached: bool) -> MeasureResult:

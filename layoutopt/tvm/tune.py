@@ -29,7 +29,7 @@ from ..api import solve
 from ..errors import ProblemError
 from ..problem import Problem
 from ..solution import Solution
-from ._tvm import import_tvm, resolve_target
+from ._tvm import import_tvm, one_blas_thread, resolve_target
 from .apply import apply_layouts, build, count_layout_transforms, layout_block, solution_choices
 
 __all__ = [
@@ -218,9 +218,10 @@ def measure_latency(
     tvm = import_tvm()
     vm = _virtual_machine(executable)
     args = [tvm.runtime.tensor(x) for x in inputs]
-    vm["main"](*args)  # warm up (first-touch of the constants, thread pool start)
-    timer = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    return float(np.median(timer(*args).results))
+    with one_blas_thread():
+        vm["main"](*args)  # warm up (first-touch of the constants, thread pool start)
+        timer = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        return float(np.median(timer(*args).results))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -528,9 +529,10 @@ def measure_latencies(executables: Mapping[str, Any], inputs: Sequence[np.ndarra
         vm["main"](*args)  # warm up
         timers[name] = vm.time_evaluator("main", device, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
     samples: dict[str, list[float]] = {name: [] for name in executables}
-    for _ in range(repeat):
-        for name, timer in timers.items():
-            samples[name].extend(timer(*args).results)
+    with one_blas_thread():
+        for _ in range(repeat):
+            for name, timer in timers.items():
+                samples[name].extend(timer(*args).results)
     return {name: float(np.median(values)) for name, values in samples.items()}
 
 

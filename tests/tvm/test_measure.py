@@ -18,7 +18,7 @@ pytest.importorskip("tvm")
 
 from layoutopt import ProblemError
 from layoutopt.tvm.kernels import layout_transform_workload
-from layoutopt.tvm.measure import LocalRunner, Measurer, RPCRunner, parse_rpc_address
+from layoutopt.tvm.measure import WORKER_BLAS_THREADS, LocalRunner, Measurer, RPCRunner, parse_rpc_address
 
 pytestmark = pytest.mark.tvm
 
@@ -58,7 +58,7 @@ def transforms(count):
 def test_costs_are_positive_finite_medians(tiny_conv, tmp_path):
     candidates = [{"in": "NCHW8c", "out": "NCHW16c"}, {"in": "NCHW", "out": "NCHW"}]
     with Measurer(
-        cache=tmp_path / "c.jsonl", runner=LocalRunner(repeat=3, min_repeat_ms=2), progress=False
+        cache=tmp_path / "c.jsonl", runner=LocalRunner(repeat=3, min_repeat_ms=2), progress=False, passes=1
     ) as m:
         results = m.measure([(tiny_conv, c) for c in candidates] + transforms(1))
     assert [r.candidate for r in results[:2]] == candidates
@@ -68,6 +68,36 @@ def test_costs_are_positive_finite_medians(tiny_conv, tmp_path):
         assert result.record["check_error"] < 1e-5 and result.record["build_seconds"] > 0
         assert result.record["cpu_seconds"] > 0 and result.record["load_average"] >= 0
     assert m.stats["measured"] == 3 and m.stats["failed"] == 0
+
+
+def test_every_kernel_is_timed_once_per_pass_and_costs_its_fastest_pass(tiny_conv, tmp_path):
+    tasks = [(tiny_conv, {"in": "NCHW8c", "out": "NCHW8c"}), *transforms(2)]
+    with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False, passes=3) as m:
+        results = m.measure(tasks)
+        assert m._worker.starts == 1
+    for result in results:
+        passes = result.record["pass_medians"]
+        assert len(passes) == 3 and len(result.results) == 3 * FAST.repeat
+        assert result.ok and result.cost == min(passes) and result.record["median"] == passes[0]
+    with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False) as again:  # the cache keeps them
+        assert [r.cost for r in again.measure(tasks)] == [r.cost for r in results]
+        assert again._worker.starts == 0
+
+
+@dataclass
+class BlasThreadsRunner(LocalRunner):
+    """Reports the worker's BLAS thread settings through the error message."""
+
+    def load(self, executable, name):
+        raise RuntimeError(" ".join(f"{k}={os.environ.get(k)}" for k in sorted(WORKER_BLAS_THREADS)))
+
+
+def test_the_worker_runs_blas_on_one_thread_so_it_cannot_compete_with_the_kernel(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")  # the caller's setting must not reach the worker
+    with Measurer(runner=BlasThreadsRunner(), progress=False) as m:
+        (result,) = m.measure(transforms(1))
+    assert not result.ok
+    assert "BLIS_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1" in result.error
 
 
 def test_cache_hits_skip_measurement(tiny_conv, tmp_path):
@@ -179,6 +209,8 @@ def test_bad_settings_and_tasks_are_clear_errors_before_anything_runs(tiny_conv)
         LocalRunner(repeat=0)
     with pytest.raises(ProblemError, match="timeout"):
         Measurer(timeout=0)
+    with pytest.raises(ProblemError, match="passes must be a positive integer"):
+        Measurer(passes=0)
     with pytest.raises(ProblemError, match="runner must be"):
         Measurer(runner="local")
     with Measurer(progress=False) as m:
