@@ -220,6 +220,7 @@ def extract_layout_graph(
     candidates: Candidates = None,
     *,
     prepared: bool = False,
+    epilogues: bool = True,
 ) -> nx.DiGraph:
     """The layout graph of ``mod["main"]``: problem nodes, their choices, and the tensors between them.
 
@@ -233,6 +234,9 @@ def extract_layout_graph(
             function ``workload -> list of candidate dicts`` choosing target ops' candidates
             (multi-input nodes then use the default blocks).
         prepared: ``mod`` already went through :func:`prepare` (skip it).
+        epilogues: give each conv2d workload the ``epilogue`` that ``FuseOps`` fuses into it
+            (bias, residual add, relu: see :data:`~layoutopt.tvm.kernels.EPILOGUE_STEPS`), so that
+            its kernel is measured as a fused build runs it. False for unfused builds.
 
     Returns:
         A DiGraph keyed by binding name (input nodes by parameter name, output nodes by
@@ -260,7 +264,7 @@ def extract_layout_graph(
     duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
     if duplicates:
         raise ProblemError(f"binding names {duplicates[:5]} are not unique in main: run prepare(mod) first")
-    extractor = _Extractor(blocks, choose)
+    extractor = _Extractor(blocks, choose, epilogues)
     graph = extractor.run(main)
     graph.graph["mod"] = mod
     if not any(kind == "target" for _, kind in graph.nodes(data="kind")):
@@ -292,7 +296,7 @@ def _candidate_options(candidates: Candidates) -> tuple[list[int] | None, Callab
 class _Extractor:
     """One walk over ``main``'s bindings, in order (they are topologically sorted by construction)."""
 
-    def __init__(self, blocks: list[int] | None, candidates: Callable | None):
+    def __init__(self, blocks: list[int] | None, candidates: Callable | None, epilogues: bool = True):
         self.tvm = import_tvm()
         self.relax = self.tvm.relax
         self.given_blocks = blocks  # also restricts dense weight blocks when the user chose them
@@ -304,6 +308,9 @@ class _Extractor:
         self.params: dict[Any, None] = {}  # function parameters not yet made input nodes
         self.weights: set = set()  # parameters after the model's inputs (num_input): unbound weights
         self.following: dict[str, str] = {}
+        self.epilogues = epilogues
+        self.uses: Counter = Counter()  # Var -> how many times main reads it
+        self.chains: dict[Any, tuple[str, list[str]]] = {}  # Var -> (conv node, epilogue computing it)
 
     # -- helpers --------------------------------------------------------------------------------
     def shape(self, expr, where: str) -> list[int] | None:
@@ -395,6 +402,9 @@ class _Extractor:
         body = main.body
         if not isinstance(body, relax.SeqExpr):
             raise ProblemError("'main' is not in normal form (its body is not a sequence of bindings)")
+        relax.analysis.post_order_visit(
+            body, lambda e: self.uses.update([e]) if isinstance(e, relax.Var) else None
+        )
         for block in body.blocks:
             for binding in block.bindings:
                 self.binding(binding.var, binding.value)
@@ -408,7 +418,22 @@ class _Extractor:
                            "dtype": str(var.ty.dtype)}, [{"in": NCHW, "out": NCHW}], [NCHW])
             self.connect(key, [var])
         self.graph.graph["following"] = self.following
+        if self.epilogues:
+            for conv, epilogue in self.chains.values():
+                workload = self.graph.nodes[conv]["workload"]
+                if len(epilogue) > len(workload.get("epilogue", [])):
+                    workload["epilogue"] = epilogue
         return self.graph
+
+    def extend_epilogue(self, var, operands: list, step: str) -> None:
+        """``var`` = ``step`` applied to one of ``operands``: if that operand is a conv's (epilogue's)
+        output read only here, ``FuseOps`` fuses ``step`` into the conv's kernel too. A residual add
+        joins its first operand's conv, as ``FuseOps`` does (one conv per fused kernel)."""
+        for operand in operands:
+            if operand in self.chains and self.uses[operand] == 1:
+                conv, epilogue = self.chains[operand]
+                self.chains[var] = (conv, [*epilogue, step])
+                return
 
     def binding(self, var, value) -> None:
         relax = self.relax
@@ -444,12 +469,18 @@ class _Extractor:
             producer = self.source_of(carrier)  # the one computed operand
             self.source[var] = producer
             self.following[name] = producer
+            step = {"relax.nn.relu": "relu", "relax.add": "bias"}.get(op)
+            if step is not None:
+                self.extend_epilogue(var, [carrier], step)
             return
-        if not (
-            (op == "relax.nn.conv2d" and self.conv2d(name, value))
-            or (op == "relax.matmul" and self.dense(name, value))
-            or ((op in BINARY_OPS or op in CONCAT_OPS) and self.multi(name, value, op, inputs))
-        ):
+        if op == "relax.nn.conv2d" and self.conv2d(name, value):
+            self.chains[var] = (name, [])
+        elif op == "relax.matmul" and self.dense(name, value):
+            pass
+        elif (op in BINARY_OPS or op in CONCAT_OPS) and self.multi(name, value, op, inputs):
+            if op == "relax.add":
+                self.extend_epilogue(var, list(value.args), "add")
+        else:
             self.boundary(name, value, op, inputs)
         self.source[var] = name  # items of a node's tuple output come from the node too
 

@@ -76,6 +76,11 @@ DEFAULT_DENSE_BLOCKS = (8, 16, 32)
 #: largest relative error accepted against the numpy reference (float32, reductions up to ~5000 terms)
 RELATIVE_TOLERANCE = 1e-3
 
+#: Elementwise steps a conv2d workload's ``epilogue`` may list, in order, as ``FuseOps`` fuses them
+#: into the convolution's kernel: ``bias`` (+ a per-channel constant), ``add`` (+ another tensor of
+#: the output's shape: a residual), ``relu``. The kernel is then measured as the build runs it.
+EPILOGUE_STEPS = ("bias", "add", "relu")
+
 _BLOCKED = re.compile(r"^NCHW([1-9][0-9]*)c$")
 _DENSE_WEIGHT = re.compile(r"^NK(?:([1-9][0-9]*)n)?$")
 _SCHEDULED = "tirx.is_scheduled"
@@ -183,6 +188,12 @@ def _validate_conv2d(workload: dict[str, Any]) -> dict[str, Any]:
         raise ProblemError(
             f"conv2d workload {workload!r} has an empty output {out}: kernel larger than padded input"
         )
+    epilogue = list(workload.get("epilogue") or [])
+    unknown = [step for step in epilogue if step not in EPILOGUE_STEPS]
+    if unknown:
+        raise ProblemError(f"conv2d epilogue steps {unknown} are not among {list(EPILOGUE_STEPS)}")
+    if epilogue:  # absent when empty, so plain convolutions keep their cache keys
+        normal["epilogue"] = epilogue
     return normal
 
 
@@ -404,7 +415,7 @@ def reference_output(workload: dict[str, Any], inputs: Sequence[np.ndarray]) -> 
     if op == "dense":
         data, weight = inputs
         return data @ weight.T
-    data, kernel = inputs
+    data, kernel, *extra = inputs
     n, c, _, _ = data.shape
     out = np.zeros(conv2d_output_shape(workload), dtype=np.float64)
     _, o, out_h, out_w = out.shape
@@ -419,7 +430,17 @@ def reference_output(workload: dict[str, Any], inputs: Sequence[np.ndarray]) -> 
             :, :, :, y * dh : y * dh + sh * (out_h - 1) + 1 : sh, x * dw : x * dw + sw * (out_w - 1) + 1 : sw
         ]
         out += np.einsum("ngihw,goi->ngohw", patch, grouped[:, :, :, y, x], optimize=True).reshape(out.shape)
+    operands = iter(extra)
+    for step in workload.get("epilogue", []):
+        out = np.maximum(out, 0.0) if step == "relu" else out + next(operands)  # bias broadcasts
     return out
+
+
+def _epilogue_shapes(workload: dict[str, Any]) -> list[list[int]]:
+    """Logical shapes of the epilogue's operands, in order: (1, O, 1, 1) per bias, the output per add."""
+    out = list(conv2d_output_shape(workload))
+    shapes = {"bias": [1, out[1], 1, 1], "add": out}
+    return [shapes[step] for step in workload.get("epilogue", []) if step in shapes]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -448,7 +469,7 @@ class Kernel:
         rng = np.random.default_rng(seed)
         wl = self.workload
         if wl["op"] == "conv2d":
-            shapes = [wl["data"], wl["kernel"]]
+            shapes = [wl["data"], wl["kernel"], *_epilogue_shapes(wl)]
         elif wl["op"] == "dense":
             shapes = [wl["data"], wl["weight"]]
         else:
@@ -463,13 +484,17 @@ class Kernel:
         if wl["op"] == "dense":
             block = _dense_block(cand)
             return [inputs[0], inputs[1] if block is None else _pack_dense_weight(inputs[1], block)]
-        data, kernel = inputs
+        data, kernel, *extra = inputs
         in_block, out_block = layout_block(cand["in"]), layout_block(cand["out"])
         if in_block is None:
-            return [data, kernel]
-        if wl["groups"] > 1:
-            return [pack_data(data, cand["in"]), _pack_depthwise_kernel(kernel, out_block)]
-        return [pack_data(data, cand["in"]), pack_conv2d_kernel(kernel, in_block, out_block)]
+            packed = [data, kernel]
+        elif wl["groups"] > 1:
+            packed = [pack_data(data, cand["in"]), _pack_depthwise_kernel(kernel, out_block)]
+        else:
+            packed = [pack_data(data, cand["in"]), pack_conv2d_kernel(kernel, in_block, out_block)]
+        # epilogue operands: the bias as a (1, C, 1, 1) tensor, the residual as the output, both in
+        # the output's layout
+        return packed + [pack_data(x, cand["out"]) for x in extra]
 
     def unpack_output(self, output: np.ndarray) -> np.ndarray:
         """The kernel's output buffer -> the logical NCHW / NC array."""
@@ -501,6 +526,8 @@ def build_kernel(workload: dict[str, Any], candidate: dict[str, Any], target: An
     candidate = dict(candidate or {})
     validate_candidate(workload, candidate)
     target = resolve_target(target)
+    if workload.get("epilogue"):
+        return _build_fused_conv2d(tvm, workload, candidate, target)
     te = tvm.te
     dtype = workload["dtype"]
     op = workload["op"]
@@ -525,6 +552,34 @@ def build_kernel(workload: dict[str, Any], candidate: dict[str, Any], target: An
             {name: sch.mod["main"].with_attr("global_symbol", name).with_attr(_SCHEDULED, True)}
         )
     shapes = [tuple(int(d) for d in t.shape) for t in tensors]
+    return Kernel(workload, candidate, module, name, shapes, dtype)
+
+
+def _build_fused_conv2d(tvm, workload: dict[str, Any], candidate: dict[str, Any], target) -> Kernel:
+    """A conv2d with its elementwise epilogue in one function, scheduled by the very code that
+    schedules the fused functions of a build (:func:`_schedule_primfunc`), so its time is the
+    time of the kernel the build runs."""
+    te, topi = tvm.te, tvm.topi
+    dtype = workload["dtype"]
+    with target:
+        tensors, _ = _conv2d_compute(tvm, workload, candidate)
+        out = tensors[-1]
+        inputs = tensors[:-1]
+        for step, shape in zip(
+            [s for s in workload["epilogue"] if s != "relu"], _epilogue_shapes(workload), strict=True
+        ):
+            operand = te.placeholder(_layout_shape(shape, candidate["out"]), dtype=dtype, name=f"{step}_in")
+            inputs.append(operand)
+        operands = iter(inputs[2:])
+        for step in workload["epilogue"]:
+            out = topi.nn.relu(out) if step == "relu" else topi.add(out, next(operands))
+        func = te.create_prim_func([*inputs, out])
+        scheduled = _schedule_primfunc(func, target)
+        if scheduled is None:
+            raise ProblemError(f"cannot schedule conv2d {workload} with {candidate} and its epilogue")
+        name = "kernel"
+        module = tvm.IRModule({name: scheduled.with_attr("global_symbol", name)})
+    shapes = [tuple(int(d) for d in t.shape) for t in [*inputs, out]]
     return Kernel(workload, candidate, module, name, shapes, dtype)
 
 

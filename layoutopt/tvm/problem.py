@@ -48,6 +48,7 @@ def build_problem(
     check: bool = True,
     progress: bool | None = None,
     prepared: bool = False,
+    epilogues: bool = True,
 ) -> tuple[nx.DiGraph, Costs, dict[str, Any]]:
     """Extract ``mod``'s layout graph and measure its costs; returns ``(graph, costs, meta)``.
 
@@ -66,6 +67,8 @@ def build_problem(
         check: compare every kernel's output with numpy once (a wrong kernel counts as failed).
         progress: show a progress bar with an ETA (None: when stderr is a terminal).
         prepared: ``mod`` already went through :func:`~layoutopt.tvm.prepare`.
+        epilogues: measure each conv2d with the elementwise epilogue a fused build gives it (see
+            :func:`~layoutopt.tvm.extract_layout_graph`); False for unfused builds.
 
     Returns:
         ``graph``: the layout graph (see :func:`~layoutopt.tvm.extract_layout_graph`; node keys are
@@ -88,7 +91,7 @@ def build_problem(
         meta["stats"]            # {'requested': 20, 'cached': 0, 'measured': 15, 'failed': 0, 'seconds': 9.1}
     """
     started = time.perf_counter()
-    graph = extract_layout_graph(mod, candidates, prepared=prepared)
+    graph = extract_layout_graph(mod, candidates, prepared=prepared, epilogues=epilogues)
     extracted = time.perf_counter()
     kernels = _kernel_tasks(graph)
     transforms = transform_tasks(graph)

@@ -422,7 +422,7 @@ def tune_and_build(
         rtol: tolerance of ``max|out - ref| / max|ref|``.
         repeat: timing repeats (the median is reported).
         fuse: fuse each conv2d's elementwise epilogue into it (see :func:`~layoutopt.tvm.build`), in
-            the tuned build and the baselines alike.
+            the tuned build and the baselines alike; the kernels are then measured fused too.
         progress: True to print stage messages (measurement shows its own progress bar), or a
             callable receiving them.
 
@@ -453,7 +453,8 @@ def tune_and_build(
     say("measuring kernels and layout transforms ...")
     with stage("measure"):
         graph, costs, meta = build_problem(mod, target=target, candidates=candidates, cache=cache,
-                                           runner=runner, progress=bool(progress) or None, prepared=True)
+                                           runner=runner, progress=bool(progress) or None, prepared=True,
+                                           epilogues=fuse)
     problem = Problem.from_graph(graph, costs)
     say(f"solving ({len(problem.nodes)} nodes, {len(problem.edges)} edges, method {method!r}) ...")
     with stage("solve"):

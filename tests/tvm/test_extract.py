@@ -38,6 +38,7 @@ def test_chain_nodes_edges_and_layouts():
     assert conv1["workload"] == {
         "op": "conv2d", "data": [1, 8, 8, 8], "kernel": [16, 8, 3, 3], "strides": [1, 1],
         "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32",
+        "epilogue": ["bias", "relu"],  # what FuseOps fuses into it: measured fused
     }
     assert conv1["choices"] == conv_choices(8, 16)
     assert conv1["layouts"] == [tuple(label.split("->")) for label in conv1["choices"]]
@@ -305,3 +306,22 @@ def test_rewrite_emits_exactly_the_transforms_the_graph_predicts(make):
                    if d["kind"] in ("target", "multi")}
         emitted = count_layout_transforms(apply_layouts(mod, choices))
         assert emitted == expected_transforms(graph, assignment), assignment
+
+
+def test_each_conv_carries_the_epilogue_fuse_ops_gives_it():
+    graph = extract_layout_graph(models.residual(channels=16, size=8), BLOCKS)
+    epilogue = {n: graph.nodes[n]["workload"].get("epilogue") for n in ("conv0", "conv1", "conv2")}
+    # conv0's relu is read twice (conv1 and the skip): the chain ends there; conv2 takes the add
+    assert epilogue == {"conv0": ["bias", "relu"], "conv1": ["bias", "relu"],
+                        "conv2": ["bias", "add", "relu"]}
+    unfused = extract_layout_graph(models.residual(channels=16, size=8), BLOCKS, epilogues=False)
+    assert not any("epilogue" in d["workload"] for _, d in unfused.nodes(data=True))
+
+
+def test_a_residual_add_joins_one_conv_only():
+    # in a downsampling block both operands of the add come from a conv read only there; FuseOps
+    # fuses the add into one of them, and it must be costed once
+    graph = extract_layout_graph(models.resnet(depth=50, width=8, size=32, classes=10))
+    adds = [n for n, d in graph.nodes(data=True) if d["kind"] == "multi" and d["op"] == "relax.add"]
+    with_add = [n for n, d in graph.nodes(data=True) if "add" in d["workload"].get("epilogue", [])]
+    assert len(adds) == 16 and len(with_add) == len(adds)

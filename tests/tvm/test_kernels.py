@@ -317,3 +317,35 @@ def test_measured_kernel_uses_the_register_tile_of_the_build(target):
     assert tile < 7  # not AutoTVM's widest divisor: 7 x 64 floats do not fit in the registers
     knob = build_kernel(workload, {"in": "NCHW16c", "out": "NCHW64c", "reg_n": tile}, target).module.script()
     assert default == knob
+
+
+@pytest.mark.parametrize("epilogue", [["bias"], ["bias", "relu"], ["bias", "add", "relu"]])
+@pytest.mark.parametrize(
+    "candidate",
+    [{"in": "NCHW8c", "out": "NCHW16c"}, {"in": "NCHW16c", "out": "NCHW32c"}, {"in": "NCHW", "out": "NCHW"}],
+)
+def test_a_conv_with_its_fused_epilogue_matches_numpy(epilogue, candidate, target):
+    workload = {**conv([1, 16, 7, 7], [32, 16, 3, 3]), "epilogue": epilogue}
+    kernel = build_kernel(workload, candidate, target)
+    # data, weight, then one operand per bias / add, each in the output's layout
+    assert len(kernel.arg_shapes) == 3 + len([s for s in epilogue if s != "relu"])
+    assert check_kernel(kernel, target=target) < 1e-5
+    inputs = kernel.logical_inputs()
+    plain = kernels.reference_output(conv([1, 16, 7, 7], [32, 16, 3, 3]), inputs[:2])
+    fused = kernels.reference_output(workload, inputs)
+    assert not np.allclose(plain, fused)  # the epilogue really is part of the reference
+
+
+def test_a_one_vector_output_block_finishes_its_epilogue_in_the_register_tile(target):
+    # the build's rule (kernels._schedule_primfunc): in the tile for <= 16 floats, after the conv above
+    workload = {**conv([1, 16, 14, 14], [64, 16, 3, 3]), "epilogue": ["bias", "add", "relu"]}
+    in_tile = build_kernel(workload, {"in": "NCHW16c", "out": "NCHW16c"}, target).module.script()
+    after = build_kernel(workload, {"in": "NCHW16c", "out": "NCHW64c"}, target).module.script()
+    assert 'scope="local"' in in_tile and 'scope="local"' not in after
+
+
+def test_an_unknown_epilogue_step_is_a_clear_error():
+    with pytest.raises(ProblemError, match=r"epilogue steps \['sigmoid'\]"):
+        validate_workload({**conv([1, 8, 8, 8], [8, 8, 3, 3]), "epilogue": ["bias", "sigmoid"]})
+    # no epilogue: no key, so plain convolutions keep their cache keys
+    assert "epilogue" not in validate_workload({**conv([1, 8, 8, 8], [8, 8, 3, 3]), "epilogue": []})
