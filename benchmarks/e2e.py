@@ -21,7 +21,7 @@ Python that has them, e.g. a separate benchmark venv with layoutopt installed.
 
 Usage (``/work/benchvenv`` is such a venv: torch 2.13, torchvision, layoutopt editable)::
 
-    python benchmarks/e2e.py --networks resnet50_v1 --cache ~/.cache/layoutopt/e2e.jsonl
+    python -m benchmarks.e2e --networks resnet50_v1 --cache ~/.cache/layoutopt/e2e.jsonl
 
 A cost cache holds kernel times for one schedule: after a change to the kernels' schedules
 (``layoutopt/tvm/kernels.py``), measure into a fresh ``--cache`` file.
@@ -47,14 +47,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-#: network -> (torchvision constructor, keyword arguments, input size); SSD is built below
-NETWORKS = {
-    "resnet50_v1": ("resnet50", {}, 224),
-    "vgg19_bn": ("vgg19_bn", {}, 224),
-    "inception_v3": ("inception_v3", {"aux_logits": False, "init_weights": True}, 299),
-    "densenet201": ("densenet201", {}, 224),
-    "ssd_resnet50_512": (None, {}, 512),
-}
+from benchmarks.networks import MODEL_SNIPPET, NETWORKS, export_onnx, input_shape  # noqa: E402
 
 VARIANTS = [
     ("default", "(a) TVM default build"),
@@ -70,60 +63,20 @@ VARIANTS = [
 # ---------------------------------------------------------------------------------------------
 # models (torch side, run in a subprocess too so torch never shares this process with TVM timings)
 
-_TORCH_SNIPPET = r"""
-import json, sys, time, types
-sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
-import numpy as np, torch, torchvision
-torch.manual_seed(0)
+_TORCH_SNIPPET = MODEL_SNIPPET + r"""
+import time
+import numpy as np
 torch.set_num_threads(2)
-name, ctor, kwargs, size, onnx_path, mode, repeat = json.loads(sys.argv[1])
-
-def ssd_resnet50(size):
-    # SSD-style detector on a ResNet-50 trunk (layer1-3, as in MLPerf's SSD-ResNet34 recipe) with
-    # 5 extra feature levels and per-level class/box heads; outputs the concatenated head maps.
-    import torch.nn as nn
-    trunk = torchvision.models.resnet50(weights=None)
-    backbone = nn.Sequential(trunk.conv1, trunk.bn1, trunk.relu, trunk.maxpool, trunk.layer1, trunk.layer2,
-                             trunk.layer3)
-    def extra(cin, mid, cout, stride):
-        return nn.Sequential(nn.Conv2d(cin, mid, 1), nn.BatchNorm2d(mid), nn.ReLU(),
-                             nn.Conv2d(mid, cout, 3, stride=stride, padding=1), nn.BatchNorm2d(cout),
-                             nn.ReLU())
-    extras = nn.ModuleList([extra(1024, 256, 512, 2), extra(512, 256, 512, 2), extra(512, 128, 256, 2),
-                            extra(256, 128, 256, 2), extra(256, 128, 256, 2)])
-    channels, anchors, classes = [1024, 512, 512, 256, 256, 256], [4, 6, 6, 6, 4, 4], 81
-    cls = nn.ModuleList([nn.Conv2d(c, a * classes, 3, padding=1) for c, a in zip(channels, anchors)])
-    box = nn.ModuleList([nn.Conv2d(c, a * 4, 3, padding=1) for c, a in zip(channels, anchors)])
-    class SSD(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.backbone, self.extras, self.cls, self.box = backbone, extras, cls, box
-        def forward(self, x):
-            feats = [self.backbone(x)]
-            for layer in self.extras:
-                feats.append(layer(feats[-1]))
-            outs = [torch.flatten(h(f), 1) for f, h in zip(feats, self.cls)]
-            outs += [torch.flatten(h(f), 1) for f, h in zip(feats, self.box)]
-            return torch.cat(outs, 1)
-    return SSD()
-
-model = ssd_resnet50(size) if ctor is None else getattr(torchvision.models, ctor)(weights=None, **kwargs)
-model = model.eval()
-x = torch.randn(1, 3, size, size)
-if mode == "export":
-    with torch.no_grad():
-        torch.onnx.export(model, (x,), onnx_path, input_names=["data"], output_names=["out"], dynamo=False,
-                          opset_version=17)
-    print(json.dumps({"ok": True}))
-else:
-    with torch.inference_mode():
-        for _ in range(3):
-            model(x)
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter(); model(x); times.append(time.perf_counter() - start)
-    print(json.dumps({"seconds": float(np.median(times)), "torch": torch.__version__,
-                      "torchvision": torchvision.__version__}))
+ctor, kwargs, size, repeat = json.loads(sys.argv[1])
+model, x = build_model(ctor, kwargs), torch.randn(1, 3, size, size)
+with torch.inference_mode():
+    for _ in range(3):
+        model(x)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter(); model(x); times.append(time.perf_counter() - start)
+print(json.dumps({"seconds": float(np.median(times)), "torch": torch.__version__,
+                  "torchvision": torchvision.__version__}))
 """
 
 _ORT_SNIPPET = r"""
@@ -161,16 +114,6 @@ def _subprocess_json(snippet: str, payload: list, timeout: float = 3600) -> dict
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def export_onnx(network: str, directory: Path) -> Path:
-    """Export the seeded torchvision network to ONNX once (reused on later runs)."""
-    ctor, kwargs, size = NETWORKS[network]
-    path = directory / f"{network}.onnx"
-    if not path.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        _subprocess_json(_TORCH_SNIPPET, [network, ctor, kwargs, size, str(path), "export", 0])
-    return path
-
-
 # ---------------------------------------------------------------------------------------------
 # one network
 
@@ -180,12 +123,12 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     from layoutopt.tvm.report import write_report
     from layoutopt.tvm.tune import measure_latencies, random_inputs
 
-    _, _, size = NETWORKS[network]
+    size = input_shape(network)[-1]
     row: dict = {"network": network, "load_before": os.getloadavg()[0],
                  "blocks": ",".join(map(str, args.blocks)) if args.blocks else "4,8,16,32,64"}
     onnx_path = export_onnx(network, Path(args.models))
     start = time.perf_counter()
-    mod = load_model(onnx_path, input_shape=[1, 3, size, size])
+    mod = load_model(onnx_path, input_shape=input_shape(network))
     result = tune_and_build(
         mod,
         method=args.method,
@@ -219,7 +162,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     write_report(result, args.out, name=f"e2e-{network}", model=network)
     ctor, kwargs, _ = NETWORKS[network]
     torch_info = _subprocess_json(
-        _TORCH_SNIPPET, [network, ctor, kwargs, size, "", "time", args.repeat_eager]
+        _TORCH_SNIPPET, [ctor, kwargs, size, args.repeat_eager]
     )
     row["torch"] = torch_info["seconds"]
     ort_info = _subprocess_json(_ORT_SNIPPET, [str(onnx_path), size, args.repeat_eager])

@@ -38,14 +38,14 @@ NETWORKS: dict[str, tuple[str | None, dict, int]] = {
     "ssd_resnet50_512": (None, {}, 512),
 }
 
-_EXPORT_SNIPPET = r"""
+#: defines ``build_model(ctor, kwargs)`` (the seeded network, eval mode) for the snippets run under torch
+MODEL_SNIPPET = r"""
 import json, sys, types
 # torchvision's PyPI build for torch 2.13 is a CUDA build whose meta registrations fail on CPU-only
 # machines; the models do not use those C ops
 sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
 import torch, torchvision
 torch.manual_seed(0)
-ctor, kwargs, size, onnx_path = json.loads(sys.argv[1])
 
 def ssd_resnet50():
     import torch.nn as nn
@@ -74,10 +74,16 @@ def ssd_resnet50():
             return torch.cat(outs, 1)
     return SSD()
 
-model = ssd_resnet50() if ctor is None else getattr(torchvision.models, ctor)(weights=None, **kwargs)
+def build_model(ctor, kwargs):
+    model = ssd_resnet50() if ctor is None else getattr(torchvision.models, ctor)(weights=None, **kwargs)
+    return model.eval()
+"""
+
+_EXPORT_SNIPPET = MODEL_SNIPPET + r"""
+ctor, kwargs, size, onnx_path = json.loads(sys.argv[1])
 with torch.no_grad():
-    torch.onnx.export(model.eval(), (torch.randn(1, 3, size, size),), onnx_path, input_names=["data"],
-                      output_names=["out"], dynamo=False, opset_version=17)
+    torch.onnx.export(build_model(ctor, kwargs), (torch.randn(1, 3, size, size),), onnx_path,
+                      input_names=["data"], output_names=["out"], dynamo=False, opset_version=17)
 """
 
 

@@ -1,0 +1,129 @@
+"""How close each end-to-end build runs to this CPU's floating-point peak: the ceiling on any speed-up.
+
+Two measurements, side by side with ``benchmarks/results/e2e.json``:
+
+* the CPU's fp32 FMA peak on 2 threads, timed by a small C program (12 independent vector FMA chains
+  per thread, no memory traffic: the most any kernel can do), compiled with the machine's gcc;
+* each network's arithmetic, counted from its layout graph: ``2 * N * O * OH * OW * C/groups * KH * KW``
+  per conv2d and ``2 * M * N * K`` per dense, which is nearly all of the FLOPs of these networks.
+
+``FLOPs / peak`` is a latency no build can beat, whatever its layouts; a speed-up target above
+``latency / floor`` is beyond the hardware. Writes ``benchmarks/results/roofline.md``.
+
+Usage::
+
+    python -m benchmarks.roofline            # networks of e2e.json; needs the exported ONNX files
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("TVM_NUM_THREADS", "2")
+
+from benchmarks.networks import NETWORKS, load_network  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+_PEAK_C = r"""
+#include <immintrin.h>
+#include <omp.h>
+#include <stdio.h>
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+int main(void) {
+    const long iterations = 100000000; double best = 1e30; float sink = 0;
+    for (int round = 0; round < 5; round++) {
+        double start = now();
+        #pragma omp parallel reduction(+:sink)
+        {
+            __m512 acc[12], x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.999999f);
+            for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
+            for (long k = 0; k < iterations; k++)
+                for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+            for (int i = 0; i < 12; i++) sink += _mm512_reduce_add_ps(acc[i]);
+        }
+        double seconds = now() - start; if (seconds < best) best = seconds;
+    }
+    printf("%.3f %g\n", omp_get_max_threads() * iterations * 12.0 * 16 * 2 / best / 1e9, sink);
+    return 0;
+}
+"""
+
+
+def fma_peak_gflops(threads: int = 2) -> float:
+    """fp32 GFLOP/s of back-to-back AVX-512 FMAs on ``threads`` threads (the best of 5 rounds)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        source, binary = Path(tmp) / "peak.c", Path(tmp) / "peak"
+        source.write_text(_PEAK_C)
+        subprocess.run(["gcc", "-O2", "-mavx512f", "-fopenmp", str(source), "-o", str(binary)], check=True)
+        out = subprocess.run([str(binary)], env={**os.environ, "OMP_NUM_THREADS": str(threads)},
+                             capture_output=True, text=True, check=True).stdout
+    return float(out.split()[0])
+
+
+def network_flops(network: str) -> float:
+    """fp32 operations of the network's conv2d and dense layers (multiply and add counted apart)."""
+    from layoutopt.tvm import extract_layout_graph
+    from layoutopt.tvm.kernels import conv2d_output_shape
+
+    total = 0.0
+    for _, data in extract_layout_graph(load_network(network)).nodes(data=True):
+        workload = data["workload"]
+        if workload.get("op") == "conv2d":
+            n, o, oh, ow = conv2d_output_shape(workload)
+            _, per_group, kh, kw = workload["kernel"]
+            total += 2.0 * n * o * oh * ow * per_group * kh * kw
+        elif workload.get("op") == "dense":
+            (m, k), (features, _) = workload["data"], workload["weight"]
+            total += 2.0 * m * features * k
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--e2e", default=str(RESULTS / "e2e.json"), help="rows written by benchmarks.e2e")
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    from layoutopt.tvm.report import environment
+
+    rows = [r for r in json.loads(Path(args.e2e).read_text()) if "error" not in r]
+    peak = fma_peak_gflops()
+    columns = [("nchw16c", "(b) NCHW16c"), ("layoutopt", "(d) layoutopt"), ("onnxruntime", "(f) ONNX Runtime")]
+    stamp = ", ".join(f"{k} {v}" for k, v in environment().items())
+    lines = [
+        "# Roofline: end-to-end latency against this CPU's fp32 peak",
+        "",
+        f"*{stamp}*",
+        "",
+        f"fp32 FMA peak, 2 threads (AVX-512, no memory traffic): **{peak:.1f} GFLOP/s**.",
+        "GFLOP: conv2d and dense layers. Floor = GFLOP / peak: no build, whatever its layouts, runs faster.",
+        "Each build's cell: latency in ms (share of peak it sustains over the whole network).",
+        "",
+        "| network | GFLOP | floor ms | " + " | ".join(label for _, label in columns)
+        + " | largest possible speed-up over (b) |",
+        "|---|---|---|" + "---|" * len(columns) + "---|",
+    ]
+    for row in sorted(rows, key=lambda r: list(NETWORKS).index(r["network"])):
+        flops = network_flops(row["network"])
+        floor = flops / (peak * 1e9)
+        cells = []
+        for key, _ in columns:
+            seconds = row.get(key)
+            cells.append("-" if not seconds else f"{seconds * 1e3:.1f} ({floor / seconds:.0%})")
+        ceiling = f"{row['nchw16c'] / floor:.2f}x" if row.get("nchw16c") else "-"
+        lines.append(f"| {row['network']} | {flops / 1e9:.2f} | {floor * 1e3:.1f} | " + " | ".join(cells)
+                     + f" | {ceiling} |")
+    out = Path(args.out) / "roofline.md"
+    out.write_text("\n".join(lines) + "\n")
+    print(out.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
