@@ -44,8 +44,10 @@ int main(void) {
         {
             __m512 acc[12], x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.999999f);
             for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
-            for (long k = 0; k < iterations; k++)
-                for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+            for (long k = 0; k < iterations; k++) {
+                #pragma GCC unroll 12
+                for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], x, y);  /* in registers */
+            }
             for (int i = 0; i < 12; i++) sink += _mm512_reduce_add_ps(acc[i]);
         }
         double seconds = now() - start; if (seconds < best) best = seconds;
