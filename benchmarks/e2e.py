@@ -38,6 +38,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -265,7 +266,7 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
         "| (c) predicted | (c) transforms | solver | blocks | tune time (s) | load avg before / after |",
         "|---" * 12 + "|",
     ]
-    for row in rows:
+    for row in (r for r in rows if not r.get("error")):  # failures: listed below
         lines.append(
             f"| {row['network']} | {_ms(row.get('layoutopt_predicted'))} | {_ms(row.get('layoutopt'))} "
             f"| {row.get('layoutopt_transforms')} | {_ms(row.get('nchw16c_predicted'))} "
@@ -304,6 +305,21 @@ def _plot(rows: list[dict], path: Path, stamp: str) -> None:
     plt.close(fig)
 
 
+def _run_network_in_a_child(network: str, argv: list[str]) -> dict:
+    """One network in its own process: a failure, even an abort inside LLVM, costs its row only."""
+    with tempfile.TemporaryDirectory() as tmp:
+        row_file = Path(tmp) / "row.json"
+        done = subprocess.run([sys.executable, "-m", "benchmarks.e2e", *argv, "--networks", network,
+                               "--row-file", str(row_file)], stderr=subprocess.PIPE, text=True)
+        sys.stderr.write(done.stderr)
+        if done.returncode == 0 and row_file.exists():
+            return json.loads(row_file.read_text())
+    lines = [line for line in done.stderr.splitlines() if line.strip() and "kernel/s" not in line]
+    reason = lines[-1].strip() if lines else "no message"
+    print(f"{network} failed (exit code {done.returncode}): {reason}", flush=True)
+    return {"network": network, "error": f"exit code {done.returncode}: {reason[:300]}"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -322,9 +338,14 @@ def main(argv: list[str] | None = None) -> int:
         help="where the exported ONNX files are kept (not committed: ~100 MB each)",
     )
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--row-file", help=argparse.SUPPRESS)  # internal: one network, its row to this file
     args = parser.parse_args(argv)
     args.blocks = [int(b) for b in args.blocks.split(",")] if args.blocks else None
     Path(args.cache).parent.mkdir(parents=True, exist_ok=True)
+
+    if args.row_file:  # the child process of one network (see below)
+        Path(args.row_file).write_text(json.dumps(run_network(args.networks, args), default=str))
+        return 0
 
     from layoutopt.tvm.report import environment
 
@@ -337,11 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         if network not in NETWORKS:
             parser.error(f"unknown network {network!r}")
         print(f"== {network}", flush=True)
-        try:
-            rows.append(run_network(network, args))
-        except Exception as exc:  # one network failing must not lose the others' figures
-            print(f"{network} failed: {type(exc).__name__}: {exc}", flush=True)
-            rows.append({"network": network, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+        rows.append(_run_network_in_a_child(network, argv if argv is not None else sys.argv[1:]))
         rows.sort(key=lambda r: list(NETWORKS).index(r["network"]))
         partial.parent.mkdir(parents=True, exist_ok=True)
         partial.write_text(json.dumps(rows, indent=1, default=str))

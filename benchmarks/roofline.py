@@ -26,7 +26,7 @@ from pathlib import Path
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
 
-from benchmarks.networks import NETWORKS, load_network  # noqa: E402
+from benchmarks.networks import NETWORKS, load_network
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -35,7 +35,9 @@ _PEAK_C = r"""
 #include <omp.h>
 #include <stdio.h>
 #include <time.h>
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+static double now(void) {
+    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec;
+}
 int main(void) {
     const long iterations = 100000000; double best = 1e30; float sink = 0;
     for (int round = 0; round < 5; round++) {
@@ -96,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [r for r in json.loads(Path(args.e2e).read_text()) if "error" not in r]
     peak = fma_peak_gflops()
-    columns = [("nchw16c", "(b) NCHW16c"), ("layoutopt", "(d) layoutopt"), ("onnxruntime", "(f) ONNX Runtime")]
+    columns = [("nchw16c", "(b) NCHW16c"), ("layoutopt", "(d) layoutopt"),
+               ("onnxruntime", "(f) ONNX Runtime")]
     stamp = ", ".join(f"{k} {v}" for k, v in environment().items())
     lines = [
         "# Roofline: end-to-end latency against this CPU's fp32 peak",
