@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         f"| full cache, fresh process (incl. `import tvm`) | {fresh_seconds:.2f} | 0 | all | - | <= 10 s |",
         "",
         f"Per measurement: {cold_seconds / max(1, cold_stats['measured']):.3f} s on average (build, numpy "
-        "check, `time_evaluator` with min_repeat_ms=20 x 3 repeats, in an isolated worker process).",
+        "check, `time_evaluator` with min_repeat_ms=20 x 3 repeats, timed again in a second pass, in an "
+        "isolated worker process; each conv2d with its fused epilogue).",
         "",
         "## Solution (sanity check of the costs)",
         "",
