@@ -44,7 +44,8 @@ from ._tvm import import_tvm, resolve_target
 #: key (see ``Measurer``), so timings of kernels built by an older schedule, or timed in a way now
 #: known to be wrong, are never reused: bump it whenever either changes. 3: the measuring worker
 #: runs BLAS on one thread (``measure.WORKER_BLAS_THREADS``); times of version 2 were inflated.
-SCHEDULE_VERSION = 3
+#: 4: a partial register tile for prime output widths above 8 (:func:`register_tile`).
+SCHEDULE_VERSION = 4
 
 __all__ = [
     "DEFAULT_BLOCKS",
@@ -686,8 +687,11 @@ def register_tile(out_width: int, out_block: int | None, target: Any = None) -> 
     vectors and the broadcast input), else LLVM spills inside the reduction loop - the 64-wide
     blocks with AutoTVM's ``reg_n = 8`` did, fused or not; but when that leaves under a quarter of
     the registers accumulating (too few independent FMAs), a wider tile that still fits beside one
-    weight row is taken. ``reg_n`` divides the output width (at most 8). The measured kernel and the
-    built program both use it, so they run the same tile.
+    weight row is taken. ``reg_n`` divides the output width (at most 8), except for a prime width
+    above 8 (Inception's 17, 71, 73): a one-column tile ran 3-4x slower there than a 6-column tile
+    with a partial last tile (1x1 768->192 conv at 17x17, 16c: 1.44 vs 0.38 ms), so the widest tile
+    that fits and wastes the fewest padded columns is taken. The measured kernel and the built
+    program both use it, so they run the same tile.
 
     Example::
 
@@ -700,6 +704,10 @@ def register_tile(out_width: int, out_block: int | None, target: Any = None) -> 
     if reg_n * per_column < registers // 4:
         wider = [d for d in divisors if d * per_column <= registers - per_column]
         reg_n = max([reg_n, *wider])
+    if reg_n == 1 and out_width > 8:
+        fitting = [d for d in range(4, 9) if d * per_column <= max(per_column, registers * 3 // 4)]
+        if fitting:
+            reg_n = min(fitting, key=lambda d: (-(-out_width // d) * d, -d))
     return reg_n
 
 

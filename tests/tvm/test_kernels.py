@@ -303,7 +303,10 @@ def test_every_lazily_exported_name_resolves():
 @pytest.mark.parametrize(
     ("mcpu", "width", "block", "reg_n"),
     [("znver4", 56, 16, 8), ("znver4", 56, 64, 4), ("znver4", 14, 64, 2), ("znver4", 7, 64, 7),
-     ("haswell", 56, 16, 4), ("haswell", 28, 8, 7), ("znver4", 28, None, 7)],
+     ("haswell", 56, 16, 4), ("haswell", 28, 8, 7), ("znver4", 28, None, 7),
+     # prime widths: the widest tile that fits with the fewest padded columns, not a single column
+     ("znver4", 17, 16, 6), ("znver4", 73, 16, 5), ("znver4", 71, 16, 8), ("znver4", 17, 64, 6),
+     ("znver4", 5, 16, 5), ("znver4", 1, 16, 1)],
 )
 def test_register_tile_fits_the_accumulators_in_the_target_registers(mcpu, width, block, reg_n):
     # AVX-512 has 32 zmm of 16 floats, AVX2 16 ymm of 8: a 64-wide block takes 4 zmm per column
@@ -349,3 +352,13 @@ def test_an_unknown_epilogue_step_is_a_clear_error():
         validate_workload({**conv([1, 8, 8, 8], [8, 8, 3, 3]), "epilogue": ["bias", "sigmoid"]})
     # no epilogue: no key, so plain convolutions keep their cache keys
     assert "epilogue" not in validate_workload({**conv([1, 8, 8, 8], [8, 8, 3, 3]), "epilogue": []})
+
+
+@pytest.mark.parametrize("epilogue", [[], ["bias", "add", "relu"]])
+@pytest.mark.parametrize(
+    "candidate", [{"in": "NCHW16c", "out": "NCHW16c"}, {"in": "NCHW8c", "out": "NCHW64c"}]
+)
+def test_a_prime_width_gets_a_partial_register_tile_and_stays_correct(epilogue, candidate, target):
+    workload = {**conv([1, 16, 17, 17], [64, 16, 3, 3]), "epilogue": epilogue}
+    assert register_tile(17, kernels.layout_block(candidate["out"]), target) > 1
+    assert check_kernel(build_kernel(workload, candidate, target), target=target) < 1e-5
