@@ -497,6 +497,13 @@ class Kernel:
         # the output's layout
         return packed + [pack_data(x, cand["out"]) for x in extra]
 
+    def device_args(self, inputs: Sequence[np.ndarray], device: Any) -> list[Any]:
+        """The kernel's arguments on ``device``: the packed ``inputs``, then a zeroed output buffer."""
+        tvm = import_tvm()
+        args = [tvm.runtime.tensor(a, device) for a in self.pack_inputs(inputs)]
+        args.append(tvm.runtime.tensor(np.zeros(self.arg_shapes[-1], dtype=self.dtype), device))
+        return args
+
     def unpack_output(self, output: np.ndarray) -> np.ndarray:
         """The kernel's output buffer -> the logical NCHW / NC array."""
         wl = self.workload
@@ -566,12 +573,12 @@ def _build_fused_conv2d(tvm, workload: dict[str, Any], candidate: dict[str, Any]
         tensors, _ = _conv2d_compute(tvm, workload, candidate)
         out = tensors[-1]
         inputs = tensors[:-1]
-        for step, shape in zip(
-            [s for s in workload["epilogue"] if s != "relu"], _epilogue_shapes(workload), strict=True
-        ):
-            operand = te.placeholder(_layout_shape(shape, candidate["out"]), dtype=dtype, name=f"{step}_in")
-            inputs.append(operand)
-        operands = iter(inputs[2:])
+        operands = [
+            te.placeholder(_layout_shape(shape, candidate["out"]), dtype=dtype, name=f"epilogue_in{i}")
+            for i, shape in enumerate(_epilogue_shapes(workload))
+        ]
+        inputs += operands
+        operands = iter(operands)
         for step in workload["epilogue"]:
             out = topi.nn.relu(out) if step == "relu" else topi.add(out, next(operands))
         func = te.create_prim_func([*inputs, out])
@@ -896,8 +903,7 @@ def check_kernel(
         reference = (inputs, reference_output(kernel.workload, inputs))
     inputs, expected = reference
     if args is None:
-        args = [tvm.runtime.tensor(a, device) for a in kernel.pack_inputs(inputs)]
-        args.append(tvm.runtime.tensor(np.zeros(kernel.arg_shapes[-1], dtype=kernel.dtype), device))
+        args = kernel.device_args(inputs, device)
     module[kernel.name](*args)
     actual = kernel.unpack_output(args[-1].numpy())
     scale = max(1.0, float(np.max(np.abs(expected))))

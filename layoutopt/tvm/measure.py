@@ -275,12 +275,8 @@ class _WorkerState:
         """Time a kernel kept by :meth:`measure` again (no build, no check)."""
         import numpy as np
 
-        from ._tvm import import_tvm
-
-        tvm = import_tvm()
         runner, module, device, kernel = self.loaded[key]
-        args = [tvm.runtime.tensor(a, device) for a in kernel.pack_inputs(kernel.logical_inputs())]
-        args.append(tvm.runtime.tensor(np.zeros(kernel.arg_shapes[-1], dtype=kernel.dtype), device))
+        args = kernel.device_args(kernel.logical_inputs(), device)
         load_average = os.getloadavg()[0]
         results = runner.time(module, device, kernel.name, args)
         return {"median": float(np.median(results)), "results": results,
@@ -312,8 +308,7 @@ class _WorkerState:
         built = time.perf_counter()
         module, device = runner.load(executable, kernel.name)
         inputs, expected = self.reference(kernel)
-        args = [tvm.runtime.tensor(a, device) for a in kernel.pack_inputs(inputs)]
-        args.append(tvm.runtime.tensor(np.zeros(kernel.arg_shapes[-1], dtype=kernel.dtype), device))
+        args = kernel.device_args(inputs, device)
         check_error = None
         if check:
             check_error = check_kernel(kernel, module, device=device, reference=(inputs, expected), args=args)
