@@ -306,18 +306,26 @@ def _plot(rows: list[dict], path: Path, stamp: str) -> None:
 
 
 def _run_network_in_a_child(network: str, argv: list[str]) -> dict:
-    """One network in its own process: a failure, even an abort inside LLVM, costs its row only."""
+    """One network in its own process: a failure, even an abort inside LLVM, costs its row only.
+
+    The child's stderr (its progress bars) is passed on as it comes; its tail names the failure."""
     with tempfile.TemporaryDirectory() as tmp:
         row_file = Path(tmp) / "row.json"
-        done = subprocess.run([sys.executable, "-m", "benchmarks.e2e", *argv, "--networks", network,
-                               "--row-file", str(row_file)], stderr=subprocess.PIPE, text=True)
-        sys.stderr.write(done.stderr)
-        if done.returncode == 0 and row_file.exists():
+        child = subprocess.Popen([sys.executable, "-m", "benchmarks.e2e", *argv, "--networks", network,
+                                  "--row-file", str(row_file)], stderr=subprocess.PIPE, text=True)
+        assert child.stderr is not None
+        tail = ""
+        for chunk in iter(lambda: child.stderr.read(4096), ""):
+            sys.stderr.write(chunk)
+            sys.stderr.flush()
+            tail = (tail + chunk)[-8192:]
+        returncode = child.wait()
+        if returncode == 0 and row_file.exists():
             return json.loads(row_file.read_text())
-    lines = [line for line in done.stderr.splitlines() if line.strip() and "kernel/s" not in line]
+    lines = [line for line in tail.splitlines() if line.strip() and "kernel/s" not in line]
     reason = lines[-1].strip() if lines else "no message"
-    print(f"{network} failed (exit code {done.returncode}): {reason}", flush=True)
-    return {"network": network, "error": f"exit code {done.returncode}: {reason[:300]}"}
+    print(f"{network} failed (exit code {returncode}): {reason}", flush=True)
+    return {"network": network, "error": f"exit code {returncode}: {reason[:300]}"}
 
 
 def main(argv: list[str] | None = None) -> int:
