@@ -722,9 +722,22 @@ def _block_names(sch) -> list[str]:
     return [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
 
 
+#: the widest innermost loop vectorised whole. LLVM splits a wide vector into register-sized pieces,
+#: fine for the rows of NCHW tensors (up to 518 here); but a flattened tensor (SSD's heads: 12 reshapes
+#: to (1, N) fused into one concat, N = 331776) made one giant vector, and LLVM aborted the process
+#: ("Cannot implicitly convert a scalable size to a fixed-width size"). Longer loops are split.
+MAX_VECTOR_LOOP = 1024
+
+
 def _parallel_vectorize(sch, block, max_parallel_loops: int = 3) -> None:
-    """Parallelise the outer spatial loops of an injective block and vectorise its innermost loop."""
+    """Parallelise the outer spatial loops of an injective block and vectorise its innermost loop
+    (split first, if longer than :data:`MAX_VECTOR_LOOP`, into a parallel outer part and 64 lanes or
+    fewer: the largest divisor, so that no tail is left)."""
     loops = sch.get_loops(block)
+    extent = sch.get(loops[-1]).extent if loops else None
+    if isinstance(extent, import_tvm().tirx.IntImm) and extent.value > MAX_VECTOR_LOOP:
+        lanes = max(d for d in range(1, 65) if extent.value % d == 0)
+        loops = [*loops[:-1], *sch.split(loops[-1], [None, lanes])]
     if len(loops) > 1:
         outer = loops[: min(max_parallel_loops, len(loops) - 1)]
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])

@@ -248,3 +248,30 @@ def test_fused_build_finishes_the_epilogue_in_the_conv_tile_leaving_the_input_al
     inputs = random_inputs(original, seed=4)
     expected = run(tvm.compile(original, target=target), inputs)
     assert relative_error(run(build(mod, fuse=True), inputs), expected) < 1e-4
+
+
+def test_a_flattened_concat_is_vectorised_in_pieces_and_builds(tvm):
+    # SSD's heads: reshapes to (1, N) fused into one concat. Vectorising the whole N-long row
+    # (331776 here) made one giant vector that aborted LLVM, killing the process.
+    import re
+
+    from layoutopt.tvm.kernels import MAX_VECTOR_LOOP, schedule_module
+
+    relax = tvm.relax
+    a = relax.Var("a", relax.TensorType((1, 324, 32, 32), "float32"))
+    b = relax.Var("b", relax.TensorType((1, 16, 32, 32), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [a, b]):
+        with bb.dataflow():
+            flat = [bb.emit(relax.op.reshape(x, (1, -1))) for x in (a, b)]
+            out = bb.emit_output(relax.op.concat(flat, axis=1))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    with _target():
+        fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(relax.transform.AnnotateTIROpPattern()(
+            relax.transform.LegalizeOps()(mod))))
+    widths = [int(w) for w in re.findall(r"T\.vectorized\(T\.int64\((\d+)\)\)", schedule_module(fused).script())]
+    assert widths and max(widths) <= MAX_VECTOR_LOOP
+    inputs = random_inputs(mod, seed=5)
+    (result,) = run(build(mod, fuse=True), inputs)
+    np.testing.assert_array_equal(result, np.concatenate([x.reshape(1, -1) for x in inputs], axis=1))
