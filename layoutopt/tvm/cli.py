@@ -142,7 +142,7 @@ def _candidates(blocks_text: str | None):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .report import write_report
+    from .report import breakdown_markdown, write_report
     from .tune import load_model, tune_and_build
 
     cache = None if str(args.cache).lower() == "none" else Path(args.cache or default_cache_path())
@@ -159,6 +159,9 @@ def _run(args: argparse.Namespace) -> int:
     print(_layer_table(result))
     print()
     print(result.summary())
+    if result.tuned.breakdown:
+        print("\nwhere the time goes (ms, each call timed in the network):")
+        print(breakdown_markdown(result))
     if args.report:
         paths = write_report(result, args.report, model=args.model or "embedded default model")
         print(f"\nreport: {paths['markdown']} and {paths['plot']}")
@@ -166,10 +169,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _layer_table(result) -> str:
-    rows = [("layer", "workload", "chosen layouts", "kernel ms", "transforms in")]
+    rows = [("layer", "workload", "chosen layouts", "kernel ms", "in network ms", "transforms in")]
     for layer in result.layers:
+        in_network = "" if layer.in_network is None else f"{layer.in_network * 1e3:.3f}"
         rows.append((str(layer.node), layer.workload, layer.choice, f"{layer.kernel_time * 1e3:.3f}",
-                     str(layer.transforms_in or "")))
+                     in_network, str(layer.transforms_in or "")))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
                      for row in rows)

@@ -80,18 +80,62 @@ def summary_markdown(result: TuneResult) -> str:
     return "\n".join(lines)
 
 
+def breakdown_markdown(result: TuneResult) -> str:
+    """Predicted vs in-network time per category of op, a column pair per profiled build.
+
+    Empty when no build was profiled (``tune_and_build(..., profile=False)``).
+    """
+    variants = [v for v in [result.tuned, *result.baselines.values()] if v.breakdown]
+    if not variants:
+        return ""
+    header = " | ".join(f"{v.name} predicted (ms) | {v.name} in network (ms) | calls" for v in variants)
+    lines = [f"| op | {header} |", "|---|" + "---|---|---|" * len(variants)]
+    categories = list(dict.fromkeys(row.category for v in variants for row in v.breakdown))
+    for category in categories:
+        cells = []
+        for variant in variants:
+            row = next((r for r in variant.breakdown if r.category == category), None)
+            cells.append("- | - | -" if row is None
+                         else f"{_ms(row.predicted)} | {_ms(row.measured)} | {row.calls}")
+        lines.append(f"| {category} | {' | '.join(cells)} |")
+    totals = [
+        f"{_ms(sum(r.predicted for r in v.breakdown if r.predicted is not None))} "
+        f"| {_ms(sum(r.measured for r in v.breakdown))} | {sum(r.calls for r in v.breakdown)}"
+        for v in variants
+    ]
+    lines.append(f"| total | {' | '.join(totals)} |")
+    return "\n".join(lines)
+
+
+def _breakdown_section(result: TuneResult) -> list[str]:
+    table = breakdown_markdown(result)
+    if not table:
+        return []
+    return [
+        "## Where the time goes",
+        "",
+        "Every call of each build, timed inside the running network (median of 5 runs; the timing hook",
+        "adds microseconds per call), beside its share of the prediction. A kernel is slower in the",
+        "network than alone when its inputs and weights are not in cache; pooling, concat, elementwise",
+        "ops outside a conv and the VM's builtins are outside the layout problem.",
+        "",
+        table,
+        "",
+    ]
+
+
 def layer_markdown(result: TuneResult) -> str:
     """The per-layer table: chosen layouts, kernel time, fastest kernel, transforms paid on the inputs."""
     lines = [
-        "| # | layer | op | workload | chosen | kernel (ms) | fastest kernel | fastest (ms) "
-        "| transforms in | transform (ms) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| # | layer | op | workload | chosen | kernel (ms) | in network (ms) | fastest kernel "
+        "| fastest (ms) | transforms in | transform (ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for number, layer in enumerate(result.layers, start=1):
         lines.append(
             f"| {number} | {layer.node} | {layer.op.rsplit('.', 1)[-1]} | {layer.workload} | {layer.choice} "
-            f"| {_ms(layer.kernel_time)} | {layer.best_choice} | {_ms(layer.best_kernel_time)} "
-            f"| {layer.transforms_in} | {_ms(layer.transform_time)} |"
+            f"| {_ms(layer.kernel_time)} | {_ms(layer.in_network)} | {layer.best_choice} "
+            f"| {_ms(layer.best_kernel_time)} | {layer.transforms_in} | {_ms(layer.transform_time)} |"
         )
     return "\n".join(lines)
 
@@ -117,6 +161,10 @@ def plot(result: TuneResult, path: str | Path) -> Path:
     marked = [x for x, layer in zip(xs, layers, strict=True) if layer.transforms_in]
     ax.scatter([x - width / 2 for x in marked], [chosen[x] + transform[x] for x in marked], marker="v",
                color="#c05621", zorder=3, label="transform placed")
+    profiled = [(x, layer.in_network * 1e3) for x, layer in zip(xs, layers, strict=True) if layer.in_network]
+    if profiled:
+        ax.scatter([x - width / 2 for x, _ in profiled], [t for _, t in profiled], marker="_", s=60,
+                   color="black", zorder=4, label="chosen kernel, timed in the network")
     ax.set_xticks(list(xs))
     ax.set_xticklabels([str(layer.node) for layer in layers], rotation=90, fontsize=6)
     ax.set_ylabel("time (ms)")
@@ -162,6 +210,7 @@ def write_report(result: TuneResult, directory: str | Path, name: str = "report"
         f"{solution.status}, objective {_ms(solution.objective)} ms, solved in {solution.solve_time:.3f} s.",
         f"Time per stage: {timings}.",
         "",
+        *_breakdown_section(result),
         "## Layers",
         "",
         f"![per-layer time]({png.name})",

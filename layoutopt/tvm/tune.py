@@ -31,6 +31,7 @@ from ..problem import Problem
 from ..solution import Solution
 from ._tvm import import_tvm, one_blas_thread, resolve_target
 from .apply import apply_layouts, build, count_layout_transforms, layout_block, solution_choices
+from .profile import Category, layer_times, profile_calls, time_breakdown
 
 __all__ = [
     "BASELINES",
@@ -69,6 +70,7 @@ class Variant:
     transforms: int | None = None
     max_relative_error: float | None = None
     assignment: dict[Hashable, int] | None = None
+    breakdown: list[Category] | None = None
 
 
 @dataclass
@@ -85,6 +87,7 @@ class Layer:
     best_kernel_time: float
     transform_time: float
     transforms_in: int
+    in_network: float | None = None
 
 
 @dataclass
@@ -403,6 +406,7 @@ def tune_and_build(
     seed: int = 0,
     repeat: int = 5,
     fuse: bool = True,
+    profile: bool = True,
     progress: bool | Callable[[str], None] = False,
 ) -> TuneResult:
     """Extract, measure, solve, apply and build ``mod``; verify the outputs and time the build.
@@ -423,6 +427,9 @@ def tune_and_build(
         repeat: timing repeats (the median is reported).
         fuse: fuse each conv2d's elementwise epilogue into it (see :func:`~layoutopt.tvm.build`), in
             the tuned build and the baselines alike; the kernels are then measured fused too.
+        profile: time every call of each build inside the running network
+            (:func:`~layoutopt.tvm.profile.profile_calls`): the variants' ``breakdown`` (predicted vs
+            in-network time per category of op) and the layers' ``in_network`` kernel times.
         progress: True to print stage messages (measurement shows its own progress bar), or a
             callable receiving them.
 
@@ -507,8 +514,20 @@ def tune_and_build(
     for variant in [tuned, *variants.values()]:
         if variant.name in latencies:
             variant.measured = latencies[variant.name]
-    return TuneResult(tuned_ex, tuned_mod, solution, graph, costs, tuned, variants,
-                      layer_table(graph, problem, solution.assignment), timings, meta, str(target))
+    layers = layer_table(graph, problem, solution.assignment)
+    if profile:
+        say("profiling the builds: each call's time in the network ...")
+        with stage("profile"):
+            for variant in [tuned, *variants.values()]:
+                if variant.name in executables:
+                    calls = profile_calls(executables[variant.name], inputs)
+                    variant.breakdown = time_breakdown(calls, graph, costs, variant.assignment)
+                    if variant is tuned:
+                        in_network = layer_times(calls, graph, solution.assignment, target)
+                        for layer in layers:
+                            layer.in_network = in_network.get(layer.node)
+    return TuneResult(tuned_ex, tuned_mod, solution, graph, costs, tuned, variants, layers, timings, meta,
+                      str(target))
 
 
 def measure_latencies(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], repeat: int = 5,

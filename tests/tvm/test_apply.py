@@ -270,7 +270,8 @@ def test_a_flattened_concat_is_vectorised_in_pieces_and_builds(tvm):
     with _target():
         fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(relax.transform.AnnotateTIROpPattern()(
             relax.transform.LegalizeOps()(mod))))
-    widths = [int(w) for w in re.findall(r"T\.vectorized\(T\.int64\((\d+)\)\)", schedule_module(fused).script())]
+    script = schedule_module(fused).script()
+    widths = [int(w) for w in re.findall(r"T\.vectorized\(T\.int64\((\d+)\)\)", script)]
     assert widths and max(widths) <= MAX_VECTOR_LOOP
     inputs = random_inputs(mod, seed=5)
     (result,) = run(build(mod, fuse=True), inputs)

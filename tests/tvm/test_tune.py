@@ -60,6 +60,28 @@ def test_layer_table_lists_every_tuned_op_with_its_choice(tuned):
         assert rows[node].best_kernel_time <= rows[node].kernel_time
 
 
+def test_profile_times_every_kernel_and_transform_of_the_build_in_the_network(tuned):
+    result, _ = tuned
+    graph = result.graph
+    for variant in [result.tuned, result.baselines["nchw16c"], result.baselines["greedy"]]:
+        rows = {row.category: row for row in variant.breakdown}
+        # one fused call per conv (its epilogue inside), one call per inserted layout_transform
+        assert rows["conv2d"].calls == sum(
+            1 for _, data in graph.nodes(data=True) if (data.get("workload") or {}).get("op") == "conv2d")
+        assert rows["layout_transform"].calls == variant.transforms
+        assert all(row.measured > 0 for row in rows.values())
+        # the predicted shares add up to the objective of the variant's assignment
+        predicted = sum(row.predicted for row in rows.values() if row.predicted is not None)
+        assert math.isclose(predicted, variant.predicted, rel_tol=1e-9)
+        outside = {name: row for name, row in rows.items() if name not in ("conv2d", "dense", "layout_transform")}
+        assert "vm builtins" in outside and all(row.predicted is None for row in outside.values())
+    assert result.baselines["default"].breakdown is None  # timed once, not profiled
+    # every conv layer of the tuned build is matched to its kernel's call
+    convs = {n for n, data in graph.nodes(data=True) if (data.get("workload") or {}).get("op") == "conv2d"}
+    timed = {layer.node: layer.in_network for layer in result.layers if layer.in_network is not None}
+    assert convs <= set(timed) and all(t > 0 for t in timed.values())
+
+
 def test_fixed_layout_baseline_takes_nchw16c_where_it_fits(tuned):
     result, _ = tuned
     graph = result.graph
@@ -83,6 +105,7 @@ def test_report_has_tables_and_plot(tuned, tmp_path):
     text = paths["markdown"].read_text()
     assert "| layoutopt |" in text and "| nchw16c |" in text and "tvm 0." in text
     assert "conv1" in text
+    assert "## Where the time goes" in text and "| conv2d |" in text
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -1,0 +1,179 @@
+"""Where a built model's time goes: every call of ``main`` timed inside the running network.
+
+The layout problem prices each kernel and transform alone, with warm caches; in the network they
+run between other kernels, and ops outside the model (pooling, concat, the VM's own builtins) take
+time too. :func:`profile_calls` times each call in place (through the VM's instrument hook, as TVM
+0.27's Relax VM has no profiler); :func:`time_breakdown` sets those times beside the prediction per
+category of op, and :func:`layer_times` gives each conv2d/dense layer its in-network time.
+
+Example::
+
+    calls = profile_calls(result.executable, random_inputs(result.module))
+    for row in time_breakdown(calls, result.graph, result.costs, result.solution.assignment):
+        print(row.category, row.predicted, row.measured)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from ..problem import Problem
+from ._tvm import import_tvm, one_blas_thread
+
+__all__ = ["Call", "Category", "call_category", "layer_times", "profile_calls", "time_breakdown"]
+
+#: (category, substrings of a call's symbol), first match wins: a fused function is named after its
+#: ops (``fused_conv2d_NCHWc_add_relu``), and the anchor op comes first in these rules
+_CATEGORY_RULES = (
+    ("conv2d", ("conv2d",)),
+    ("dense", ("matmul", "dense")),
+    ("layout_transform", ("layout_transform",)),
+    ("pool", ("pool", "mean")),
+    ("concat", ("concat",)),
+    ("vm builtins", ("vm.builtin",)),
+)
+
+
+@dataclass
+class Call:
+    """One call made by ``main``: the function's symbol, its argument shapes (inputs, then the output
+    buffer) and its median time over the profiled runs, in seconds."""
+
+    symbol: str
+    shapes: tuple[tuple[int, ...], ...]
+    seconds: float
+
+
+@dataclass
+class Category:
+    """A kind of op: predicted (the layout problem's share, None for ops outside it) and measured
+    in-network seconds, and how many calls ran."""
+
+    category: str
+    predicted: float | None
+    measured: float
+    calls: int
+
+
+def call_category(symbol: str) -> str:
+    """The category of a call, from its symbol.
+
+    Example:
+        >>> call_category("fused_conv2d_NCHWc_add_relu3"), call_category("vm.builtin.alloc_tensor")
+        ('conv2d', 'vm builtins')
+    """
+    for category, parts in _CATEGORY_RULES:
+        if any(part in symbol for part in parts):
+            return category
+    return "other (elementwise, reshape...)"
+
+
+def profile_calls(executable, inputs: Sequence[np.ndarray], repeat: int = 5) -> list[Call]:
+    """Time every call of ``main`` where it runs, ``repeat`` times after a warm-up; medians per call.
+
+    The hook costs a few microseconds per call, so the sum of the calls is not the latency (measure
+    that with :func:`~layoutopt.tvm.measure_latency`); each kernel's own time is what it is in the
+    network.
+
+    Example::
+
+        calls = profile_calls(build(mod), random_inputs(mod))
+        sum(c.seconds for c in calls if call_category(c.symbol) == "conv2d")
+    """
+    tvm = import_tvm()
+    vm = tvm.relax.VirtualMachine(executable, tvm.cpu())
+    args = [tvm.runtime.tensor(x) for x in inputs]
+    runs: list[list[tuple[str, tuple, float]]] = []
+    started: list[float] = []
+
+    def instrument(_func, symbol, before_run, _ret, *call_args):
+        if before_run:
+            started.append(time.perf_counter())
+        else:
+            elapsed = time.perf_counter() - started.pop()
+            shapes = tuple(tuple(int(d) for d in a.shape) for a in call_args if hasattr(a, "shape"))
+            runs[-1].append((str(symbol), shapes, elapsed))
+        return 0  # VMInstrumentReturnKind.NO_OP: run the call
+
+    vm.set_instrument(instrument)
+    with one_blas_thread():
+        for _ in range(repeat + 1):  # the first run warms up (first touch of the constants)
+            runs.append([])
+            vm["main"](*args)
+    timed = runs[1:]
+    return [Call(symbol, shapes, float(np.median([run[i][2] for run in timed])))
+            for i, (symbol, shapes, _) in enumerate(timed[0])]
+
+
+def time_breakdown(calls: Sequence[Call], graph: nx.DiGraph, costs: Any,
+                   assignment: Mapping[Hashable, int]) -> list[Category]:
+    """Predicted vs in-network time per category of op, for the build of ``assignment``.
+
+    Predicted: the chosen kernels' costs (conv2d, dense) and the transforms on the edges
+    (layout_transform); the other categories are outside the layout problem (``None``).
+
+    Example::
+
+        time_breakdown(profile_calls(ex, inputs), graph, costs, solution.assignment)
+    """
+    problem = Problem.from_graph(graph, costs)
+    index = {node: i for i, node in enumerate(problem.nodes)}
+    predicted: dict[str, float] = defaultdict(float)
+    for node, data in graph.nodes(data=True):
+        workload = data.get("workload") or {}
+        if data.get("kind") == "target" and workload.get("op") in ("conv2d", "dense"):
+            predicted[workload["op"]] += float(problem.node_costs[index[node]][assignment[node]])
+    for producer, consumer in graph.edges:
+        edge = problem.edge(index[producer], index[consumer])
+        predicted["layout_transform"] += float(edge[assignment[producer], assignment[consumer]])
+    measured: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for call in calls:
+        category = call_category(call.symbol)
+        measured[category] += call.seconds
+        counts[category] += 1
+    order = [name for name, _ in _CATEGORY_RULES] + ["other (elementwise, reshape...)"]
+    return [Category(name, predicted.get(name) if name in ("conv2d", "dense", "layout_transform") else None,
+                     measured.get(name, 0.0), counts.get(name, 0))
+            for name in order if name in measured or name in predicted]
+
+
+def layer_times(calls: Sequence[Call], graph: nx.DiGraph, assignment: Mapping[Hashable, int],
+                target: Any = None) -> dict[Hashable, float]:
+    """In-network seconds of each conv2d/dense layer of the build of ``assignment``.
+
+    A layer is matched to the call of its kernel by argument shapes (the kernel's, built as it was
+    measured); layers sharing a kernel take its calls in program order. A layer whose kernel ran
+    differently in the build (e.g. an epilogue that did not fuse as extracted) is left out.
+
+    Example::
+
+        times = layer_times(profile_calls(ex, inputs), graph, solution.assignment)
+    """
+    from .kernels import build_kernel
+
+    by_shapes: dict[tuple, list[float]] = defaultdict(list)
+    for call in calls:
+        by_shapes[tuple(sorted(call.shapes))].append(call.seconds)
+    signatures: dict[str, tuple] = {}
+    times: dict[Hashable, float] = {}
+    for node in nx.topological_sort(graph):
+        data = graph.nodes[node]
+        if data.get("kind") != "target" or not data.get("candidates"):
+            continue
+        workload, candidate = data["workload"], data["candidates"][assignment[node]]
+        key = json.dumps([workload, candidate], sort_keys=True)
+        if key not in signatures:
+            signatures[key] = tuple(sorted(build_kernel(workload, candidate, target).arg_shapes))
+        matching = by_shapes.get(signatures[key])
+        if matching:
+            times[node] = matching.pop(0)
+    return times
