@@ -30,14 +30,22 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import ProblemError
 from ._tvm import import_tvm, resolve_target
-from .kernels import layout_block, pack_conv2d_kernel, pack_data, schedule_module
+from .kernels import (
+    CONV2D_SCHEDULE_KNOBS,
+    SCHEDULES_ATTR,
+    conv2d_schedule_key,
+    layout_block,
+    pack_conv2d_kernel,
+    pack_data,
+    schedule_module,
+)
 
 __all__ = [
     "NCHW",
@@ -181,9 +189,10 @@ class _Rewriter:
     """Rebuilds ``main`` binding by binding; ``env`` maps each original Var to (new Var, layout)."""
 
     def __init__(self, choices: Mapping[str, tuple[str, str]], knobs: Mapping[str, dict] | None = None,
-                 context=None):
+                 context=None, epilogues: Mapping[str, Sequence[str]] | None = None):
         self.tvm = import_tvm()
         self.knobs = knobs or {}
+        self.epilogues = epilogues or {}
         self.relax = self.tvm.relax
         self.choices = choices
         self.bb = self.relax.BlockBuilder(context)  # context: the module's other functions
@@ -191,6 +200,7 @@ class _Rewriter:
         self.converted: dict[tuple[Any, str], Any] = {}  # (original Var, layout) -> transformed Var
         self.used: set[str] = set()
         self.transforms = 0
+        self.schedules: list[tuple[str, str, dict]] = []  # per blocked conv: full key, core key, knobs
         self.outputs: set[Any] = set()  # rewritten Vars that are outputs of the dataflow block
 
     # -- values in a requested layout ---------------------------------------------------------
@@ -356,6 +366,15 @@ class _Rewriter:
             out_dtype=_out_dtype(attrs, None),
         )
         self.emit(var, new, out_layout)
+        # for schedule_module, which sees the conv's PrimFunc only: keyed by its parameters' shapes
+        n, _, h, w = _static_shape(call.args[0])
+        _, _, out_h, out_w = _static_shape(var)
+        out = [n, out_channels // out_block, out_h, out_w, out_block]
+        core = [[n, in_channels // in_block, h, w, in_block], _static_shape(weight), out]
+        operands = {"bias": [1, out_channels // out_block, 1, 1, out_block], "add": out}
+        fused = core + [operands[step] for step in self.epilogues.get(name, ()) if step in operands]
+        knobs = {k: v for k, v in self.knobs.get(name, {}).items() if k in CONV2D_SCHEDULE_KNOBS}
+        self.schedules.append((conv2d_schedule_key(fused), conv2d_schedule_key(core), knobs))
 
     def dense(self, var, call, weight_layout: str) -> None:
         """``matmul(x, W)`` by a constant ``(K, N)`` weight -> the measured dense kernel for the layout.
@@ -450,16 +469,23 @@ def _normalise_choices(choices: Mapping[Hashable, Any]) -> tuple[dict[str, tuple
     return pairs, knobs
 
 
-def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True):
+def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True,
+                  epilogues: Mapping[Hashable, Sequence[str]] | None = None):
     """Rewrite ``mod["main"]`` to the chosen layouts; the function form of :func:`ApplyLayouts`.
 
     Args:
         mod: a Relax ``IRModule`` with a ``main`` function (e.g. after :func:`layoutopt.tvm.prepare`).
         choices: binding name of a problem node -> its choice (see :func:`parse_choice`).
         strict: raise :class:`~layoutopt.ProblemError` when a choice names no binding of ``main``.
+        epilogues: binding name of a conv2d -> the elementwise steps ``FuseOps`` fuses into it (its
+            workload's ``"epilogue"``, see :func:`~layoutopt.tvm.extract_layout_graph`). They make a
+            conv's schedule knobs its own: without them, convs of equal shapes share their knobs.
 
     Returns:
-        A new ``IRModule``; with every choice ``NCHW`` it is structurally equal to ``mod``.
+        A new ``IRModule``; with every choice ``NCHW`` it is structurally equal to ``mod``. Schedule
+        knobs of blocked convs' candidate dicts (``"order": "rows"``) go into its attribute
+        :data:`~layoutopt.tvm.kernels.SCHEDULES_ATTR`, where :func:`build` (its
+        :func:`~layoutopt.tvm.schedule_module`) finds them.
 
     Example::
 
@@ -476,11 +502,24 @@ def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True):
             f"choices name {len(missing)} node(s) that are not bindings of main: {', '.join(missing[:5])}"
         )
     others = tvm.IRModule({gv: func for gv, func in mod.functions.items() if gv.name_hint != "main"})
-    new_mod = _Rewriter(normalised, knobs, others).function(mod["main"])
-    return new_mod.with_attrs(mod.attrs) if mod.attrs else new_mod
+    rewriter = _Rewriter(normalised, knobs, others, {str(k): list(v) for k, v in (epilogues or {}).items()})
+    new_mod = rewriter.function(mod["main"])
+    if mod.attrs:
+        new_mod = new_mod.with_attrs(mod.attrs)
+    if any(knobs for _, _, knobs in rewriter.schedules):
+        # every blocked conv's knobs ({}: the defaults), for schedule_module (see SCHEDULES_ATTR): by
+        # the fused function's shapes, and by the conv's own for unfused builds (where convs of equal
+        # shapes are one function: the first one's knobs)
+        table = dict(mod.attrs.get(SCHEDULES_ATTR, {})) if mod.attrs else {}
+        for _, core, knobs in reversed(rewriter.schedules):
+            table[core] = knobs
+        table.update((full, knobs) for full, core, knobs in rewriter.schedules if full != core)
+        new_mod = new_mod.with_attr(SCHEDULES_ATTR, table)
+    return new_mod
 
 
-def ApplyLayouts(choices: Mapping[Hashable, Any], strict: bool = True):
+def ApplyLayouts(choices: Mapping[Hashable, Any], strict: bool = True,
+                 epilogues: Mapping[Hashable, Sequence[str]] | None = None):
     """A Relax module pass applying layout ``choices`` (see :func:`apply_layouts`).
 
     Example::
@@ -494,7 +533,7 @@ def ApplyLayouts(choices: Mapping[Hashable, Any], strict: bool = True):
 
     @tvm.transform.module_pass(opt_level=0, name="layoutopt.ApplyLayouts")
     def _apply(mod, _ctx):
-        return apply_layouts(mod, choices, strict=strict)
+        return apply_layouts(mod, choices, strict=strict, epilogues=epilogues)
 
     return _apply
 
@@ -510,7 +549,19 @@ def apply_solution(mod, graph, solution):
         graph, costs, meta = layoutopt.tvm.build_problem(mod)
         new_mod = apply_solution(mod, graph, layoutopt.solve(graph, costs))
     """
-    return apply_layouts(mod, solution_choices(graph, solution))
+    return apply_layouts(mod, solution_choices(graph, solution), epilogues=solution_epilogues(graph))
+
+
+def solution_epilogues(graph) -> dict[str, list[str]]:
+    """``{binding: epilogue}`` of the graph's conv2d nodes that fuse one (their workload's ``"epilogue"``),
+    for :func:`apply_layouts`.
+
+    Example::
+
+        apply_layouts(mod, solution_choices(graph, solution), epilogues=solution_epilogues(graph))
+    """
+    return {str(data.get("binding", node)): list(data["workload"]["epilogue"])
+            for node, data in graph.nodes(data=True) if (data.get("workload") or {}).get("epilogue")}
 
 
 def solution_choices(graph, solution) -> dict[str, Any]:

@@ -5,8 +5,9 @@ choosing its layouts (and optional schedule knobs); both are cache keys, so they
 
 - conv2d: ``{"op": "conv2d", "data": [N,C,H,W], "kernel": [O,C/groups,KH,KW], "strides": [sh,sw],
   "padding": [top,left,bottom,right], "dilation": [dh,dw], "groups": g, "dtype": "float32"}``,
-  candidate ``{"in": "NCHW16c", "out": "NCHW8c"}`` (optional ``"reg_n"``: register tile width) or
-  ``{"in": "NCHW", "out": "NCHW"}``.
+  candidate ``{"in": "NCHW16c", "out": "NCHW8c"}`` or ``{"in": "NCHW", "out": "NCHW"}``; a blocked one
+  may add schedule knobs (:data:`CONV2D_SCHEDULE_KNOBS`): ``"order": "rows"`` (output rows outside the
+  channel chunks) and ``"reg_n"`` (register tile width).
 - dense: ``{"op": "dense", "data": [M,K], "weight": [N,K], "dtype": "float32"}``, candidate
   ``{"in": "NC", "out": "NC", "weight": "NK"}`` or a packed weight ``"NK16n"``.
 - layout_transform: ``{"op": "layout_transform", "shape": [N,C,H,W], "src": "NCHW16c", "dst": "NCHW8c",
@@ -81,6 +82,20 @@ RELATIVE_TOLERANCE = 1e-3
 #: into the convolution's kernel: ``bias`` (+ a per-channel constant), ``add`` (+ another tensor of
 #: the output's shape: a residual), ``relu``. The kernel is then measured as the build runs it.
 EPILOGUE_STEPS = ("bias", "add", "relu")
+
+#: Knobs of a blocked conv2d candidate that change its schedule, not its layouts. ``order``: the
+#: parallel loop nest runs over output-channel chunks, then rows (``"oc"``, AutoTVM's, the default),
+#: or rows, then chunks (``"rows"``). Chunks outside re-read the whole input once per chunk; rows
+#: outside keep one input row (all channels) in cache while every chunk uses it. Neither wins
+#: everywhere: on SSD's 128x128 maps a 1x1 256->64 conv at 16c ran 6.94 ms chunks-outside and 3.26
+#: ms rows-outside, and a 1x1 128->512 at 64x64 3.22 vs 3.42 ms; so both are candidates, measured.
+#: ``reg_n``: the register tile width (default :func:`register_tile`).
+CONV2D_SCHEDULE_KNOBS = ("order", "reg_n")
+#: values of the ``order`` knob, the default first
+CONV2D_ORDERS = ("oc", "rows")
+#: the module attribute through which :func:`~layoutopt.tvm.apply_layouts` hands each blocked conv's
+#: schedule knobs to :func:`schedule_module`: ``{conv2d_schedule_key(...): {"order": "rows"}}``
+SCHEDULES_ATTR = "layoutopt.conv2d_schedules"
 
 _BLOCKED = re.compile(r"^NCHW([1-9][0-9]*)c$")
 _DENSE_WEIGHT = re.compile(r"^NK(?:([1-9][0-9]*)n)?$")
@@ -262,18 +277,27 @@ def channel_blocks(channels: int, blocks: Iterable[int] = DEFAULT_BLOCKS) -> lis
 
 
 def conv2d_candidates(
-    workload: dict[str, Any], blocks: Iterable[int] = DEFAULT_BLOCKS, include_nchw: bool = True
+    workload: dict[str, Any],
+    blocks: Iterable[int] = DEFAULT_BLOCKS,
+    include_nchw: bool = True,
+    orders: Iterable[str] = CONV2D_ORDERS,
 ) -> list[dict[str, Any]]:
-    """Layout candidates of a conv2d: every (NCHW{ic}c, NCHW{oc}c) pair with dividing blocks, and NCHW.
+    """Kernel candidates of a conv2d: every (NCHW{ic}c, NCHW{oc}c) pair with dividing blocks, once per
+    loop ``order`` (see :data:`CONV2D_SCHEDULE_KNOBS`; the default order has no ``"order"`` key and
+    comes first), and NCHW.
 
     Grouped convolutions only get the plain NCHW kernel, and depthwise ones NCHW plus equal in/out blocks.
 
     Example::
 
         conv2d_candidates(wl, blocks=[8, 16])
-        # [{'in': 'NCHW8c', 'out': 'NCHW8c'}, {'in': 'NCHW8c', 'out': 'NCHW16c'}, ...,
-        #  {'in': 'NCHW', 'out': 'NCHW'}]
+        # [{'in': 'NCHW8c', 'out': 'NCHW8c'}, {'in': 'NCHW8c', 'out': 'NCHW8c', 'order': 'rows'},
+        #  {'in': 'NCHW8c', 'out': 'NCHW16c'}, ..., {'in': 'NCHW', 'out': 'NCHW'}]
     """
+    orders = list(orders)
+    unknown = sorted(set(orders) - set(CONV2D_ORDERS))
+    if unknown or not orders:
+        raise ProblemError(f"conv2d loop orders {unknown or orders} are not in {CONV2D_ORDERS}")
     workload = validate_workload(workload)
     blocks = list(blocks)
     channels, out_channels = workload["data"][1], workload["kernel"][0]
@@ -283,7 +307,9 @@ def conv2d_candidates(
         for ic, oc in itertools.product(
             channel_blocks(channels, blocks), channel_blocks(out_channels, blocks)
         ):
-            found.append({"in": f"NCHW{ic}c", "out": f"NCHW{oc}c"})
+            for order in orders:
+                knobs = {} if order == CONV2D_ORDERS[0] else {"order": order}
+                found.append({"in": f"NCHW{ic}c", "out": f"NCHW{oc}c", **knobs})
     elif _is_depthwise(workload):
         for block in channel_blocks(channels, blocks):
             found.append({"in": f"NCHW{block}c", "out": f"NCHW{block}c"})
@@ -347,6 +373,11 @@ def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> N
         reg_n = candidate.get("reg_n", 1)
         if int(reg_n) != reg_n or reg_n < 1:
             raise ProblemError(f"{what}: reg_n must be a positive integer")
+        order = candidate.get("order", CONV2D_ORDERS[0])
+        if order not in CONV2D_ORDERS:
+            raise ProblemError(f"{what}: order must be one of {CONV2D_ORDERS}")
+        if order != CONV2D_ORDERS[0] and (in_block is None or workload["groups"] > 1):
+            raise ProblemError(f"{what}: only a blocked conv2d with groups=1 has a loop order to choose")
     elif workload["op"] == "layout_transform":
         if candidate:
             raise ProblemError(f"{what}: layout transforms take no candidate options (use {{}})")
@@ -582,7 +613,7 @@ def _build_fused_conv2d(tvm, workload: dict[str, Any], candidate: dict[str, Any]
         for step in workload["epilogue"]:
             out = topi.nn.relu(out) if step == "relu" else topi.add(out, next(operands))
         func = te.create_prim_func([*inputs, out])
-        scheduled = _schedule_primfunc(func, target)
+        scheduled = _schedule_primfunc(func, target, _schedule_knobs(candidate))
         if scheduled is None:
             raise ProblemError(f"cannot schedule conv2d {workload} with {candidate} and its epilogue")
         name = "kernel"
@@ -623,7 +654,9 @@ def _conv2d_compute(tvm, workload, candidate):
     out = topi.nn.conv2d_NCHWc(
         data, kernel, strides, padding, dilation, candidate["in"], candidate["out"], dtype
     )
-    return [data, kernel, out], lambda sch, _c: _schedule_conv2d_nchwc(sch, in_block, reg_n)
+    rows_outer = candidate.get("order") == "rows"
+    return [data, kernel, out], lambda sch, _c: _schedule_conv2d_nchwc(sch, in_block, reg_n,
+                                                                       rows_outer=rows_outer)
 
 
 def _depthwise_nchwc(tvm, data, kernel, strides, padding, dilation):
@@ -751,9 +784,10 @@ def _schedule_injective(sch, _candidate=None) -> None:
 
 
 def _schedule_conv2d_nchwc(sch, in_block: int, reg_n: int, block_name: str = "conv2d_NCHWc",
-                           fuse_epilogue: bool = True) -> None:
+                           fuse_epilogue: bool = True, rows_outer: bool = False) -> None:
     # AutoTVM's schedule_conv_NCHWc_cpu_common: a [reg_n x oc_block] register tile accumulated over
-    # (ic outer, kh, kw, ic inner), parallel over (n, oc outer, oh), oc block vectorised.
+    # (ic outer, kh, kw, ic inner), parallel over (n, oc outer, oh), oc block vectorised; rows_outer:
+    # parallel over (n, oh, oc outer) instead (the "order" knob, see CONV2D_SCHEDULE_KNOBS).
     names = _block_names(sch)
     conv = sch.get_sblock(block_name)
     if "data_pad" in names:
@@ -761,7 +795,8 @@ def _schedule_conv2d_nchwc(sch, in_block: int, reg_n: int, block_name: str = "co
     n, occ, oh, ow, ocb, ic, kh, kw = sch.get_loops(conv)
     owo, owi = sch.split(ow, [None, reg_n])
     ico, ici = sch.split(ic, [None, in_block])
-    sch.reorder(n, occ, oh, owo, ico, kh, kw, ici, owi, ocb)
+    outer = (n, oh, occ) if rows_outer else (n, occ, oh)
+    sch.reorder(*outer, owo, ico, kh, kw, ici, owi, ocb)
     epilogue = [name for name in names if name not in (block_name, "data_pad")]
     if fuse_epilogue and epilogue and all(_is_elementwise_after(sch, name, conv) for name in epilogue):
         # a fused epilogue (bias, relu, residual add...) is finished per register tile, right after the
@@ -774,7 +809,7 @@ def _schedule_conv2d_nchwc(sch, in_block: int, reg_n: int, block_name: str = "co
         epilogue = []
     else:
         tile = sch.cache_write(conv, 0, "global")
-    _finish_register_tile(sch, tile, owo, (n, occ, oh), ocb, owi)
+    _finish_register_tile(sch, tile, owo, outer, ocb, owi)
     _schedule_epilogue(sch, epilogue, set())
     # must come last: before parallel/vectorize it breaks the "compact dataflow" check
     sch.decompose_reduction(conv, ico)
@@ -934,28 +969,62 @@ def check_kernel(
 # --------------------------------------------------------------------------------------------------
 
 
-def _schedule_primfunc(func, target):
-    """Return ``func`` scheduled (and marked ``tirx.is_scheduled``), or ``None`` if not recognised."""
+def _schedule_knobs(candidate: dict[str, Any]) -> dict[str, Any]:
+    return {k: candidate[k] for k in CONV2D_SCHEDULE_KNOBS if k in candidate}
+
+
+def conv2d_schedule_key(shapes: Iterable[Sequence[int]]) -> str:
+    """How :func:`schedule_module` recognises a blocked conv2d: the shapes of its PrimFunc's
+    parameters, in any order. With the conv's data, packed kernel and output only (the *core* key),
+    it names every conv of those shapes; adding its fused epilogue's operands (bias, residual) tells
+    apart convs of equal shapes that fuse different epilogues (they are different PrimFuncs).
+
+    Example:
+        >>> conv2d_schedule_key([[1, 4, 56, 56, 16], [4, 4, 3, 3, 16, 16], [1, 4, 56, 56, 16]])
+        '1x4x3x3x16x16|1x4x56x56x16|1x4x56x56x16'
+    """
+    return "|".join(sorted("x".join(str(int(d)) for d in shape) for shape in shapes))
+
+
+def _primfunc_schedule_keys(func) -> tuple[str, str] | None:
+    """``(full key, core key)`` (:func:`conv2d_schedule_key`) of a blocked conv2d PrimFunc, fused or
+    not, None for other functions: the data is its first 5-D parameter, the kernel its 6-D one, the
+    output its last."""
+    shapes = [_param_shape(func, i) for i in range(len(func.params))]
+    data = next((shape for shape in shapes if len(shape) == 5), None)
+    kernel = next((shape for shape in shapes if len(shape) == 6), None)
+    if data is None or kernel is None or len(shapes[-1]) != 5:
+        return None
+    return conv2d_schedule_key(shapes), conv2d_schedule_key([data, kernel, shapes[-1]])
+
+
+def _schedule_primfunc(func, target, knobs: dict[str, Any] | None = None):
+    """Return ``func`` scheduled (and marked ``tirx.is_scheduled``), or ``None`` if not recognised.
+
+    ``knobs``: a blocked conv2d's schedule knobs (:data:`CONV2D_SCHEDULE_KNOBS`), if not the defaults.
+    """
     tvm = import_tvm()
     sch = tvm.s_tir.Schedule(func)
     names = _block_names(sch)
+    knobs = knobs or {}
     try:
         if "conv2d_NCHWc" in names:
             # the packed kernel (O/ob, I/ib, KH, KW, ib, ob) gives the blocks, also in a fused function
             kernel = next(shape for shape in map(lambda i: _param_shape(func, i), range(len(func.params)))
                           if len(shape) == 6)
             out_width = int(_param_shape(func, len(func.params) - 1)[3])
-            reg_n = register_tile(out_width, kernel[5], target)
+            reg_n = int(knobs.get("reg_n") or register_tile(out_width, kernel[5], target))
+            rows_outer = knobs.get("order") == "rows"
             # the epilogue goes in the register tile only when the tile holds one vector per column:
             # with wider output blocks (4 zmm per column at 64c) the epilogue's operands (residual,
             # bias) spill the accumulators, and a fused 64c residual block measured 8-25 % slower
             # than the same conv with its epilogue run after it
             in_tile = kernel[5] <= _vector_registers(target)[0]
             try:
-                _schedule_conv2d_nchwc(sch, kernel[4], reg_n, fuse_epilogue=in_tile)
+                _schedule_conv2d_nchwc(sch, kernel[4], reg_n, fuse_epilogue=in_tile, rows_outer=rows_outer)
             except tvm.s_tir.ScheduleError:  # the epilogue does not fit in the tile: after the conv
                 sch = tvm.s_tir.Schedule(func)
-                _schedule_conv2d_nchwc(sch, kernel[4], reg_n, fuse_epilogue=False)
+                _schedule_conv2d_nchwc(sch, kernel[4], reg_n, fuse_epilogue=False, rows_outer=rows_outer)
         elif "DepthwiseConv2d" in names and len(_param_shape(func, 0)) == 5:
             out = _param_shape(func, len(func.params) - 1)
             _schedule_depthwise_nchwc(sch, register_tile(int(out[3]), int(out[4]), target))
@@ -1022,8 +1091,10 @@ def schedule_module(mod, target: Any = None):
     function the generic CPU schedule (parallel outer loops, vectorised inner loop, pads inlined). A
     conv2d_NCHWc fused with its elementwise epilogue (``FuseOps``) gets the measured kernel's register
     tile (:func:`register_tile`), the epilogue finished per tile when the output block is one vector
-    wide, after the conv otherwise. Call
-    it after ``relax.transform.LegalizeOps`` and before the lowering passes.
+    wide, after the conv otherwise. A blocked conv whose chosen candidate had schedule knobs (such as
+    ``"order": "rows"``) gets them from the module attribute :data:`SCHEDULES_ATTR`, which
+    :func:`~layoutopt.tvm.apply_layouts` writes. Call it after ``relax.transform.LegalizeOps`` and
+    before the lowering passes.
 
     Example::
 
@@ -1034,6 +1105,7 @@ def schedule_module(mod, target: Any = None):
     """
     tvm = import_tvm()
     target = resolve_target(target)
+    knob_table = dict(mod.attrs.get(SCHEDULES_ATTR, {})) if mod.attrs else {}
     updates = {}
     with target:
         for gvar, func in mod.functions_items():
@@ -1041,7 +1113,10 @@ def schedule_module(mod, target: Any = None):
                 func.attrs.get(_SCHEDULED, 0) if func.attrs else 0
             ):
                 continue
-            scheduled = _schedule_primfunc(func, target)
+            keys = _primfunc_schedule_keys(func) if knob_table else None
+            found = next((knob_table[key] for key in keys or () if key in knob_table), None)
+            knobs = None if found is None else {str(k): _plain_value(v) for k, v in found.items()}
+            scheduled = _schedule_primfunc(func, target, knobs)
             if scheduled is not None:
                 updates[gvar] = scheduled
     if not updates:
@@ -1050,6 +1125,12 @@ def schedule_module(mod, target: Any = None):
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod
+
+
+def _plain_value(value: Any) -> Any:
+    """A knob read back from a module attribute (a TVM string or integer) as a Python value."""
+    text = str(value)
+    return int(text) if text.lstrip("-").isdigit() else text
 
 
 def ScheduleModule(target: Any = None):

@@ -30,7 +30,7 @@ from ..errors import ProblemError
 from ..problem import Problem
 from ..solution import Solution
 from ._tvm import import_tvm, one_blas_thread, resolve_target
-from .apply import apply_layouts, build, count_layout_transforms, layout_block, solution_choices
+from .apply import apply_solution, build, count_layout_transforms, layout_block
 from .profile import Category, layer_times, profile_calls, time_breakdown
 
 __all__ = [
@@ -479,7 +479,7 @@ def tune_and_build(
     executables = {}
 
     def make_variant(name: str, description: str, assignment: Mapping[Hashable, int]):
-        new_mod = apply_layouts(mod, solution_choices(graph, _as_solution(assignment)))
+        new_mod = apply_solution(mod, graph, _as_solution(assignment))
         executable = build(new_mod, target, fuse=fuse)
         error = relative_error(run(executable, inputs), reference) if check else None
         if error is not None and not error <= rtol:

@@ -56,6 +56,19 @@ def _target():
     return resolve_target("llvm")
 
 
+def _legalized_and_fused(mod):
+    """``mod`` as build(fuse=True) has it just before schedule_module."""
+    import tvm
+
+    from layoutopt.tvm.apply import _legalize_conv2d
+
+    relax = tvm.relax
+    with _target():
+        mod = relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _legalize_conv2d})(mod)
+        return relax.transform.FuseTIR()(relax.transform.FuseOps()(relax.transform.AnnotateTIROpPattern()(
+            relax.transform.FoldConstant()(mod))))
+
+
 def _solution(assignment) -> Solution:
     return Solution(dict(assignment), {}, 0.0, 0.0, "feasible", "test")
 
@@ -224,18 +237,13 @@ def test_extraction_and_rewrite_classify_every_op_alike(tvm, middle, transforms)
 
 
 def test_fused_build_finishes_the_epilogue_in_the_conv_tile_leaving_the_input_alone(tvm):
-    from layoutopt.tvm.apply import _legalize_conv2d
     from layoutopt.tvm.kernels import schedule_module
 
     original = prepare(models.residual(channels=32, size=8))
     mod = apply_layouts(original, {"conv0": "NCHW3c->NCHW32c", "conv1": "NCHW32c->NCHW4c",
                                    "conv2": "NCHW4c->NCHW32c", "add": "NCHW32c"})
     target = _target()
-    relax = tvm.relax
-    with target:
-        fused = relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _legalize_conv2d})(mod)
-        fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(relax.transform.AnnotateTIROpPattern()(
-            relax.transform.FoldConstant()(fused))))
+    fused = _legalized_and_fused(mod)
     before = fused.script()
     scheduled = schedule_module(fused, target)
     assert fused.script() == before  # the caller's module is not modified in place
@@ -267,12 +275,41 @@ def test_a_flattened_concat_is_vectorised_in_pieces_and_builds(tvm):
             out = bb.emit_output(relax.op.concat(flat, axis=1))
         bb.emit_func_output(out)
     mod = bb.get()
-    with _target():
-        fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(relax.transform.AnnotateTIROpPattern()(
-            relax.transform.LegalizeOps()(mod))))
-    script = schedule_module(fused).script()
+    script = schedule_module(_legalized_and_fused(mod)).script()
     widths = [int(w) for w in re.findall(r"T\.vectorized\(T\.int64\((\d+)\)\)", script)]
     assert widths and max(widths) <= MAX_VECTOR_LOOP
     inputs = random_inputs(mod, seed=5)
     (result,) = run(build(mod, fuse=True), inputs)
     np.testing.assert_array_equal(result, np.concatenate([x.reshape(1, -1) for x in inputs], axis=1))
+
+
+def test_a_conv_schedule_knob_reaches_the_build_through_the_module(tvm):
+    from layoutopt.tvm.apply import solution_epilogues
+    from layoutopt.tvm.kernels import SCHEDULES_ATTR, schedule_module
+
+    original = prepare(models.residual(channels=32, size=8))
+    rows = {"in": "NCHW16c", "out": "NCHW16c", "order": "rows"}
+    # conv1 (bias, relu) and conv2 (bias, residual add, relu) have equal shapes: the epilogues tell
+    # their fused functions apart, so only conv1 runs rows outside
+    choices = {"conv0": "NCHW3c->NCHW16c", "conv1": rows, "conv2": "NCHW16c->NCHW16c", "add": "NCHW16c"}
+    epilogues = solution_epilogues(extract_layout_graph(original, [16], prepared=True))
+    assert epilogues["conv1"] == ["bias", "relu"] and epilogues["conv2"] == ["bias", "add", "relu"]
+
+    def orders(mod):
+        functions = schedule_module(_legalized_and_fused(mod), _target()).functions.values()
+        scripts = [f.script() for f in functions if isinstance(f, tvm.tirx.PrimFunc)]
+        scripts = [script for script in scripts if "conv2d_NCHWc" in script]
+        return sorted("n_oh_oc_chunk_fused" in script for script in scripts)
+
+    mod = apply_layouts(original, choices, epilogues=epilogues)
+    assert {"order": "rows"} in [dict(knobs) for knobs in mod.attrs[SCHEDULES_ATTR].values()]
+    assert orders(mod) == [False, False, True]
+    inputs = random_inputs(original, seed=6)
+    expected = run(tvm.compile(original, target=_target()), inputs)
+    assert relative_error(run(build(mod, fuse=True), inputs), expected) < 1e-4
+    assert relative_error(run(build(mod, fuse=False), inputs), expected) < 1e-4
+    # without the epilogues, the knob goes to every conv of conv1's shapes
+    assert orders(apply_layouts(original, choices)) == [False, True, True]
+    # without knobs (every conv in the default order) nothing is recorded
+    plain = apply_layouts(original, {"conv1": "NCHW16c->NCHW16c"})
+    assert plain.attrs is None or SCHEDULES_ATTR not in plain.attrs

@@ -26,7 +26,8 @@ def kinds(graph):
 def conv_choices(in_channels, out_channels, blocks=BLOCKS):
     ins = [b for b in blocks if in_channels % b == 0] or [in_channels]
     outs = [b for b in blocks if out_channels % b == 0]
-    return [f"NCHW{i}c->NCHW{o}c" for i, o in itertools.product(ins, outs)] + ["NCHW->NCHW"]
+    pairs = [f"NCHW{i}c->NCHW{o}c" for i, o in itertools.product(ins, outs)]
+    return [label for pair in pairs for label in (pair, f"{pair}[order=rows]")] + ["NCHW->NCHW"]
 
 
 def test_chain_nodes_edges_and_layouts():
@@ -41,7 +42,7 @@ def test_chain_nodes_edges_and_layouts():
         "epilogue": ["bias", "relu"],  # what FuseOps fuses into it: measured fused
     }
     assert conv1["choices"] == conv_choices(8, 16)
-    assert conv1["layouts"] == [tuple(label.split("->")) for label in conv1["choices"]]
+    assert conv1["layouts"] == [tuple(label.split("[")[0].split("->")) for label in conv1["choices"]]
     assert graph.nodes["data"]["choices"] == ["NCHW"]
     assert graph.nodes["output:gv"]["layouts"] == [("NCHW", "NCHW")]
     assert graph.edges["conv1", "conv2"]["shape"] == [1, 16, 8, 8]
@@ -60,7 +61,8 @@ def test_residual_add_is_a_multi_input_node_with_its_own_choices():
     assert sorted(graph.predecessors("add")) == ["conv0", "conv2"]  # the skip comes from conv0 via its relu
     assert list(graph.successors("conv0")) == ["conv1", "add"]
     # 3 input channels: C itself is a block (C < 8)
-    assert graph.nodes["conv0"]["choices"] == ["NCHW3c->NCHW8c", "NCHW3c->NCHW16c", "NCHW->NCHW"]
+    assert graph.nodes["conv0"]["choices"] == conv_choices(3, 16)
+    assert conv_choices(3, 16)[:3] == ["NCHW3c->NCHW8c", "NCHW3c->NCHW8c[order=rows]", "NCHW3c->NCHW16c"]
     assert graph.number_of_nodes() == 6 and graph.number_of_edges() == 6
 
 
@@ -101,8 +103,10 @@ def test_resnet50_counts():
     assert [kind[n] for n in ("data", "avgpool", "flatten", "fc")] == ["input", "boundary", "boundary",
                                                                        "target"]
     # default blocks {4, 8, 16, 32, 64} plus C = 3 for the stem's input
-    assert graph.nodes["conv1"]["choices"][:2] == ["NCHW3c->NCHW4c", "NCHW3c->NCHW8c"]
-    assert len(graph.nodes["layer1_0_conv2"]["choices"]) == 26
+    assert graph.nodes["conv1"]["choices"][:3] == ["NCHW3c->NCHW4c", "NCHW3c->NCHW4c[order=rows]",
+                                                   "NCHW3c->NCHW8c"]
+    # 64 -> 64 channels: 5 x 5 block pairs in 2 loop orders, and NCHW
+    assert len(graph.nodes["layer1_0_conv2"]["choices"]) == 2 * 25 + 1
 
 
 def _onnx_model():

@@ -50,9 +50,37 @@ def target():
 def test_conv2d_candidates_use_dividing_blocks_and_nchw():
     cands = conv2d_candidates(conv([1, 16, 8, 8], [32, 16, 3, 3]))
     pairs = {(c["in"], c["out"]) for c in cands}
-    assert len(cands) == len(pairs) == 3 * 4 + 1
+    # each blocked pair in both loop orders, the default first
+    assert len(cands) == 2 * 3 * 4 + 1 and len(pairs) == 3 * 4 + 1
+    assert cands[:2] == [{"in": "NCHW4c", "out": "NCHW4c"},
+                         {"in": "NCHW4c", "out": "NCHW4c", "order": "rows"}]
     assert ("NCHW16c", "NCHW32c") in pairs and ("NCHW", "NCHW") in pairs
     assert ("NCHW32c", "NCHW32c") not in pairs  # 32 does not divide 16 input channels
+    one_order = conv2d_candidates(conv([1, 16, 8, 8], [32, 16, 3, 3]), orders=["oc"])
+    assert len(one_order) == 3 * 4 + 1 and not any("order" in c for c in one_order)
+    with pytest.raises(ProblemError, match="loop orders"):
+        conv2d_candidates(conv([1, 16, 8, 8], [32, 16, 3, 3]), orders=["diagonal"])
+
+
+@pytest.mark.parametrize("candidate, message", [
+    ({"in": "NCHW", "out": "NCHW", "order": "rows"}, "only a blocked conv2d"),
+    ({"in": "NCHW8c", "out": "NCHW8c", "order": "columns"}, "order must be one of"),
+])
+def test_bad_loop_order_is_refused(candidate, message):
+    with pytest.raises(ProblemError, match=message):
+        kernels.validate_candidate(kernels.validate_workload(conv([1, 16, 8, 8], [16, 16, 3, 3])), candidate)
+
+
+@pytest.mark.parametrize("epilogue", [None, ["bias", "relu"]])
+def test_loop_order_knob_decides_the_parallel_loop_nest(epilogue, target):
+    workload = conv([1, 16, 8, 8], [16, 16, 3, 3]) | ({"epilogue": epilogue} if epilogue else {})
+
+    def parallel_loops(candidate):
+        script = build_kernel(workload, candidate, target).module.script()
+        return [line.split()[1] for line in script.splitlines() if "T.parallel" in line and "chunk" in line]
+
+    assert parallel_loops({"in": "NCHW8c", "out": "NCHW8c"}) == ["n_oc_chunk_oh_fused"]
+    assert parallel_loops({"in": "NCHW8c", "out": "NCHW8c", "order": "rows"}) == ["n_oh_oc_chunk_fused"]
 
 
 def test_small_channel_counts_get_their_own_block():
@@ -64,7 +92,7 @@ def test_candidate_blocks_are_configurable():
     cands = conv2d_candidates(
         conv([1, 16, 8, 8], [16, 16, 1, 1], padding=(0, 0, 0, 0)), blocks=[8], include_nchw=False
     )
-    assert cands == [{"in": "NCHW8c", "out": "NCHW8c"}]
+    assert cands == [{"in": "NCHW8c", "out": "NCHW8c"}, {"in": "NCHW8c", "out": "NCHW8c", "order": "rows"}]
 
 
 def test_depthwise_gets_equal_blocks_and_grouped_only_nchw():
