@@ -3,7 +3,9 @@
 Batch 1, float32, 2 threads. Per network, one run, side by side:
 
 * (a) TVM's default Relax build for llvm (no schedules), timed once (it is ~100x slower);
-* (b) TVM, NCHW16c everywhere (nearest block where 16 does not divide the channels);
+* (b) TVM, NCHW16c everywhere (nearest block where 16 does not divide the channels), default schedules;
+* (b') the same layouts, each conv in its faster measured loop order (the schedule knob of
+  ``layoutopt.tvm.kernels.CONV2D_SCHEDULE_KNOBS``): what schedule tuning alone gives;
 * (c) TVM, each op's fastest kernel ignoring transforms (greedy / "history best");
 * (d) TVM, layouts chosen by layoutopt (an exact method); (b)-(d) fuse each conv's elementwise
   epilogue into it (finished in the register tile for output blocks of one vector, after the conv
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import subprocess
@@ -53,6 +56,7 @@ from benchmarks.networks import MODEL_SNIPPET, NETWORKS, export_onnx, input_shap
 VARIANTS = [
     ("default", "(a) TVM default build"),
     ("nchw16c", "(b) TVM NCHW16c everywhere"),
+    ("nchw16c_tuned", "(b') NCHW16c, tuned schedules"),
     ("greedy", "(c) TVM per-op fastest (greedy)"),
     ("layoutopt", "(d) TVM + layoutopt (exact)"),
     ("layoutopt_unfused", "(d') same layouts, no epilogue fusion"),
@@ -135,7 +139,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
         method=args.method,
         cache=args.cache,
         candidates=args.blocks,
-        baselines=("nchw16c", "greedy", *(("default",) if not args.skip_default else ())),
+        baselines=("nchw16c", "nchw16c_tuned", "greedy", *(("default",) if not args.skip_default else ())),
         repeat=args.repeat,
         progress=True,
         time_limit=args.time_limit,
@@ -154,6 +158,9 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
         row[f"{name}_predicted"] = variant.predicted
         row[f"{name}_transforms"] = variant.transforms
     row["timings"] = {k: round(v, 1) for k, v in result.timings.items()}
+    # where each build's time goes, every call timed in the network (layoutopt.tvm.profile)
+    row["breakdown"] = {variant.name: [dataclasses.asdict(c) for c in variant.breakdown]
+                        for variant in [result.tuned, *result.baselines.values()] if variant.breakdown}
     # the same layouts built without epilogue fusion: what fusion is worth, and the kernels as measured
     # (timed in rounds interleaved with the fused build; reported scaled to (d)'s own measurement)
     unfused = build(result.module, result.target, fuse=False)
@@ -228,7 +235,7 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
     header = (
         "| network | "
         + " | ".join(label for _, label in VARIANTS)
-        + " | (d) vs (b) | (d) vs (c) | (d) vs (e) "
+        + " | (d) vs (b) | (d) vs (b') | (d) vs (c) | (d) vs (e) "
         "| (d) vs (f) |"
     )
     lines = [
@@ -243,13 +250,13 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
         "under load are noisy, and an exact solution of noisy costs is only as good as they are.",
         "",
         header,
-        "|---" * (len(VARIANTS) + 5) + "|",
+        "|---" * (len(VARIANTS) + 6) + "|",
     ]
     for row in rows:
         tuned = row.get("layoutopt")
         ratios = [
             f"{row[o] / tuned:.2f}x" if row.get(o) and tuned else "-"
-            for o in ("nchw16c", "greedy", "torch", "onnxruntime")
+            for o in ("nchw16c", "nchw16c_tuned", "greedy", "torch", "onnxruntime")
         ]
         lines.append(
             f"| {row['network']} | "
@@ -274,12 +281,49 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
             f"| {row.get('greedy_transforms')} | {row.get('solver')} ({row.get('status')}) "
             f"| {row.get('blocks', '-')} | {row.get('tune_seconds', 0):.0f} | {_load(row)} |"
         )
+    lines += _breakdown_table(rows)
     failed = [row for row in rows if row.get("error")]
     if failed:
         lines += ["", "Failed:", ""] + [f"- {row['network']}: {row['error']}" for row in failed]
     lines += ["", "![e2e](e2e.png)", ""]
     (out / "e2e.md").write_text("\n".join(lines))
     _plot(rows, out / "e2e.png", stamp)
+
+
+def _breakdown_table(rows: list[dict]) -> list[str]:
+    """Where (d)'s and (b)'s time goes: every call of the build timed inside the running network."""
+    profiled = [row for row in rows if (row.get("breakdown") or {}).get("layoutopt")]
+    if not profiled:
+        return []
+    outside = ("pool", "concat", "other (elementwise, reshape...)", "vm builtins")
+    lines = [
+        "",
+        "Where the time goes (ms): each call of the build timed inside the running network (median of",
+        "5 runs), beside the layout problem's prediction for the convs and the transforms; pooling,",
+        "concat, the elementwise ops left outside a conv and the VM's builtins are outside the problem.",
+        "",
+        "| network | build | conv2d predicted | conv2d in network | transforms predicted "
+        "| transforms in network | pool | concat | other ops | VM builtins | all calls | measured latency |",
+        "|---" * 12 + "|",
+    ]
+    for row in profiled:
+        for build, label in (("layoutopt", "(d)"), ("nchw16c", "(b)"), ("nchw16c_tuned", "(b')")):
+            categories = {c["category"]: c for c in row["breakdown"].get(build, [])}
+            if not categories:
+                continue
+
+            def total(names: tuple[str, ...], key: str, categories=categories) -> str:
+                found = [categories[name][key] for name in names if name in categories]
+                return _ms(sum(found)) if found else "-"
+
+            lines.append(
+                f"| {row['network']} | {label} | {total(('conv2d', 'dense'), 'predicted')} "
+                f"| {total(('conv2d', 'dense'), 'measured')} | {total(('layout_transform',), 'predicted')} "
+                f"| {total(('layout_transform',), 'measured')} | "
+                + " | ".join(total((name,), "measured") for name in outside)
+                + f" | {total(tuple(categories), 'measured')} | {_ms(row.get(build))} |"
+            )
+    return lines
 
 
 def _plot(rows: list[dict], path: Path, stamp: str) -> None:

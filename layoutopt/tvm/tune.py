@@ -51,6 +51,7 @@ __all__ = [
 BASELINES = {
     "default": "TVM's default Relax build for llvm (no schedules)",
     "nchw16c": "one fixed layout everywhere: NCHW16c (nearest block where 16 does not divide)",
+    "nchw16c_tuned": "NCHW16c everywhere, each kernel in its fastest measured schedule (loop order)",
     "greedy": "each op's fastest kernel, ignoring transforms (history best)",
 }
 
@@ -231,12 +232,16 @@ def measure_latency(
 # baselines
 
 
-def fixed_layout_assignment(graph: nx.DiGraph, layout: str = "NCHW16c") -> dict[Hashable, int]:
+def fixed_layout_assignment(
+    graph: nx.DiGraph, layout: str = "NCHW16c", costs: Any = None
+) -> dict[Hashable, int]:
     """For every node, the choice closest to running in ``layout`` throughout.
 
     A node whose channels ``layout``'s block does not divide takes the nearest block it offers
     (e.g. the 3-channel image into the first conv: ``NCHW3c->NCHW16c``). This is the TVM default
-    "one layout everywhere" heuristic.
+    "one layout everywhere" heuristic. Among choices of the same layouts (schedule knobs, such as
+    a conv's loop order), the first, the default schedule, is taken; or, given the ``costs``
+    (:class:`~layoutopt.Costs`), the cheapest.
 
     Example::
 
@@ -253,7 +258,8 @@ def fixed_layout_assignment(graph: nx.DiGraph, layout: str = "NCHW16c") -> dict[
     assignment = {}
     for node, data in graph.nodes(data=True):
         layouts = data.get("layouts") or [("NCHW", "NCHW")]
-        assignment[node] = min(range(len(layouts)), key=lambda k: distance(tuple(layouts[k])))
+        cost = costs.nodes[node] if costs is not None else np.zeros(len(layouts))
+        assignment[node] = min(range(len(layouts)), key=lambda k: (distance(tuple(layouts[k])), cost[k]))
     return assignment
 
 
@@ -502,8 +508,8 @@ def tune_and_build(
                 # ~100x slower than the rest: timed once, not in the interleaved rounds
                 latency = measure_latency(default_ex, inputs, repeat=1, min_repeat_ms=0)
                 variants[name] = Variant(name, BASELINES[name], None, latency, 0, 0.0 if check else None)
-            elif name == "nchw16c":
-                fixed = fixed_layout_assignment(graph, "NCHW16c")
+            elif name in ("nchw16c", "nchw16c_tuned"):
+                fixed = fixed_layout_assignment(graph, "NCHW16c", costs if name == "nchw16c_tuned" else None)
                 variants[name] = make_variant(name, BASELINES[name], fixed)[0]
             else:
                 greedy = solve(graph, costs, method="greedy")

@@ -27,7 +27,7 @@ def tuned(tmp_path_factory):
     cache = tmp_path_factory.mktemp("tune") / "costs.jsonl"
     mod = models.residual(channels=16, size=8)
     return tune_and_build(mod, method="pbqp", cache=cache, candidates=[4, 8, 16],
-                          baselines=("nchw16c", "greedy", "default"), repeat=2), cache
+                          baselines=("nchw16c", "nchw16c_tuned", "greedy", "default"), repeat=2), cache
 
 
 def test_tuned_build_matches_the_untouched_model_and_its_prediction(tuned):
@@ -41,7 +41,7 @@ def test_tuned_build_matches_the_untouched_model_and_its_prediction(tuned):
     assert result.tuned.transforms == expected_transforms(graph, solution.assignment)
     assert result.tuned.measured > 0
     # an exact solution is never predicted slower than a baseline's assignment
-    for name in ("nchw16c", "greedy"):
+    for name in ("nchw16c", "nchw16c_tuned", "greedy"):
         assert result.tuned.predicted <= result.baselines[name].predicted + 1e-12
         assert result.baselines[name].max_relative_error < 1e-4
     assert result.baselines["default"].measured > 0
@@ -90,6 +90,15 @@ def test_fixed_layout_baseline_takes_nchw16c_where_it_fits(tuned):
     assert graph.nodes["conv1"]["layouts"][assignment["conv1"]] == ("NCHW16c", "NCHW16c")
     # conv0 reads the 3-channel image: its nearest input block is 3
     assert graph.nodes["conv0"]["layouts"][assignment["conv0"]] == ("NCHW3c", "NCHW16c")
+    # ... in the default schedule; the tuned variant takes the same layouts in the faster loop order
+    assert all("order" not in graph.nodes[n]["candidates"][k] for n, k in assignment.items()
+               if graph.nodes[n].get("candidates"))
+    tuned_schedules = result.baselines["nchw16c_tuned"].assignment
+    for node, k in tuned_schedules.items():
+        layouts, cost = graph.nodes[node]["layouts"], result.costs.nodes[node]
+        assert layouts[k] == layouts[assignment[node]]
+        assert cost[k] == min(cost[j] for j in range(len(layouts)) if layouts[j] == layouts[k])
+    assert result.baselines["nchw16c_tuned"].predicted <= result.baselines["nchw16c"].predicted
 
 
 def test_a_rerun_with_the_cache_measures_nothing(tuned):
