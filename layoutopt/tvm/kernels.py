@@ -981,7 +981,7 @@ def conv2d_schedule_key(shapes: Iterable[Sequence[int]]) -> str:
 
     Example:
         >>> conv2d_schedule_key([[1, 4, 56, 56, 16], [4, 4, 3, 3, 16, 16], [1, 4, 56, 56, 16]])
-        '1x4x3x3x16x16|1x4x56x56x16|1x4x56x56x16'
+        '1x4x56x56x16|1x4x56x56x16|4x4x3x3x16x16'
     """
     return "|".join(sorted("x".join(str(int(d)) for d in shape) for shape in shapes))
 
