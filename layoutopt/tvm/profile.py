@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import defaultdict
@@ -28,7 +29,8 @@ import numpy as np
 from ..problem import Problem
 from ._tvm import import_tvm, one_blas_thread
 
-__all__ = ["Call", "Category", "call_category", "layer_times", "profile_calls", "time_breakdown"]
+__all__ = ["Call", "Category", "call_category", "layer_times", "profile_builds", "profile_calls",
+           "time_breakdown"]
 
 #: (category, substrings of a call's symbol), first match wins: a fused function is named after its
 #: ops (``fused_conv2d_NCHWc_add_relu``), and the anchor op comes first in these rules
@@ -88,29 +90,49 @@ def profile_calls(executable, inputs: Sequence[np.ndarray], repeat: int = 5) -> 
         calls = profile_calls(build(mod), random_inputs(mod))
         sum(c.seconds for c in calls if call_category(c.symbol) == "conv2d")
     """
+    return profile_builds({"build": executable}, inputs, repeat)["build"]
+
+
+def profile_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray],
+                   repeat: int = 5) -> dict[str, list[Call]]:
+    """:func:`profile_calls` for several builds, in interleaved rounds (one run of each per round), as
+    :func:`~layoutopt.tvm.measure_latencies` times them: on a shared machine interference comes in
+    episodes, and builds profiled one after the other would not see the same ones.
+
+    Example::
+
+        calls = profile_builds({"tuned": ex1, "nchw16c": ex2}, random_inputs(mod))
+    """
     tvm = import_tvm()
-    vm = tvm.relax.VirtualMachine(executable, tvm.cpu())
     args = [tvm.runtime.tensor(x) for x in inputs]
-    runs: list[list[tuple[str, tuple, float]]] = []
+    runs: dict[str, list[list[tuple[str, tuple, float]]]] = {name: [] for name in executables}
     started: list[float] = []
 
-    def instrument(_func, symbol, before_run, _ret, *call_args):
+    def instrument(_func, symbol, before_run, _ret, *call_args, runs_of=None):
         if before_run:
             started.append(time.perf_counter())
         else:
             elapsed = time.perf_counter() - started.pop()
             shapes = tuple(tuple(int(d) for d in a.shape) for a in call_args if hasattr(a, "shape"))
-            runs[-1].append((str(symbol), shapes, elapsed))
+            runs_of[-1].append((str(symbol), shapes, elapsed))
         return 0  # VMInstrumentReturnKind.NO_OP: run the call
 
-    vm.set_instrument(instrument)
+    machines = {}
+    for name, executable in executables.items():
+        vm = tvm.relax.VirtualMachine(executable, tvm.cpu())
+        vm.set_instrument(functools.partial(instrument, runs_of=runs[name]))
+        machines[name] = vm
     with one_blas_thread():
-        for _ in range(repeat + 1):  # the first run warms up (first touch of the constants)
-            runs.append([])
-            vm["main"](*args)
-    timed = runs[1:]
-    return [Call(symbol, shapes, float(np.median([run[i][2] for run in timed])))
-            for i, (symbol, shapes, _) in enumerate(timed[0])]
+        for _ in range(repeat + 1):  # the first round warms up (first touch of the constants)
+            for name, vm in machines.items():
+                runs[name].append([])
+                vm["main"](*args)
+    profiles = {}
+    for name, measured in runs.items():
+        timed = measured[1:]
+        profiles[name] = [Call(symbol, shapes, float(np.median([run[i][2] for run in timed])))
+                          for i, (symbol, shapes, _) in enumerate(timed[0])]
+    return profiles
 
 
 def time_breakdown(calls: Sequence[Call], graph: nx.DiGraph, costs: Any,

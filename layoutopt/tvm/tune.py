@@ -31,7 +31,7 @@ from ..problem import Problem
 from ..solution import Solution
 from ._tvm import import_tvm, one_blas_thread, resolve_target
 from .apply import apply_solution, build, count_layout_transforms, layout_block
-from .profile import Category, layer_times, profile_calls, time_breakdown
+from .profile import Category, layer_times, profile_builds, time_breakdown
 
 __all__ = [
     "BASELINES",
@@ -524,14 +524,14 @@ def tune_and_build(
     if profile:
         say("profiling the builds: each call's time in the network ...")
         with stage("profile"):
+            profiles = profile_builds(executables, inputs)
             for variant in [tuned, *variants.values()]:
-                if variant.name in executables:
-                    calls = profile_calls(executables[variant.name], inputs)
+                if variant.name in profiles:
+                    calls = profiles[variant.name]
                     variant.breakdown = time_breakdown(calls, graph, costs, variant.assignment)
-                    if variant is tuned:
-                        in_network = layer_times(calls, graph, solution.assignment, target)
-                        for layer in layers:
-                            layer.in_network = in_network.get(layer.node)
+            in_network = layer_times(profiles[tuned.name], graph, solution.assignment, target)
+            for layer in layers:
+                layer.in_network = in_network.get(layer.node)
     return TuneResult(tuned_ex, tuned_mod, solution, graph, costs, tuned, variants, layers, timings, meta,
                       str(target))
 
