@@ -138,7 +138,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
         mod,
         method=args.method,
         cache=args.cache,
-        candidates=args.blocks,
+        candidates={"blocks": args.blocks, "orders": args.orders.split(",")},
         baselines=("nchw16c", "nchw16c_tuned", "greedy", *(("default",) if not args.skip_default else ())),
         repeat=args.repeat,
         progress=True,
@@ -380,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", default="auto", help="exact layoutopt method (default auto)")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "layoutopt" / "e2e.jsonl"))
     parser.add_argument("--blocks", default=None, help="channel blocks (default 4,8,16,32,64 + C<8)")
+    parser.add_argument("--orders", default="oc,rows",
+                        help="loop orders of blocked convs, each a choice (default oc,rows: both, for (b'))")
     parser.add_argument("--repeat", type=int, default=10, help="TVM timing repeats")
     parser.add_argument("--repeat-eager", type=int, default=30, help="PyTorch / ONNX Runtime runs")
     parser.add_argument("--time-limit", type=float, default=600.0)

@@ -86,6 +86,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help=f"cost cache file (default: {default_cache_path()}); 'none' to disable")
     parser.add_argument("--blocks", default=None, metavar="4,8,16,32,64",
                         help="channel blocks to try (default: 4,8,16,32,64 and C when C < 8)")
+    parser.add_argument("--orders", default="oc", metavar="oc,rows",
+                        help="loop orders of blocked conv kernels to measure, each a choice of its own "
+                             "(default: oc, AutoTVM's; oc,rows measures both, doubling the conv kernels)")
     parser.add_argument("--rpc", metavar="HOST:PORT", help="measure through the TVM RPC tracker at HOST:PORT")
     parser.add_argument("--key", help="device key registered at the RPC tracker (with --rpc)")
     parser.add_argument("--baselines", default="nchw16c,greedy",
@@ -125,7 +128,18 @@ def _runner(args: argparse.Namespace):
     return RPCRunner(tracker=args.rpc, key=args.key)
 
 
-def _candidates(blocks_text: str | None):
+def _candidates(blocks_text: str | None, orders_text: str = "oc"):
+    from ..errors import ProblemError
+    from .kernels import CONV2D_ORDERS
+
+    orders = [o.strip() for o in orders_text.split(",") if o.strip()]
+    if not orders or any(o not in CONV2D_ORDERS for o in orders):
+        raise ProblemError(f"--orders {orders_text!r}: expected loop orders from {CONV2D_ORDERS}")
+    blocks = _blocks(blocks_text)
+    return blocks if orders == ["oc"] else {"blocks": blocks, "orders": orders}
+
+
+def _blocks(blocks_text: str | None):
     from ..errors import ProblemError
 
     if not blocks_text:
@@ -153,7 +167,7 @@ def _run(args: argparse.Namespace) -> int:
     mod = load_model(args.model, parse_input_shapes(args.input_shape))
     print(f"layoutopt tune: {args.model or 'embedded default model'}; cost cache {cache or 'off'}")
     result = tune_and_build(mod, target=args.target, method=args.method, cache=cache, runner=runner,
-                            candidates=_candidates(args.blocks), time_limit=args.time_limit,
+                            candidates=_candidates(args.blocks, args.orders), time_limit=args.time_limit,
                             baselines=baselines, check=not args.no_check, repeat=args.repeat, progress=True)
     print()
     print(_layer_table(result))

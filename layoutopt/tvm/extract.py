@@ -40,12 +40,20 @@ import networkx as nx
 from ..errors import ProblemError
 from ._tvm import import_tvm
 from .apply import BINARY_OPS, CONCAT_OPS, NCHW, layout_carrier
-from .kernels import DEFAULT_BLOCKS, channel_blocks, conv2d_candidates, dense_candidates
+from .kernels import (
+    CONV2D_ORDERS,
+    DEFAULT_BLOCKS,
+    DEFAULT_ORDERS,
+    channel_blocks,
+    conv2d_candidates,
+    dense_candidates,
+)
 
 __all__ = ["KINDS", "Candidates", "candidate_label", "extract_layout_graph", "prepare"]
 
-#: what ``candidates=`` accepts: channel blocks, a function ``workload -> candidate dicts``, or None
-Candidates = Iterable[int] | Callable[[dict[str, Any]], list[dict[str, Any]]] | None
+#: what ``candidates=`` accepts: channel blocks, options ``{"blocks": [...], "orders": [...]}``, a
+#: function ``workload -> candidate dicts``, or None
+Candidates = Iterable[int] | Mapping[str, Any] | Callable[[dict[str, Any]], list[dict[str, Any]]] | None
 
 #: the node kinds of a layout graph (node attribute ``"kind"``)
 KINDS = ("target", "multi", "boundary", "input", "output")
@@ -230,9 +238,11 @@ def extract_layout_graph(
             kept as parameters with ``prepare(mod, params)``: left unbound, a blocked conv re-lays
             its weight out at run time, a cost the graph does not model).
         candidates: the channel blocks to try (default ``(4, 8, 16, 32, 64)``; ``C`` itself is
-            added when ``C < 8``; a block is kept only where it divides the channels), or a
-            function ``workload -> list of candidate dicts`` choosing target ops' candidates
-            (multi-input nodes then use the default blocks).
+            added when ``C < 8``; a block is kept only where it divides the channels); or options
+            ``{"blocks": [...], "orders": ["oc", "rows"]}`` to add the blocked convs' loop orders
+            (:data:`~layoutopt.tvm.kernels.CONV2D_SCHEDULE_KNOBS`: each layout pair becomes one
+            choice per order); or a function ``workload -> list of candidate dicts`` choosing
+            target ops' candidates (multi-input nodes then use the default blocks).
         prepared: ``mod`` already went through :func:`prepare` (skip it).
         epilogues: give each conv2d workload the ``epilogue`` that ``FuseOps`` fuses into it
             (bias, residual add, relu: see :data:`~layoutopt.tvm.kernels.EPILOGUE_STEPS`), so that
@@ -256,7 +266,7 @@ def extract_layout_graph(
         graph = extract_layout_graph(models.chain((16, 16)), [8, 16])
         list(graph)     # ['data', 'conv1', 'conv2', 'output:gv'] (bias and relu follow their conv)
     """
-    blocks, choose = _candidate_options(candidates)
+    blocks, choose, orders = _candidate_options(candidates)
     if not prepared:
         mod = prepare(mod)
     main = _main(mod)
@@ -264,7 +274,7 @@ def extract_layout_graph(
     duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
     if duplicates:
         raise ProblemError(f"binding names {duplicates[:5]} are not unique in main: run prepare(mod) first")
-    extractor = _Extractor(blocks, choose, epilogues)
+    extractor = _Extractor(blocks, choose, epilogues, orders)
     graph = extractor.run(main)
     graph.graph["mod"] = mod
     if not any(kind == "target" for _, kind in graph.nodes(data="kind")):
@@ -275,12 +285,23 @@ def extract_layout_graph(
     return graph
 
 
-def _candidate_options(candidates: Candidates) -> tuple[list[int] | None, Callable | None]:
-    """``candidates`` as (blocks given by the user or None, custom candidate function or None)."""
+def _candidate_options(candidates: Candidates) -> tuple[list[int] | None, Callable | None, list[str]]:
+    """``candidates`` as (blocks given by the user or None, custom candidate function or None, loop
+    orders of blocked convs)."""
     if candidates is None:
-        return None, None
+        return None, None, list(DEFAULT_ORDERS)
     if callable(candidates):
-        return None, candidates
+        return None, candidates, list(DEFAULT_ORDERS)
+    if isinstance(candidates, Mapping):
+        unknown = sorted(set(candidates) - {"blocks", "orders"})
+        orders = list(candidates.get("orders") or DEFAULT_ORDERS)
+        if unknown or any(order not in CONV2D_ORDERS for order in orders):
+            raise ProblemError(
+                f"candidate options {dict(candidates)!r}: expected 'blocks' (channel blocks) and 'orders' "
+                f"(from {CONV2D_ORDERS})"
+            )
+        blocks = candidates.get("blocks")
+        return (None if blocks is None else _candidate_options(blocks)[0]), None, orders
     try:
         values = list(candidates)
     except TypeError:
@@ -290,14 +311,16 @@ def _candidate_options(candidates: Candidates) -> tuple[list[int] | None, Callab
             f"candidates must be a list of channel blocks (positive integers), a function "
             f"workload -> candidates, or None; got {candidates!r}"
         )
-    return sorted(set(values)), None
+    return sorted(set(values)), None, list(DEFAULT_ORDERS)
 
 
 class _Extractor:
     """One walk over ``main``'s bindings, in order (they are topologically sorted by construction)."""
 
-    def __init__(self, blocks: list[int] | None, candidates: Callable | None, epilogues: bool = True):
+    def __init__(self, blocks: list[int] | None, candidates: Callable | None, epilogues: bool = True,
+                 orders: Sequence[str] = DEFAULT_ORDERS):
         self.tvm = import_tvm()
+        self.orders = list(orders)
         self.relax = self.tvm.relax
         self.given_blocks = blocks  # also restricts dense weight blocks when the user chose them
         self.blocks = blocks or list(DEFAULT_BLOCKS)
@@ -510,7 +533,7 @@ class _Extractor:
             # groups=1 only: offer what can be built, so the chosen layouts are the ones that run
             cands = [{"in": NCHW, "out": NCHW}]
         else:
-            cands = conv2d_candidates(workload, self.blocks)
+            cands = conv2d_candidates(workload, self.blocks, orders=self.orders)
         self.add_node(name, "target", name, "relax.nn.conv2d", workload, self.checked(name, cands))
         self.connect(name, [data])
         return True

@@ -88,11 +88,17 @@ EPILOGUE_STEPS = ("bias", "add", "relu")
 #: or rows, then chunks (``"rows"``). Chunks outside re-read the whole input once per chunk; rows
 #: outside keep one input row (all channels) in cache while every chunk uses it. Neither wins
 #: everywhere: on SSD's 128x128 maps a 1x1 256->64 conv at 16c ran 6.94 ms chunks-outside and 3.26
-#: ms rows-outside, and a 1x1 128->512 at 64x64 3.22 vs 3.42 ms; so both are candidates, measured.
-#: ``reg_n``: the register tile width (default :func:`register_tile`).
+#: ms rows-outside, and a 1x1 128->512 at 64x64 3.22 vs 3.42 ms. But which wins depends on how much
+#: of the shared L3 the other tenants leave: on this VM the two passes of one measurement flipped
+#: it, and whole networks built with the faster order per kernel were no faster (SSD 257 vs 259
+#: ms, ResNet-50 40.0 vs 39.3 ms); so it is a candidate only when asked for (``orders=``), as it
+#: doubles the blocked convs to measure. ``reg_n``: the register tile width (default
+#: :func:`register_tile`).
 CONV2D_SCHEDULE_KNOBS = ("order", "reg_n")
 #: values of the ``order`` knob, the default first
 CONV2D_ORDERS = ("oc", "rows")
+#: the loop orders of blocked conv2d candidates unless asked for others
+DEFAULT_ORDERS = ("oc",)
 #: the module attribute through which :func:`~layoutopt.tvm.apply_layouts` hands each blocked conv's
 #: schedule knobs to :func:`schedule_module`: ``{conv2d_schedule_key(...): {"order": "rows"}}``
 SCHEDULES_ATTR = "layoutopt.conv2d_schedules"
@@ -280,19 +286,21 @@ def conv2d_candidates(
     workload: dict[str, Any],
     blocks: Iterable[int] = DEFAULT_BLOCKS,
     include_nchw: bool = True,
-    orders: Iterable[str] = CONV2D_ORDERS,
+    orders: Iterable[str] = DEFAULT_ORDERS,
 ) -> list[dict[str, Any]]:
     """Kernel candidates of a conv2d: every (NCHW{ic}c, NCHW{oc}c) pair with dividing blocks, once per
-    loop ``order`` (see :data:`CONV2D_SCHEDULE_KNOBS`; the default order has no ``"order"`` key and
-    comes first), and NCHW.
+    loop order in ``orders`` (see :data:`CONV2D_SCHEDULE_KNOBS`; the default order has no ``"order"``
+    key and comes first), and NCHW.
 
     Grouped convolutions only get the plain NCHW kernel, and depthwise ones NCHW plus equal in/out blocks.
 
     Example::
 
         conv2d_candidates(wl, blocks=[8, 16])
-        # [{'in': 'NCHW8c', 'out': 'NCHW8c'}, {'in': 'NCHW8c', 'out': 'NCHW8c', 'order': 'rows'},
-        #  {'in': 'NCHW8c', 'out': 'NCHW16c'}, ..., {'in': 'NCHW', 'out': 'NCHW'}]
+        # [{'in': 'NCHW8c', 'out': 'NCHW8c'}, {'in': 'NCHW8c', 'out': 'NCHW16c'}, ...,
+        #  {'in': 'NCHW', 'out': 'NCHW'}]
+        conv2d_candidates(wl, blocks=[8, 16], orders=["oc", "rows"])
+        # [{'in': 'NCHW8c', 'out': 'NCHW8c'}, {'in': 'NCHW8c', 'out': 'NCHW8c', 'order': 'rows'}, ...]
     """
     orders = list(orders)
     unknown = sorted(set(orders) - set(CONV2D_ORDERS))

@@ -58,7 +58,9 @@ def build_problem(
             ``prepared``.
         target: the CPU to measure for (see :func:`~layoutopt.tvm.resolve_target`).
         candidates: channel blocks to try (default ``(4, 8, 16, 32, 64)``, plus ``C`` when ``C < 8``),
-            or a function ``workload -> list of candidate dicts`` for conv2d/dense nodes.
+            options ``{"blocks": [...], "orders": ["oc", "rows"]}``, or a function
+            ``workload -> list of candidate dicts`` for conv2d/dense nodes (see
+            :func:`~layoutopt.tvm.extract_layout_graph`).
         cache: a ``.jsonl`` path or :class:`~layoutopt.tvm.cache.CostCache` keeping every
             measurement; a rerun measures only what is missing. None: memory only.
         runner: where kernels run: :class:`~layoutopt.tvm.measure.LocalRunner` (default) or

@@ -424,7 +424,9 @@ def tune_and_build(
         method: the :func:`layoutopt.solve` method.
         cache: cost cache file (JSON lines), or None for an in-memory run.
         runner: where kernels are measured (default: this machine; an RPC runner for a device farm).
-        candidates: candidate layouts per op (default: blocks {4, 8, 16, 32, 64} and C when C < 8).
+        candidates: candidate kernels per op (default: blocks {4, 8, 16, 32, 64} and C when C < 8;
+            ``{"blocks": ..., "orders": ["oc", "rows"]}`` adds the convs' loop orders: see
+            :func:`~layoutopt.tvm.extract_layout_graph`).
         time_limit: seconds for the solver.
         baselines: names from :data:`BASELINES` to build and time beside the tuned model.
         check: compare every build's outputs with TVM's default build of the untouched model on

@@ -23,11 +23,12 @@ def kinds(graph):
     return {node: data["kind"] for node, data in graph.nodes(data=True)}
 
 
-def conv_choices(in_channels, out_channels, blocks=BLOCKS):
+def conv_choices(in_channels, out_channels, blocks=BLOCKS, orders=("oc",)):
     ins = [b for b in blocks if in_channels % b == 0] or [in_channels]
     outs = [b for b in blocks if out_channels % b == 0]
     pairs = [f"NCHW{i}c->NCHW{o}c" for i, o in itertools.product(ins, outs)]
-    return [label for pair in pairs for label in (pair, f"{pair}[order=rows]")] + ["NCHW->NCHW"]
+    knobs = ["" if order == "oc" else f"[order={order}]" for order in orders]
+    return [pair + knob for pair in pairs for knob in knobs] + ["NCHW->NCHW"]
 
 
 def test_chain_nodes_edges_and_layouts():
@@ -51,6 +52,20 @@ def test_chain_nodes_edges_and_layouts():
     assert following["conv1_bias"] == following["conv1_relu"] == "conv1"
 
 
+def test_loop_orders_are_choices_when_asked_for():
+    mod = models.chain((16, 16), in_channels=8, size=8)
+    graph = extract_layout_graph(mod, {"blocks": BLOCKS, "orders": ["oc", "rows"]})
+    choices = graph.nodes["conv1"]["choices"]
+    assert choices == conv_choices(8, 16, orders=("oc", "rows"))
+    assert choices[:2] == ["NCHW8c->NCHW8c", "NCHW8c->NCHW8c[order=rows]"]
+    assert graph.nodes["conv1"]["candidates"][1] == {"in": "NCHW8c", "out": "NCHW8c", "order": "rows"}
+    # a choice's layouts leave out its knobs: both orders have the same edges
+    assert graph.nodes["conv1"]["layouts"][:2] == [("NCHW8c", "NCHW8c")] * 2
+    for bad in ({"blocks": BLOCKS, "orders": ["diagonal"]}, {"block": BLOCKS}):
+        with pytest.raises(layoutopt.ProblemError, match="candidate options"):
+            extract_layout_graph(mod, bad)
+
+
 def test_residual_add_is_a_multi_input_node_with_its_own_choices():
     graph = extract_layout_graph(models.residual(channels=16, size=8), BLOCKS)
     assert sorted(k for k, v in kinds(graph).items() if v == "target") == ["conv0", "conv1", "conv2"]
@@ -61,8 +76,7 @@ def test_residual_add_is_a_multi_input_node_with_its_own_choices():
     assert sorted(graph.predecessors("add")) == ["conv0", "conv2"]  # the skip comes from conv0 via its relu
     assert list(graph.successors("conv0")) == ["conv1", "add"]
     # 3 input channels: C itself is a block (C < 8)
-    assert graph.nodes["conv0"]["choices"] == conv_choices(3, 16)
-    assert conv_choices(3, 16)[:3] == ["NCHW3c->NCHW8c", "NCHW3c->NCHW8c[order=rows]", "NCHW3c->NCHW16c"]
+    assert graph.nodes["conv0"]["choices"] == ["NCHW3c->NCHW8c", "NCHW3c->NCHW16c", "NCHW->NCHW"]
     assert graph.number_of_nodes() == 6 and graph.number_of_edges() == 6
 
 
@@ -103,10 +117,8 @@ def test_resnet50_counts():
     assert [kind[n] for n in ("data", "avgpool", "flatten", "fc")] == ["input", "boundary", "boundary",
                                                                        "target"]
     # default blocks {4, 8, 16, 32, 64} plus C = 3 for the stem's input
-    assert graph.nodes["conv1"]["choices"][:3] == ["NCHW3c->NCHW4c", "NCHW3c->NCHW4c[order=rows]",
-                                                   "NCHW3c->NCHW8c"]
-    # 64 -> 64 channels: 5 x 5 block pairs in 2 loop orders, and NCHW
-    assert len(graph.nodes["layer1_0_conv2"]["choices"]) == 2 * 25 + 1
+    assert graph.nodes["conv1"]["choices"][:2] == ["NCHW3c->NCHW4c", "NCHW3c->NCHW8c"]
+    assert len(graph.nodes["layer1_0_conv2"]["choices"]) == 26
 
 
 def _onnx_model():

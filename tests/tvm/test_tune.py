@@ -21,12 +21,16 @@ from layoutopt.tvm.tune import fixed_layout_assignment, relative_error
 pytestmark = pytest.mark.tvm
 
 
+#: blocks {4, 8, 16}, each blocked conv in both loop orders
+CANDIDATES = {"blocks": [4, 8, 16], "orders": ["oc", "rows"]}
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    """The residual block, tuned over blocks {4, 8, 16} with both measured baselines."""
+    """The residual block, tuned over :data:`CANDIDATES` with every baseline."""
     cache = tmp_path_factory.mktemp("tune") / "costs.jsonl"
     mod = models.residual(channels=16, size=8)
-    return tune_and_build(mod, method="pbqp", cache=cache, candidates=[4, 8, 16],
+    return tune_and_build(mod, method="pbqp", cache=cache, candidates=CANDIDATES,
                           baselines=("nchw16c", "nchw16c_tuned", "greedy", "default"), repeat=2), cache
 
 
@@ -104,7 +108,7 @@ def test_fixed_layout_baseline_takes_nchw16c_where_it_fits(tuned):
 def test_a_rerun_with_the_cache_measures_nothing(tuned):
     result, cache = tuned
     again = tune_and_build(models.residual(channels=16, size=8), method="pbqp", cache=cache,
-                           candidates=[4, 8, 16], baselines=(), repeat=1)
+                           candidates=CANDIDATES, baselines=(), repeat=1)
     assert again.solution.assignment == result.solution.assignment
     assert again.timings["measure"] < result.timings["measure"]
 

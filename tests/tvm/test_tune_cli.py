@@ -20,14 +20,14 @@ pytestmark = pytest.mark.tvm
 def test_tune_runs_end_to_end_and_writes_a_report(tmp_path, capsys):
     model = tiny_conv_onnx(tmp_path / "tiny.onnx")
     cache = tmp_path / "costs.jsonl"
-    args = ["tune", str(model), "--input-shape", "1,4,8,8", "--blocks", "4,8", "--cache", str(cache),
-            "--method", "pbqp", "--baselines", "nchw16c,greedy", "--repeat", "2",
+    args = ["tune", str(model), "--input-shape", "1,4,8,8", "--blocks", "4,8", "--orders", "oc,rows",
+            "--cache", str(cache), "--method", "pbqp", "--baselines", "nchw16c,greedy", "--repeat", "2",
             "--report", str(tmp_path / "report")]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "chosen layouts" in out and "NCHW" in out
     assert "layoutopt  predicted" in out and "nchw16c" in out and "greedy" in out and "speed-up" in out
-    assert cache.stat().st_size > 0
+    assert '"order": "rows"' in cache.read_text()  # both loop orders were measured
     report = (tmp_path / "report" / "report.md").read_text()
     assert "tiny.onnx" in report and "| greedy |" in report
     assert (tmp_path / "report" / "report.png").stat().st_size > 1000
@@ -41,6 +41,7 @@ def test_tune_runs_end_to_end_and_writes_a_report(tmp_path, capsys):
         (["--rpc", "127.0.0.1:9190"], "--key"),
         (["--key", "pi"], "--rpc"),
         (["--blocks", "a,b"], "--blocks"),
+        (["--orders", "oc,diagonal"], "--orders"),
     ],
 )
 def test_user_errors_exit_2_with_one_line(tmp_path, capsys, extra, message):
