@@ -24,6 +24,8 @@ Python that has them, e.g. a separate benchmark venv with layoutopt installed.
 Usage (``/work/benchvenv`` is such a venv: torch 2.13, torchvision, layoutopt editable)::
 
     python -m benchmarks.e2e --networks resnet50_v1 --cache ~/.cache/layoutopt/e2e.jsonl
+    python -m benchmarks.e2e --networks resnet50_v1,vgg19_bn,inception_v3,densenet201,ssd_resnet50_512 \
+        --blocks 8,16,32,64 --orders oc,rows       # the run behind results/e2e.md
 
 A cost cache holds kernel times for one schedule: after a change to the kernels' schedules
 (``layoutopt/tvm/kernels.py``), measure into a fresh ``--cache`` file.
