@@ -297,7 +297,9 @@ def _breakdown_table(rows: list[dict]) -> list[str]:
     profiled = [row for row in rows if (row.get("breakdown") or {}).get("layoutopt")]
     if not profiled:
         return []
-    outside = ("pool", "concat", "other (elementwise, reshape...)", "vm builtins")
+    from layoutopt.tvm.profile import OTHER
+
+    outside = ("pool", "concat", OTHER, "vm builtins")
     lines = [
         "",
         "Where the time goes (ms): each call of the build timed inside the running network (median of",

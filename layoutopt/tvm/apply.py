@@ -40,6 +40,8 @@ from ._tvm import import_tvm, resolve_target
 from .kernels import (
     CONV2D_SCHEDULE_KNOBS,
     SCHEDULES_ATTR,
+    _epilogue_shapes,
+    _layout_shape,
     conv2d_schedule_key,
     layout_block,
     pack_conv2d_kernel,
@@ -367,12 +369,11 @@ class _Rewriter:
         )
         self.emit(var, new, out_layout)
         # for schedule_module, which sees the conv's PrimFunc only: keyed by its parameters' shapes
-        n, _, h, w = _static_shape(call.args[0])
-        _, _, out_h, out_w = _static_shape(var)
-        out = [n, out_channels // out_block, out_h, out_w, out_block]
-        core = [[n, in_channels // in_block, h, w, in_block], _static_shape(weight), out]
-        operands = {"bias": [1, out_channels // out_block, 1, 1, out_block], "add": out}
-        fused = core + [operands[step] for step in self.epilogues.get(name, ()) if step in operands]
+        out = _static_shape(var)  # logical NCHW
+        core = [_layout_shape(_static_shape(call.args[0]), in_layout), _static_shape(weight),
+                _layout_shape(out, out_layout)]
+        operands = _epilogue_shapes(self.epilogues.get(name, ()), out)
+        fused = core + [_layout_shape(shape, out_layout) for shape in operands]
         knobs = {k: v for k, v in self.knobs.get(name, {}).items() if k in CONV2D_SCHEDULE_KNOBS}
         self.schedules.append((conv2d_schedule_key(fused), conv2d_schedule_key(core), knobs))
 

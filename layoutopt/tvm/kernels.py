@@ -476,11 +476,15 @@ def reference_output(workload: dict[str, Any], inputs: Sequence[np.ndarray]) -> 
     return out
 
 
-def _epilogue_shapes(workload: dict[str, Any]) -> list[list[int]]:
-    """Logical shapes of the epilogue's operands, in order: (1, O, 1, 1) per bias, the output per add."""
-    out = list(conv2d_output_shape(workload))
-    shapes = {"bias": [1, out[1], 1, 1], "add": out}
-    return [shapes[step] for step in workload.get("epilogue", []) if step in shapes]
+def _epilogue_shapes(steps: Sequence[str], out: Sequence[int]) -> list[list[int]]:
+    """Logical shapes of an epilogue's operands, in order, for a conv of logical output shape ``out``:
+    (1, O, 1, 1) per bias, the output per add (relu takes none)."""
+    shapes = {"bias": [1, out[1], 1, 1], "add": list(out)}
+    return [shapes[step] for step in steps if step in shapes]
+
+
+def _workload_epilogue_shapes(workload: dict[str, Any]) -> list[list[int]]:
+    return _epilogue_shapes(workload.get("epilogue", []), conv2d_output_shape(workload))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -509,7 +513,7 @@ class Kernel:
         rng = np.random.default_rng(seed)
         wl = self.workload
         if wl["op"] == "conv2d":
-            shapes = [wl["data"], wl["kernel"], *_epilogue_shapes(wl)]
+            shapes = [wl["data"], wl["kernel"], *_workload_epilogue_shapes(wl)]
         elif wl["op"] == "dense":
             shapes = [wl["data"], wl["weight"]]
         else:
@@ -614,7 +618,7 @@ def _build_fused_conv2d(tvm, workload: dict[str, Any], candidate: dict[str, Any]
         inputs = tensors[:-1]
         operands = [
             te.placeholder(_layout_shape(shape, candidate["out"]), dtype=dtype, name=f"epilogue_in{i}")
-            for i, shape in enumerate(_epilogue_shapes(workload))
+            for i, shape in enumerate(_workload_epilogue_shapes(workload))
         ]
         inputs += operands
         operands = iter(operands)

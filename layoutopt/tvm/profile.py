@@ -29,7 +29,7 @@ import numpy as np
 from ..problem import Problem
 from ._tvm import import_tvm, one_blas_thread
 
-__all__ = ["Call", "Category", "call_category", "layer_times", "profile_builds", "profile_calls",
+__all__ = ["OTHER", "Call", "Category", "call_category", "layer_times", "profile_builds", "profile_calls",
            "time_breakdown"]
 
 #: (category, substrings of a call's symbol), first match wins: a fused function is named after its
@@ -42,6 +42,8 @@ _CATEGORY_RULES = (
     ("concat", ("concat",)),
     ("vm builtins", ("vm.builtin",)),
 )
+#: the category of every call no rule names
+OTHER = "other (elementwise, reshape...)"
 
 
 @dataclass
@@ -75,7 +77,7 @@ def call_category(symbol: str) -> str:
     for category, parts in _CATEGORY_RULES:
         if any(part in symbol for part in parts):
             return category
-    return "other (elementwise, reshape...)"
+    return OTHER
 
 
 def profile_calls(executable, inputs: Sequence[np.ndarray], repeat: int = 5) -> list[Call]:
@@ -164,7 +166,7 @@ def time_breakdown(calls: Sequence[Call], graph: nx.DiGraph, costs: Any,
         category = call_category(call.symbol)
         measured[category] += call.seconds
         counts[category] += 1
-    order = [name for name, _ in _CATEGORY_RULES] + ["other (elementwise, reshape...)"]
+    order = [name for name, _ in _CATEGORY_RULES] + [OTHER]
     return [Category(name, predicted.get(name) if name in ("conv2d", "dense", "layout_transform") else None,
                      measured.get(name, 0.0), counts.get(name, 0))
             for name in order if name in measured or name in predicted]
