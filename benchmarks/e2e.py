@@ -128,7 +128,7 @@ def _subprocess_json(snippet: str, payload: list, timeout: float = 3600) -> dict
 def run_network(network: str, args: argparse.Namespace) -> dict:
     from layoutopt.tvm import build, load_model, tune_and_build
     from layoutopt.tvm.report import write_report
-    from layoutopt.tvm.tune import measure_latencies, random_inputs
+    from layoutopt.tvm.timing import measure_latencies, random_inputs
 
     size = input_shape(network)[-1]
     row: dict = {"network": network, "load_before": os.getloadavg()[0],

@@ -38,8 +38,9 @@ import numpy as np
 
 import layoutopt
 from layoutopt.tvm import build_problem, extract_layout_graph, models, prepare
-from layoutopt.tvm.problem import transform_tasks
-from layoutopt.tvm.tune import fixed_layout_assignment
+from layoutopt.tvm.baselines import fixed_layout_assignment
+from layoutopt.tvm.cache import task_key
+from layoutopt.tvm.problem import kernel_tasks, transform_tasks
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -105,12 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     mod = prepare(mod)
     graph = extract_layout_graph(mod, blocks, prepared=True)
     extract_seconds = time.perf_counter() - start
-    kinds = collections.Counter(kind for _, kind in graph.nodes(data="kind"))
-    convs = sum(1 for _, op in graph.nodes(data="op") if op == "relax.nn.conv2d")
-    targets = [d for _, d in graph.nodes(data=True) if d["kind"] == "target"]
-    kernel_tasks = {(repr(sorted(d["workload"].items())), repr(sorted(c.items())))
-                    for d in targets for c in d["candidates"]}
-    workloads = {repr(sorted(d["workload"].items())) for d in targets}
+    kinds = collections.Counter(node.kind for node in graph.layout_nodes())
+    convs = sum(1 for node in graph.layout_nodes() if node.op == "relax.nn.conv2d")
+    targets = [node for node in graph.layout_nodes() if node.kind == "target"]
+    kernels = {task_key(workload, candidate) for workload, candidate in kernel_tasks(graph)}
+    workloads = {task_key(node.workload, {}) for node in targets}
     transforms = transform_tasks(graph)
     by_kind = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
 
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| edges | {graph.number_of_edges()} |",
         f"| choices (sum over nodes) | {sum(len(d['choices']) for _, d in graph.nodes(data=True))} |",
         f"| distinct kernel workloads | {len(workloads)} |",
-        f"| distinct kernel candidates (workload x candidate) | {len(kernel_tasks)} |",
+        f"| distinct kernel candidates (workload x candidate) | {len(kernels)} |",
         f"| distinct layout transforms (shape x src x dst) | {len(transforms)} |",
         "",
         f"Building the Relax model took {built:.2f} s; prepare + extract {extract_seconds:.2f} s.",

@@ -79,8 +79,8 @@ def regenerate(network: str, args: argparse.Namespace) -> dict:
     costs = round_costs(costs, args.digits)
     problem = Problem.from_graph(graph, costs)
     light = nx.DiGraph()
-    light.add_nodes_from((n, {k: data[k] for k in KEPT_ATTRS if k in data} | {"choices": data["choices"]})
-                         for n, data in graph.nodes(data=True))
+    light.add_nodes_from((node.name, {k: getattr(node, k) for k in KEPT_ATTRS} | {"choices": node.labels})
+                         for node in graph.layout_nodes())
     light.add_edges_from(graph.edges)
     env = environment()
     metadata = {

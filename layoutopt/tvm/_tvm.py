@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import MissingExtraError, ProblemError
 
-__all__ = ["import_tvm", "one_blas_thread", "resolve_target", "target_key", "tvm_version"]
+__all__ = ["first_line", "import_tvm", "one_blas_thread", "resolve_target", "target_key", "tvm_version"]
 
 
 def import_tvm():
@@ -105,7 +105,7 @@ def resolve_target(target: Any = None):
     try:
         resolved = tvm.target.Target(spec)
     except Exception as exc:  # TVM raises ValueError / TVMError with long C++ context
-        raise ProblemError(f"target {target!r} is not a valid TVM target: {_first_line(exc)}") from None
+        raise ProblemError(f"target {target!r} is not a valid TVM target: {first_line(exc)}") from None
     codegen = tvm.target.codegen
     triple = str(spec.get("mtriple") or codegen.llvm_get_system_triple())
     if not codegen.llvm_is_valid_cpu(str(spec["mcpu"]), triple):
@@ -150,6 +150,18 @@ def _parse_target_text(text: str) -> dict[str, Any]:
     return spec
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+def first_line(exc: BaseException, with_type: bool = False) -> str:
+    """An exception's message on one line, for error messages that must not carry a C++ backtrace.
+
+    TVM 0.27's errors are one line; a few (LLVM, the RPC layer, older builds) put a backtrace before
+    the message proper, which is then the last line. ``with_type`` prefixes the exception's class name.
+
+    Example:
+        >>> first_line(ValueError("Unknown config option 'x'")), first_line(KeyError(), with_type=True)
+        ("Unknown config option 'x'", 'KeyError: KeyError')
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    backtrace = any(line.startswith(("Traceback", "Stack trace", "File ", "0: ", "#0")) for line in lines)
+    text = (lines[-1] if backtrace else lines[0]) if lines else ""
+    text = text[:500] if text else type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if with_type else text

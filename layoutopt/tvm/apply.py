@@ -3,8 +3,10 @@
 :func:`ApplyLayouts` is a Relax pass (usable inside your own ``tvm.transform.Sequential``) that follows
 the layout model of :mod:`layoutopt.tvm` (the one extraction costs):
 
-* a **target op** (conv2d) runs in its chosen ``(in, out)`` layout: data ``NCHW{ic}c``, kernel
-  ``OIHW{ic}i{oc}o`` re-laid out at compile time (numpy) when it is a constant, output ``NCHW{oc}c``;
+* a **target op** (conv2d, dense) runs the chosen kernel: the compute of its kernel family
+  (:mod:`layoutopt.tvm.kernels`) in the chosen ``(in, out)`` layouts (data ``NCHW{ic}c``, output
+  ``NCHW{oc}c``), its constant weight re-laid out at compile time (numpy), the candidate (algorithm,
+  schedule knobs) carried on the kernel's main block to the scheduler;
 * **layout-following ops** (unary elementwise, per-channel constant bias/scale, pooling) run in
   whatever layout their input arrives in, their per-channel constants repacked to match;
 * a **multi-input op** (add, concat...) runs in its chosen common layout, every input converted to it;
@@ -15,8 +17,9 @@ consumer needs, once per (value, destination layout): two consumers reading one 
 foreign layout share the transform. A solution that keeps everything in ``NCHW`` gives back the
 original program (structurally equal).
 
-:func:`build` then legalizes blocked conv2d (TVM's own legalizer refuses it), schedules every kernel
-(:func:`layoutopt.tvm.kernels.schedule_module`) and lowers for the Relax VM.
+:func:`build` then legalizes (blocked conv2d written by hand included: TVM's own legalizer refuses
+them), fuses, schedules every kernel (:func:`layoutopt.tvm.kernels.schedule_module`) and lowers for
+the Relax VM.
 
 Example::
 
@@ -29,29 +32,26 @@ Example::
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
-
-import numpy as np
 
 from ..errors import ProblemError
 from ._tvm import import_tvm, resolve_target
-from .kernels import (
-    CONV2D_SCHEDULE_KNOBS,
-    SCHEDULES_ATTR,
-    _epilogue_shapes,
-    _layout_shape,
-    conv2d_schedule_key,
-    layout_block,
-    pack_conv2d_kernel,
-    pack_data,
-    schedule_module,
+from .graph import LayoutGraph
+from .kernels import NCHW, conv2d, dense, family, layout_block, pack_data, plain_layout, schedule_module
+from .ops import (
+    BINARY_OPS,
+    CONCAT_OPS,
+    POOL_OPS,
+    conv2d_workload,
+    dense_workload,
+    layout_carrier,
+    static_shape,
 )
 
 __all__ = [
-    "NCHW",
     "ApplyLayouts",
+    "apply_assignment",
     "apply_layouts",
     "apply_solution",
     "build",
@@ -60,42 +60,24 @@ __all__ = [
     "parse_choice",
 ]
 
-NCHW = "NCHW"
-_DENSE_WEIGHT = re.compile(r"NK(?:([1-9][0-9]*)n)?")
 
-#: unary elementwise ops: any layout, same layout out
-UNARY_OPS = frozenset({
-    "relax.nn.relu", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.nn.leakyrelu",
-    "relax.nn.prelu_scalar", "relax.sigmoid", "relax.tanh", "relax.clip", "relax.exp", "relax.sqrt",
-    "relax.rsqrt", "relax.negative", "relax.abs", "relax.square", "relax.erf", "relax.astype",
-    "relax.nn.dropout", "relax.hard_sigmoid", "relax.nn.relu6",
-})
-#: binary elementwise ops: layout-following with a per-channel or scalar constant operand,
-#: multi-input ops when both operands are tensors computed by the graph
-BINARY_OPS = frozenset({
-    "relax.add", "relax.multiply", "relax.subtract", "relax.divide", "relax.maximum", "relax.minimum",
-    "relax.power",
-})
-#: pooling ops: re-emitted with ``layout=`` the input's layout
-POOL_OPS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d"})
-#: ops that combine several computed tensors in one common layout
-CONCAT_OPS = frozenset({"relax.concat"})
+def parse_choice(node: Hashable, choice: Any) -> dict[str, Any]:
+    """Normalise one node's choice to a candidate dict ``{"in": ..., "out": ..., **knobs}``.
 
-
-def parse_choice(node: Hashable, choice: Any) -> tuple[str, str]:
-    """Normalise one node's choice to an ``(in_layout, out_layout)`` pair.
-
-    Accepted forms: a pair ``("NCHW16c", "NCHW8c")``, a label ``"NCHW16c->NCHW8c"``, a single layout
-    ``"NCHW16c"`` (a multi-input op's common layout: in and out equal) or a candidate dict
-    ``{"in": ..., "out": ...}`` (its other keys, such as a dense ``"weight"`` layout, are knobs the
-    rewrite reads separately). A dense layer's plain ``"NC"`` counts as ``"NCHW"``.
+    Accepted forms: a candidate dict ``{"in": ..., "out": ...}`` (its other keys, such as an
+    ``"algorithm"``, a dense ``"weight"`` layout or schedule knobs, choose the kernel), a pair
+    ``("NCHW16c", "NCHW8c")``, a label ``"NCHW16c->NCHW8c"`` or a single layout ``"NCHW16c"`` (a
+    multi-input op's common layout: in and out equal). A dense layer's plain ``"NC"`` counts as
+    ``"NCHW"``.
 
     Example:
         >>> parse_choice("conv1", "NCHW16c->NCHW8c"), parse_choice("add", "NCHW8c")
-        (('NCHW16c', 'NCHW8c'), ('NCHW8c', 'NCHW8c'))
+        ({'in': 'NCHW16c', 'out': 'NCHW8c'}, {'in': 'NCHW8c', 'out': 'NCHW8c'})
     """
+    knobs: dict[str, Any] = {}
     if isinstance(choice, Mapping):
         pair = (choice.get("in"), choice.get("out"))
+        knobs = {str(k): v for k, v in choice.items() if k not in ("in", "out")}
     elif isinstance(choice, str):
         pair = tuple(choice.split("->")) if "->" in choice else (choice, choice)
     elif isinstance(choice, (tuple, list)) and len(choice) == 2:
@@ -105,15 +87,15 @@ def parse_choice(node: Hashable, choice: Any) -> tuple[str, str]:
             f"node {node!r}: choice {choice!r} is not a layout, an (in, out) pair, a label 'IN->OUT' "
             "or a candidate dict"
         )
-    if len(pair) != 2:
+    if len(pair) != 2 or not all(isinstance(layout, str) for layout in pair):
         raise ProblemError(f"node {node!r}: choice {choice!r} is not of the form 'IN->OUT'")
-    pair = tuple(NCHW if layout == "NC" else layout for layout in pair)
+    pair = tuple(plain_layout(layout) for layout in pair)
     for layout in pair:
         try:
             layout_block(layout)
         except ProblemError as exc:
             raise ProblemError(f"node {node!r}: {exc}") from None
-    return str(pair[0]), str(pair[1])
+    return {"in": pair[0], "out": pair[1], **knobs}
 
 
 def _transform_index_map(src: str, dst: str) -> Callable:
@@ -131,70 +113,11 @@ def _transform_index_map(src: str, dst: str) -> Callable:
 # the rewriter
 
 
-def _static_shape(expr) -> list[int] | None:
-    """The static shape of a tensor-typed expression, or None (tuples, dynamic shapes...)."""
-    tvm = import_tvm()
-    ty = expr.ty
-    if not isinstance(ty, tvm.relax.TensorType) or ty.shape is None:
-        return None
-    try:
-        return [int(s) for s in ty.shape]
-    except (TypeError, ValueError, AttributeError):
-        return None
-
-
-def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None = None):
-    """The computed operand whose layout a layout-following op keeps, or None when ``call`` is not one.
-
-    The one classification extraction (:mod:`layoutopt.tvm.extract`) and the rewrite both use, so
-    that the graph costs exactly the program the rewrite emits. Layout-following are:
-
-    * a unary elementwise op (:data:`UNARY_OPS`) of a 4-D tensor returning one 4-D tensor (dropout's
-      tuple output is not: a boundary);
-    * max/avg pooling declared ``NCHW`` in and out (an ``NHWC`` pool is a boundary);
-    * a binary elementwise op (:data:`BINARY_OPS`) of ONE computed 4-D tensor and one per-channel or
-      scalar constant, in either order (``add(bias, x)`` as well as ``add(x, bias)``).
-
-    ``is_data(var)`` tells computed tensors from other Vars (extraction's unbound weights); default:
-    every Var is data.
-
-    Example::
-
-        layout_carrier(relu_call, "relax.nn.relu")   # the Var relu reads
-    """
-    tvm = import_tvm()
-    relax = tvm.relax
-    if op not in UNARY_OPS and op not in POOL_OPS and op not in BINARY_OPS:
-        return None
-    is_data = is_data or (lambda _var: True)
-    args = list(call.args)
-    if op in BINARY_OPS:
-        tensors = [a for a in args if isinstance(a, relax.Var)]
-        constants = [a for a in args if isinstance(a, tvm.ir.expr.Constant)]
-        if len(tensors) != 1 or len(constants) != 1 or not is_data(tensors[0]):
-            return None
-        shape = _static_shape(tensors[0])
-        ok = shape is not None and len(shape) == 4 and _per_channel(constants[0], shape[1])
-        return tensors[0] if ok and _static_shape(call) == shape else None
-    if not args or not isinstance(args[0], relax.Var) or not is_data(args[0]):
-        return None
-    shape = _static_shape(args[0])
-    out_shape = _static_shape(call)
-    if shape is None or len(shape) != 4 or out_shape is None or len(out_shape) != 4:
-        return None  # e.g. dropout returns a tuple
-    if op in POOL_OPS and (str(call.attrs.layout), str(call.attrs.out_layout)) != (NCHW, NCHW):
-        return None
-    return args[0]
-
-
 class _Rewriter:
     """Rebuilds ``main`` binding by binding; ``env`` maps each original Var to (new Var, layout)."""
 
-    def __init__(self, choices: Mapping[str, tuple[str, str]], knobs: Mapping[str, dict] | None = None,
-                 context=None, epilogues: Mapping[str, Sequence[str]] | None = None):
+    def __init__(self, choices: Mapping[str, dict[str, Any]], context=None):
         self.tvm = import_tvm()
-        self.knobs = knobs or {}
-        self.epilogues = epilogues or {}
         self.relax = self.tvm.relax
         self.choices = choices
         self.bb = self.relax.BlockBuilder(context)  # context: the module's other functions
@@ -202,7 +125,6 @@ class _Rewriter:
         self.converted: dict[tuple[Any, str], Any] = {}  # (original Var, layout) -> transformed Var
         self.used: set[str] = set()
         self.transforms = 0
-        self.schedules: list[tuple[str, str, dict]] = []  # per blocked conv: full key, core key, knobs
         self.outputs: set[Any] = set()  # rewritten Vars that are outputs of the dataflow block
 
     # -- values in a requested layout ---------------------------------------------------------
@@ -215,7 +137,7 @@ class _Rewriter:
                 return new
             key = (expr, layout)
             if key not in self.converted:
-                channels = _static_shape(expr)[1]
+                channels = static_shape(expr)[1]
                 block = layout_block(layout)
                 if block is not None and channels % block:
                     raise ProblemError(
@@ -249,7 +171,7 @@ class _Rewriter:
         return None
 
     def emit(self, var, value, layout: str | None):
-        shape = _static_shape(var)
+        shape = static_shape(var)
         layout = layout if shape is not None and len(shape) == 4 else None
         if not isinstance(var, self.relax.DataflowVar) and layout in (NCHW, None):
             # an output of the dataflow block stays one, under its own name: an all-NCHW rewrite
@@ -271,13 +193,13 @@ class _Rewriter:
             if op == "relax.nn.conv2d":
                 return self.conv2d(var, value, choice)
             if op in BINARY_OPS or op in CONCAT_OPS:
-                return self.common_layout(var, value, choice[1])
-            if op == "relax.matmul" and choice == (NCHW, NCHW) and "weight" in self.knobs.get(name, {}):
-                return self.dense(var, value, str(self.knobs[name]["weight"]))
-            if choice != (NCHW, NCHW):
+                return self.common_layout(var, value, choice["out"])
+            if op == "relax.matmul" and "weight" in choice:
+                return self.dense(var, value, choice)
+            if (choice["in"], choice["out"]) != (NCHW, NCHW):
                 raise ProblemError(
-                    f"node {name!r}: layout {choice} was chosen for op {op or type(value).__name__!r}, "
-                    "which this pass can only run in NCHW"
+                    f"node {name!r}: layout {choice['in']}->{choice['out']} was chosen for op "
+                    f"{op or type(value).__name__!r}, which this pass can only run in NCHW"
                 )
         follow = self.following_layout(value, op) if isinstance(value, relax.Call) else None
         if follow is not None:
@@ -327,91 +249,69 @@ class _Rewriter:
             )
         self.emit(var, new_value, NCHW)
 
-    def conv2d(self, var, call, choice: tuple[str, str]) -> None:
+    def conv2d(self, var, call, candidate: dict[str, Any]) -> None:
+        """A conv2d -> the chosen kernel (its family's compute, as measured), weights packed here."""
         relax = self.relax
         attrs = call.attrs
         name = var.name
-        in_layout, out_layout = choice
-        if choice == (NCHW, NCHW):
-            return self.boundary(var, call)
-        if NCHW in choice:
+        in_layout, out_layout = candidate["in"], candidate["out"]
+        if (in_layout, out_layout) == (NCHW, NCHW) and "algorithm" not in candidate:
+            return self.boundary(var, call)  # TVM's own conv2d, as extracted and measured
+        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != (NCHW, "OIHW", NCHW):
             raise ProblemError(
-                f"node {name!r}: conv2d choice {in_layout}->{out_layout} mixes plain and blocked layouts; "
-                "use NCHW->NCHW or blocked layouts on both sides"
+                f"node {name!r}: only an NCHW/OIHW conv2d can take another kernel "
+                f"(this one is {attrs.data_layout}/{attrs.kernel_layout})"
             )
-        if attrs.data_layout != NCHW or attrs.kernel_layout != "OIHW" or int(attrs.groups) != 1:
-            raise ProblemError(
-                f"node {name!r}: only NCHW/OIHW conv2d with groups=1 can take a blocked layout "
-                f"(this one is {attrs.data_layout}/{attrs.kernel_layout}, groups={int(attrs.groups)})"
-            )
-        in_block, out_block = layout_block(in_layout), layout_block(out_layout)
-        out_channels, in_channels = _static_shape(call.args[1])[:2]
-        if in_channels % in_block or out_channels % out_block:
-            raise ProblemError(
-                f"node {name!r}: blocks {in_block}/{out_block} do not divide the conv2d's "
-                f"{in_channels} input / {out_channels} output channels"
-            )
+        workload = conv2d_workload(call)
+        try:
+            kernels = family(workload, candidate)
+            kernels.validate_candidate(workload, candidate)
+        except ProblemError as exc:
+            raise ProblemError(f"node {name!r}: {exc}") from None
         data = self.value(call.args[0], in_layout)
         weight = call.args[1]
         if isinstance(weight, self.tvm.ir.expr.Constant):
-            packed = pack_conv2d_kernel(weight.value.numpy(), in_block, out_block)
+            packed = kernels.pack_weight(workload, candidate, weight.value.numpy())
             weight = relax.const(packed, str(packed.dtype))
-        else:  # a runtime parameter: repack it in the program (FoldConstant removes it once bound)
+        elif kernels is conv2d and workload["groups"] == 1:
+            # a runtime parameter: repack it in the program (FoldConstant removes it once bound)
+            in_block, out_block = layout_block(in_layout), layout_block(out_layout)
+
             def pack(o, i, h, w):
                 return o // out_block, i // in_block, h, w, i % in_block, o % out_block
 
             weight = self.bb.emit(relax.op.layout_transform(self.value(weight, None), index_map=pack),
                                   name_hint=f"{name}_weight")
-        new = relax.op.nn.conv2d(
-            data, weight, list(attrs.strides), list(attrs.padding), list(attrs.dilation), 1,
-            data_layout=in_layout, kernel_layout=f"OIHW{in_block}i{out_block}o", out_layout=out_layout,
-            out_dtype=_out_dtype(attrs, None),
-        )
-        self.emit(var, new, out_layout)
-        # for schedule_module, which sees the conv's PrimFunc only: keyed by its parameters' shapes
-        out = _static_shape(var)  # logical NCHW
-        core = [_layout_shape(_static_shape(call.args[0]), in_layout), _static_shape(weight),
-                _layout_shape(out, out_layout)]
-        operands = _epilogue_shapes(self.epilogues.get(name, ()), out)
-        fused = core + [_layout_shape(shape, out_layout) for shape in operands]
-        knobs = {k: v for k, v in self.knobs.get(name, {}).items() if k in CONV2D_SCHEDULE_KNOBS}
-        self.schedules.append((conv2d_schedule_key(fused), conv2d_schedule_key(core), knobs))
-
-    def dense(self, var, call, weight_layout: str) -> None:
-        """``matmul(x, W)`` by a constant ``(K, N)`` weight -> the measured dense kernel for the layout.
-
-        ``NK``: ``topi.nn.dense`` on the transposed weight; ``NK{b}n``: the packed-weight kernel
-        (weight ``(N/b, K, b)``, ``b`` output features contiguous). Weights are repacked here, in numpy.
-        """
-        relax, te = self.relax, self.tvm.te
-        weight = call.args[1]
-        match = _DENSE_WEIGHT.fullmatch(weight_layout)
-        constant = isinstance(weight, self.tvm.ir.expr.Constant)
-        if match is None or not constant or len(_static_shape(weight)) != 2:
-            raise ProblemError(
-                f"node {var.name!r}: dense weight layout {weight_layout!r} needs a constant 2-D weight and "
-                "'NK' or 'NK<b>n'"
-            )
-        data = self.value(call.args[0], None)
-        w_nk = np.ascontiguousarray(weight.value.numpy().T)
-        block = int(match.group(1)) if match.group(1) else None
-        if block is None:
-            new = self.bb.call_te(self.tvm.topi.nn.dense, data, relax.const(w_nk, str(w_nk.dtype)),
-                                  primfunc_name_hint="dense")
         else:
-            features, reduction = w_nk.shape
-            if features % block:
-                raise ProblemError(f"node {var.name!r}: block {block} does not divide {features} features")
-            packed = w_nk.reshape(features // block, block, reduction).transpose(0, 2, 1)
-            packed = np.ascontiguousarray(packed)
+            raise ProblemError(f"node {name!r}: kernel {candidate} needs a constant weight "
+                               "(bind the weights: prepare(mod, params))")
+        tvm = self.tvm
+        algorithm = candidate.get("algorithm", "direct")
+        hint = {"direct": "conv2d_NCHWc"}.get(algorithm, f"conv2d_{algorithm}")
+        if workload["groups"] > 1:
+            hint = f"depthwise_{hint}"
+        new = self.bb.call_te(lambda d, w: kernels.compute(tvm, [d, w], workload, candidate), data, weight,
+                              primfunc_name_hint=hint)
+        self.emit(var, new, out_layout)
 
-            def dense_pack(x, w):
-                k = te.reduce_axis((0, reduction), name="k")
-                return te.compute((x.shape[0], features), lambda i, j: te.sum(
-                    x[i, k] * w[j // block, k, j % block], axis=k), name="T_dense_pack")
-
-            new = self.bb.call_te(dense_pack, data, relax.const(packed, str(packed.dtype)),
-                                  primfunc_name_hint="dense_pack")
+    def dense(self, var, call, candidate: dict[str, Any]) -> None:
+        """``matmul(x, W)`` by a constant ``(K, N)`` weight -> the measured dense kernel of the candidate
+        (``NK``: TVM's dense on the transposed weight; ``NK{b}n``: the packed-weight kernel), the
+        weight repacked here, in numpy."""
+        relax = self.relax
+        weight = call.args[1]
+        if not isinstance(weight, self.tvm.ir.expr.Constant) or len(static_shape(weight) or ()) != 2:
+            raise ProblemError(f"node {var.name!r}: a dense kernel {candidate} needs a constant 2-D weight")
+        workload = dense_workload(call)
+        try:
+            dense.validate_candidate(workload, candidate)
+        except ProblemError as exc:
+            raise ProblemError(f"node {var.name!r}: {exc}") from None
+        packed = dense.pack_weight(workload, candidate, weight.value.numpy().T)
+        tvm = self.tvm
+        new = self.bb.call_te(lambda x, w: dense.compute(tvm, [x, w], workload, candidate),
+                              self.value(call.args[0], None), relax.const(packed, str(packed.dtype)),
+                              primfunc_name_hint="dense" if candidate["weight"] == "NK" else "dense_pack")
         self.emit(var, new, None)
 
     # -- the function -------------------------------------------------------------------------
@@ -422,7 +322,7 @@ class _Rewriter:
             raise ProblemError("ApplyLayouts expects 'main' in normal form (a SeqExpr body)")
         params = list(func.params)
         for param in params:
-            self.env[param] = (param, NCHW if len(_static_shape(param) or ()) == 4 else None)
+            self.env[param] = (param, NCHW if len(static_shape(param) or ()) == 4 else None)
         with self.bb.function("main", params, attrs=dict(func.attrs) if func.attrs else None,
                               pure=bool(func.is_pure)):
             with self.bb.dataflow():
@@ -447,53 +347,32 @@ class _Rewriter:
         return value
 
 
-def _per_channel(const, channels: int) -> bool:
-    """True for a constant that broadcasts along channels only: scalar, ``(C,1,1)``, ``(1,C,1,1)``."""
-    shape = tuple(int(s) for s in const.value.shape)
-    if int(np.prod(shape, dtype=np.int64)) == 1:
-        return True
-    if len(shape) < 3 or len(shape) > 4:
-        return False
-    padded = (1,) * (4 - len(shape)) + shape
-    return padded[0] == 1 and padded[2] == 1 and padded[3] == 1 and padded[1] == channels
-
-
-def _normalise_choices(choices: Mapping[Hashable, Any]) -> tuple[dict[str, tuple[str, str]], dict[str, dict]]:
-    """``(binding -> (in, out), binding -> knobs of a candidate dict)``."""
+def _normalise_choices(choices: Mapping[Hashable, Any]) -> dict[str, dict[str, Any]]:
+    """``{binding: candidate dict}`` (see :func:`parse_choice`)."""
     if not isinstance(choices, Mapping):
         raise ProblemError(f"choices must map binding names to layouts, not {type(choices).__name__}")
-    pairs = {str(node): parse_choice(node, choice) for node, choice in choices.items()}
-    knobs = {
-        str(node): {k: v for k, v in choice.items() if k not in ("in", "out")}
-        for node, choice in choices.items() if isinstance(choice, Mapping)
-    }
-    return pairs, knobs
+    return {str(node): parse_choice(node, choice) for node, choice in choices.items()}
 
 
-def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True,
-                  epilogues: Mapping[Hashable, Sequence[str]] | None = None):
-    """Rewrite ``mod["main"]`` to the chosen layouts; the function form of :func:`ApplyLayouts`.
+def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True):
+    """Rewrite ``mod["main"]`` to the chosen kernels and layouts; the function form of :func:`ApplyLayouts`.
 
     Args:
         mod: a Relax ``IRModule`` with a ``main`` function (e.g. after :func:`layoutopt.tvm.prepare`).
         choices: binding name of a problem node -> its choice (see :func:`parse_choice`).
         strict: raise :class:`~layoutopt.ProblemError` when a choice names no binding of ``main``.
-        epilogues: binding name of a conv2d -> the elementwise steps ``FuseOps`` fuses into it (its
-            workload's ``"epilogue"``, see :func:`~layoutopt.tvm.extract_layout_graph`). They make a
-            conv's schedule knobs its own: without them, convs of equal shapes share their knobs.
 
     Returns:
-        A new ``IRModule``; with every choice ``NCHW`` it is structurally equal to ``mod``. Schedule
-        knobs of blocked convs' candidate dicts (``"order": "rows"``) go into its attribute
-        :data:`~layoutopt.tvm.kernels.SCHEDULES_ATTR`, where :func:`build` (its
-        :func:`~layoutopt.tvm.schedule_module`) finds them.
+        A new ``IRModule``; with every choice ``NCHW`` it is structurally equal to ``mod``. A conv2d
+        or dense given another kernel calls that kernel's compute (``call_tir``), which carries the
+        candidate (algorithm, schedule knobs) to :func:`build`'s scheduler on its main block.
 
     Example::
 
         new_mod = apply_layouts(mod, {"conv1": "NCHW8c->NCHW16c"})
     """
     tvm = import_tvm()
-    normalised, knobs = _normalise_choices(choices)
+    normalised = _normalise_choices(choices)
     if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
         raise ProblemError("the module has no 'main' function to rewrite")
     bindings = {b.var.name for block in mod["main"].body.blocks for b in block.bindings}
@@ -503,24 +382,11 @@ def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True,
             f"choices name {len(missing)} node(s) that are not bindings of main: {', '.join(missing[:5])}"
         )
     others = tvm.IRModule({gv: func for gv, func in mod.functions.items() if gv.name_hint != "main"})
-    rewriter = _Rewriter(normalised, knobs, others, {str(k): list(v) for k, v in (epilogues or {}).items()})
-    new_mod = rewriter.function(mod["main"])
-    if mod.attrs:
-        new_mod = new_mod.with_attrs(mod.attrs)
-    if any(knobs for _, _, knobs in rewriter.schedules):
-        # every blocked conv's knobs ({}: the defaults), for schedule_module (see SCHEDULES_ATTR): by
-        # the fused function's shapes, and by the conv's own for unfused builds (where convs of equal
-        # shapes are one function: the first one's knobs)
-        table = dict(mod.attrs.get(SCHEDULES_ATTR, {})) if mod.attrs else {}
-        for _, core, knobs in reversed(rewriter.schedules):
-            table[core] = knobs
-        table.update((full, knobs) for full, core, knobs in rewriter.schedules if full != core)
-        new_mod = new_mod.with_attr(SCHEDULES_ATTR, table)
-    return new_mod
+    new_mod = _Rewriter(normalised, others).function(mod["main"])
+    return new_mod.with_attrs(mod.attrs) if mod.attrs else new_mod
 
 
-def ApplyLayouts(choices: Mapping[Hashable, Any], strict: bool = True,
-                 epilogues: Mapping[Hashable, Sequence[str]] | None = None):
+def ApplyLayouts(choices: Mapping[Hashable, Any], strict: bool = True):
     """A Relax module pass applying layout ``choices`` (see :func:`apply_layouts`).
 
     Example::
@@ -534,74 +400,56 @@ def ApplyLayouts(choices: Mapping[Hashable, Any], strict: bool = True,
 
     @tvm.transform.module_pass(opt_level=0, name="layoutopt.ApplyLayouts")
     def _apply(mod, _ctx):
-        return apply_layouts(mod, choices, strict=strict, epilogues=epilogues)
+        return apply_layouts(mod, choices, strict=strict)
 
     return _apply
 
 
-def apply_solution(mod, graph, solution):
-    """Apply a :class:`~layoutopt.Solution` of the layout graph extracted from ``mod``.
-
-    Each problem node's chosen index is mapped to its ``(in, out)`` pair through the node's
-    ``"layouts"`` attribute; input/output/boundary nodes (single choice NCHW) need no rewrite.
+def apply_assignment(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int]):
+    """Apply an assignment of choice indices of the layout graph extracted from ``mod`` (its
+    ``graph.mod``): each target and multi-input node gets its chosen candidate.
 
     Example::
 
         graph, costs, meta = layoutopt.tvm.build_problem(mod)
-        new_mod = apply_solution(mod, graph, layoutopt.solve(graph, costs))
+        new_mod = apply_assignment(graph.mod, graph, layoutopt.solve(graph, costs).assignment)
     """
-    return apply_layouts(mod, solution_choices(graph, solution), epilogues=solution_epilogues(graph))
+    if not assignment:
+        raise ProblemError("the assignment is empty: nothing to apply")
+    return apply_layouts(mod, graph.decisions(assignment))
 
 
-def solution_epilogues(graph) -> dict[str, list[str]]:
-    """``{binding: epilogue}`` of the graph's conv2d nodes that fuse one (their workload's ``"epilogue"``),
-    for :func:`apply_layouts`.
+def apply_solution(mod, graph: LayoutGraph, solution):
+    """Apply a :class:`~layoutopt.Solution` of the layout graph extracted from ``mod`` (see
+    :func:`apply_assignment`).
 
     Example::
 
-        apply_layouts(mod, solution_choices(graph, solution), epilogues=solution_epilogues(graph))
-    """
-    return {str(data.get("binding", node)): list(data["workload"]["epilogue"])
-            for node, data in graph.nodes(data=True) if (data.get("workload") or {}).get("epilogue")}
-
-
-def solution_choices(graph, solution) -> dict[str, Any]:
-    """``{binding: candidate}`` for the target and multi-input nodes of a solved layout graph.
-
-    The candidate is the node's ``"candidates"`` entry (a dict with ``in``/``out`` and knobs such as
-    a dense weight layout) when the graph has them, else its ``(in, out)`` pair from ``"layouts"``.
+        graph, costs, meta = layoutopt.tvm.build_problem(mod)
+        new_mod = apply_solution(graph.mod, graph, layoutopt.solve(graph, costs))
     """
     if not solution.assignment:
         raise ProblemError(f"the solution has no assignment (status {solution.status!r}): nothing to apply")
-    choices = {}
-    for node, index in solution.assignment.items():
-        data = graph.nodes[node]
-        if data.get("kind") not in ("target", "multi"):
-            continue
-        candidates = data.get("candidates")
-        choices[str(data.get("binding", node))] = (
-            dict(candidates[index]) if candidates else tuple(data["layouts"][index])
-        )
-    return choices
+    return apply_assignment(mod, graph, solution.assignment)
 
 
-def expected_transforms(graph, assignment: Mapping[Hashable, int]) -> int:
+def expected_transforms(graph: LayoutGraph, assignment: Mapping[Hashable, int]) -> int:
     """How many ``layout_transform`` calls the rewrite of ``assignment`` must contain, per the graph.
 
     One per (value, destination layout) pair whose producer's out layout differs from a consumer's
-    in layout, read off the edges' ``"values"``: what :func:`apply_solution` inserts.
+    in layout, read off the edges' values: what :func:`apply_assignment` inserts.
 
     Example::
 
         expected_transforms(graph, solution.assignment) == count_layout_transforms(new_mod)
     """
     needed = set()
-    for producer, consumer, data in graph.edges(data=True):
-        out_layout = graph.nodes[producer]["layouts"][assignment[producer]][1]
-        in_layout = graph.nodes[consumer]["layouts"][assignment[consumer]][0]
+    for producer, consumer in graph.edges:
+        out_layout = graph.choice(producer, assignment[producer]).out_layout
+        in_layout = graph.choice(consumer, assignment[consumer]).in_layout
         if out_layout != in_layout:
-            for value in data.get("values") or [{"value": (producer, consumer)}]:
-                needed.add((value["value"], in_layout))
+            for value in graph.layout_edge(producer, consumer).values:
+                needed.add((value.name, in_layout))
     return len(needed)
 
 
@@ -652,7 +500,7 @@ def _legalize_conv2d(bb, call):
     )
 
 
-def build(mod, target=None, fuse: bool = False):
+def build(mod, target=None, fuse: bool = True):
     """Legalize, schedule every kernel, lower and compile ``mod`` for the CPU ``target``.
 
     Args:
@@ -660,8 +508,8 @@ def build(mod, target=None, fuse: bool = False):
         target: CPU target (see :func:`~layoutopt.tvm.resolve_target`).
         fuse: run ``FuseOps``/``FuseTIR``: each conv2d's elementwise epilogue (bias, relu, residual
             add) joins it, finished inside its register tile where the output block is one vector
-            wide (see :func:`~layoutopt.tvm.kernels.schedule_module`); unfused, every op is its own
-            kernel, exactly the kernels the costs were measured on.
+            wide (see :func:`~layoutopt.tvm.kernels.schedule_module`), as the kernels were measured
+            (``extract_layout_graph(..., fuse=True)``); unfused, every op is its own kernel.
 
     Returns a ``tvm.runtime.Executable`` for ``tvm.relax.VirtualMachine``.
 

@@ -30,13 +30,25 @@ from typing import Any
 
 from ..errors import ProblemError
 
-__all__ = ["CostCache", "record_cost"]
+__all__ = ["CostCache", "record_cost", "task_key"]
 
 logger = logging.getLogger(__name__)
 
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def task_key(workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> str:
+    """The string naming one (workload, candidate) task: canonical JSON, so dict key order does not
+    matter. :meth:`CostCache.key` prefixes it with the target and TVM version.
+
+    Example:
+        >>> a = task_key({"op": "dense", "data": [1, 8]}, {"weight": "NK"})
+        >>> a == task_key({"data": [1, 8], "op": "dense"}, {"weight": "NK"})
+        True
+    """
+    return _canonical([workload, candidate])
 
 
 def record_cost(record: Mapping[str, Any]) -> float:
@@ -76,7 +88,7 @@ class CostCache:
     @staticmethod
     def key(target: str, tvm_version: str, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> str:
         """The string a record is stored under (canonical JSON, so dict key order does not matter)."""
-        return _canonical([str(target), str(tvm_version), workload, candidate])
+        return _canonical([str(target), str(tvm_version)]) + task_key(workload, candidate)
 
     def _load(self) -> None:
         assert self.path is not None

@@ -91,9 +91,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "(default: oc, AutoTVM's; oc,rows measures both, doubling the conv kernels)")
     parser.add_argument("--rpc", metavar="HOST:PORT", help="measure through the TVM RPC tracker at HOST:PORT")
     parser.add_argument("--key", help="device key registered at the RPC tracker (with --rpc)")
-    parser.add_argument("--baselines", default="nchw16c,greedy",
-                        help="comma-separated baselines to build and time: nchw16c, greedy, default "
-                        "(TVM's unscheduled default build: slow on big models); '' for none")
+    parser.add_argument("--baselines", default="greedy",
+                        help="comma-separated baselines to build and time beside the best fixed layout "
+                        "(b*: the faster of nchw8c and nchw16c, always built: the faster of it and the tuned "
+                        "build is handed back): greedy, nchw16c_tuned, default (TVM's unscheduled default "
+                        "build: slow on big models); '' for none")
     parser.add_argument("--no-check", action="store_true",
                         help="skip comparing outputs with TVM's default build of the untouched model")
     parser.add_argument("--repeat", type=int, default=5, help="timing repeats (median reported)")
@@ -156,8 +158,9 @@ def _blocks(blocks_text: str | None):
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .load import load_model
     from .report import breakdown_markdown, write_report
-    from .tune import load_model, tune_and_build
+    from .tune import tune_and_build
 
     cache = None if str(args.cache).lower() == "none" else Path(args.cache or default_cache_path())
     if cache is not None:

@@ -25,7 +25,7 @@ Example::
     from layoutopt.tvm import extract_layout_graph, models
     graph = extract_layout_graph(models.residual(channels=16, size=8), candidates=[8, 16])
     graph.nodes["conv1"]["choices"]     # ['NCHW8c->NCHW8c', 'NCHW8c->NCHW16c', ..., 'NCHW->NCHW']
-    graph.nodes["add"]["kind"], graph.nodes["add"]["choices"]    # 'multi', ['NCHW8c', 'NCHW16c', 'NCHW']
+    graph.layout_node("add").kind, graph.nodes["add"]["choices"]   # 'multi', ['NCHW8c', 'NCHW16c', 'NCHW']
     sorted(graph.predecessors("add"))   # ['conv0', 'conv2']
 """
 
@@ -35,28 +35,25 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import networkx as nx
-
 from ..errors import ProblemError
-from ._tvm import import_tvm
-from .apply import BINARY_OPS, CONCAT_OPS, NCHW, layout_carrier
+from ._tvm import first_line, import_tvm
+from .graph import KINDS, Choice, LayoutGraph, LayoutNode, Value
 from .kernels import (
     CONV2D_ORDERS,
     DEFAULT_BLOCKS,
     DEFAULT_ORDERS,
+    NCHW,
     channel_blocks,
     conv2d_candidates,
     dense_candidates,
 )
+from .ops import BINARY_OPS, CONCAT_OPS, conv2d_workload, dense_workload, layout_carrier
 
-__all__ = ["KINDS", "Candidates", "candidate_label", "extract_layout_graph", "prepare"]
+__all__ = ["KINDS", "Candidates", "extract_layout_graph", "prepare"]
 
 #: what ``candidates=`` accepts: channel blocks, options ``{"blocks": [...], "orders": [...]}``, a
 #: function ``workload -> candidate dicts``, or None
 Candidates = Iterable[int] | Mapping[str, Any] | Callable[[dict[str, Any]], list[dict[str, Any]]] | None
-
-#: the node kinds of a layout graph (node attribute ``"kind"``)
-KINDS = ("target", "multi", "boundary", "input", "output")
 
 #: op names of workloads in ``"workload"`` of multi-input nodes (short, like the kernel workloads)
 _SHORT_NAMES = {"relax.concat": "concat"}
@@ -99,7 +96,7 @@ def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
         except ProblemError:
             raise
         except Exception as exc:  # TVM's message is a long C++ trace
-            raise ProblemError(f"cannot bind params to main: {_first_line(exc)}") from None
+            raise ProblemError(f"cannot bind params to main: {first_line(exc)}") from None
     passes = tvm.transform.Sequential([
         relax.transform.FoldBatchnormToConv2D(),
         relax.transform.DecomposeOpsForInference(),
@@ -110,7 +107,7 @@ def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
     try:
         mod = passes(mod)
     except Exception as exc:
-        raise ProblemError(f"normalising the module failed: {_first_line(exc)}") from None
+        raise ProblemError(f"normalising the module failed: {first_line(exc)}") from None
     return _unique_names(mod)
 
 
@@ -189,36 +186,6 @@ def _unique_names(mod):
     return tvm.IRModule(functions, attrs=mod.attrs)
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
-
-
-# ------------------------------------------------------------------------------------------------
-# labels
-
-
-def candidate_label(candidate: Mapping[str, Any]) -> str:
-    """The choice label of a kernel candidate: ``"IN->OUT"``, then any extra knobs in brackets.
-
-    Dense candidates' activation layouts (``"NC"``) are plain, written ``NCHW`` like every plain
-    layout of the graph.
-
-    Example:
-        >>> candidate_label({"in": "NCHW16c", "out": "NCHW8c"})
-        'NCHW16c->NCHW8c'
-        >>> candidate_label({"in": "NC", "out": "NC", "weight": "NK16n"})
-        'NCHW->NCHW[weight=NK16n]'
-    """
-    in_layout, out_layout = _plain(candidate["in"]), _plain(candidate["out"])
-    knobs = ",".join(f"{k}={candidate[k]}" for k in sorted(candidate) if k not in ("in", "out"))
-    return f"{in_layout}->{out_layout}" + (f"[{knobs}]" if knobs else "")
-
-
-def _plain(layout: str) -> str:
-    return NCHW if layout == "NC" else str(layout)
-
-
 # ------------------------------------------------------------------------------------------------
 # extraction
 
@@ -228,8 +195,8 @@ def extract_layout_graph(
     candidates: Candidates = None,
     *,
     prepared: bool = False,
-    epilogues: bool = True,
-) -> nx.DiGraph:
+    fuse: bool = True,
+) -> LayoutGraph:
     """The layout graph of ``mod["main"]``: problem nodes, their choices, and the tensors between them.
 
     Args:
@@ -244,19 +211,17 @@ def extract_layout_graph(
             choice per order); or a function ``workload -> list of candidate dicts`` choosing
             target ops' candidates (multi-input nodes then use the default blocks).
         prepared: ``mod`` already went through :func:`prepare` (skip it).
-        epilogues: give each conv2d workload the ``epilogue`` that ``FuseOps`` fuses into it
-            (bias, residual add, relu: see :data:`~layoutopt.tvm.kernels.EPILOGUE_STEPS`), so that
-            its kernel is measured as a fused build runs it. False for unfused builds.
+        fuse: the build fuses each conv2d with its elementwise epilogue (``FuseOps``): give each
+            conv2d workload that ``epilogue`` (bias, residual add, relu: see
+            :data:`~layoutopt.tvm.kernels.EPILOGUE_STEPS`), so that its kernel is measured as the
+            build runs it. False for unfused builds.
 
     Returns:
-        A DiGraph keyed by binding name (input nodes by parameter name, output nodes by
-        ``"output:<name>"``). Node attributes: ``kind`` (one of :data:`KINDS`), ``binding``, ``op``,
-        ``workload`` (a JSON-able dict), ``choices`` (labels), ``layouts`` (one ``(in, out)`` pair per
-        choice), ``candidates`` (the kernel candidate dict per choice). Edge attributes: ``shape``
-        (logical NCHW shape arriving at the consumer), ``dtype`` and ``values`` (each distinct
-        tensor on this path: ``{"value": name, "shape": [...]}``; usually one). Graph attributes:
-        ``mod`` (the prepared module the names refer to) and ``following`` (binding of each
-        layout-following op -> the problem node whose layout it carries).
+        A :class:`~layoutopt.tvm.graph.LayoutGraph` keyed by binding name (input nodes by parameter
+        name, output nodes by ``"output:<name>"``): a :class:`~layoutopt.tvm.graph.LayoutNode` per
+        node (kind, binding, op, workload, choices), a :class:`~layoutopt.tvm.graph.LayoutEdge` per
+        edge (the tensors flowing along it), ``graph.mod`` (the prepared module the names refer to)
+        and ``graph.following``.
 
     Raises:
         ProblemError: no ``main``, dynamic or unknown shapes, control flow, or no conv2d/dense op.
@@ -274,10 +239,10 @@ def extract_layout_graph(
     duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
     if duplicates:
         raise ProblemError(f"binding names {duplicates[:5]} are not unique in main: run prepare(mod) first")
-    extractor = _Extractor(blocks, choose, epilogues, orders)
+    extractor = _Extractor(blocks, choose, fuse, orders)
     graph = extractor.run(main)
-    graph.graph["mod"] = mod
-    if not any(kind == "target" for _, kind in graph.nodes(data="kind")):
+    graph.mod = mod
+    if not any(node.kind == "target" for node in graph.layout_nodes()):
         raise ProblemError(
             "the model has no supported op (conv2d in NCHW/OIHW, or matmul by a constant 2-D weight): "
             "there is no layout to choose (weights passed as inputs? bind them: prepare(mod, params))"
@@ -317,7 +282,7 @@ def _candidate_options(candidates: Candidates) -> tuple[list[int] | None, Callab
 class _Extractor:
     """One walk over ``main``'s bindings, in order (they are topologically sorted by construction)."""
 
-    def __init__(self, blocks: list[int] | None, candidates: Callable | None, epilogues: bool = True,
+    def __init__(self, blocks: list[int] | None, candidates: Callable | None, fuse: bool = True,
                  orders: Sequence[str] = DEFAULT_ORDERS):
         self.tvm = import_tvm()
         self.orders = list(orders)
@@ -325,13 +290,13 @@ class _Extractor:
         self.given_blocks = blocks  # also restricts dense weight blocks when the user chose them
         self.blocks = blocks or list(DEFAULT_BLOCKS)
         self.candidates = candidates
-        self.graph = nx.DiGraph()
+        self.graph = LayoutGraph()
         self.source: dict[Any, str] = {}  # data Var -> problem node whose output layout it carries
         self.tuples: dict[Any, list] = {}  # Var bound to a Tuple -> its fields
         self.params: dict[Any, None] = {}  # function parameters not yet made input nodes
         self.weights: set = set()  # parameters after the model's inputs (num_input): unbound weights
         self.following: dict[str, str] = {}
-        self.epilogues = epilogues
+        self.fuse = fuse
         self.uses: Counter = Counter()  # Var -> how many times main reads it
         self.chains: dict[Any, tuple[str, list[str]]] = {}  # Var -> (conv node, epilogue computing it)
 
@@ -382,16 +347,13 @@ class _Extractor:
             del self.params[var]
             shape = self.shape(var, f"input {var.name!r}")
             self.add_node(var.name, "input", var.name, "input", {"op": "input", "shape": shape,
-                          "dtype": str(var.ty.dtype)}, [{"in": NCHW, "out": NCHW}], [NCHW])
+                          "dtype": str(var.ty.dtype)}, [Choice.layout()])
             self.source[var] = var.name
         return self.source[var]
 
-    def add_node(self, key: str, kind: str, binding: str, op: str, workload: dict, cands: list[dict],
-                 labels: list[str] | None = None) -> None:
-        layouts = [(_plain(c["in"]), _plain(c["out"])) for c in cands]
-        self.graph.add_node(key, kind=kind, binding=binding, op=op, workload=workload,
-                            choices=labels or [candidate_label(c) for c in cands], layouts=layouts,
-                            candidates=cands)
+    def add_node(self, key: str, kind: str, binding: str, op: str, workload: dict,
+                 choices: Sequence[Choice]) -> None:
+        self.graph.add_layout_node(LayoutNode(key, kind, binding, op, workload, tuple(choices)))
 
     def connect(self, key: str, inputs: Iterable) -> None:
         """Edges from the sources of ``inputs`` (data Vars) into node ``key``, one per distinct value."""
@@ -401,15 +363,12 @@ class _Extractor:
                 continue
             seen.add(var)
             producer = self.source_of(var)
-            value = {"value": var.name, "shape": self.shape(var, f"value {var.name!r}")}
-            if self.graph.has_edge(producer, key):
-                self.graph.edges[producer, key]["values"].append(value)
-            else:
-                self.graph.add_edge(producer, key, shape=value["shape"], dtype=str(var.ty.dtype),
-                                    values=[value])
+            shape = self.shape(var, f"value {var.name!r}")
+            value = Value(var.name, None if shape is None else tuple(shape))
+            self.graph.add_value(producer, key, value, str(var.ty.dtype))
 
     # -- the walk -------------------------------------------------------------------------------
-    def run(self, main) -> nx.DiGraph:
+    def run(self, main) -> LayoutGraph:
         relax = self.relax
         # the first ``num_input`` parameters (all without the attribute) are the model's inputs;
         # later ones are weights, which become input nodes only if used as activations
@@ -438,12 +397,12 @@ class _Extractor:
             key = f"output:{var.name}"
             self.add_node(key, "output", var.name, "output",
                           {"op": "output", "shape": self.shape(var, f"output {var.name!r}"),
-                           "dtype": str(var.ty.dtype)}, [{"in": NCHW, "out": NCHW}], [NCHW])
+                           "dtype": str(var.ty.dtype)}, [Choice.layout()])
             self.connect(key, [var])
-        self.graph.graph["following"] = self.following
-        if self.epilogues:
+        self.graph.following.update(self.following)
+        if self.fuse:
             for conv, epilogue in self.chains.values():
-                workload = self.graph.nodes[conv]["workload"]
+                workload = self.graph.layout_node(conv).workload
                 if len(epilogue) > len(workload.get("epilogue", [])):
                     workload["epilogue"] = epilogue
         return self.graph
@@ -518,22 +477,13 @@ class _Extractor:
             return False
         if not self.is_data(data) or not self.is_weight(weight):
             return False  # a weight computed at run time is not a kernel we can pack
-        data_shape = self.shape(data, f"input of conv2d {name!r}")
-        kernel_shape = self.shape(weight, f"weight of conv2d {name!r}")
-        workload = {
-            "op": "conv2d", "data": data_shape, "kernel": kernel_shape,
-            "strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
-            "dilation": [int(d) for d in attrs.dilation], "groups": int(attrs.groups),
-            "dtype": str(data.ty.dtype),
-        }
+        self.shape(data, f"input of conv2d {name!r}")  # a clear error for dynamic shapes
+        self.shape(weight, f"weight of conv2d {name!r}")
+        workload = conv2d_workload(call)
         if self.candidates:
             cands = self.candidates(workload)
-        elif workload["groups"] > 1:
-            # kernels exist for blocked depthwise conv2d, but the rewrite (layoutopt.tvm.apply) blocks
-            # groups=1 only: offer what can be built, so the chosen layouts are the ones that run
-            cands = [{"in": NCHW, "out": NCHW}]
         else:
-            cands = conv2d_candidates(workload, self.blocks, orders=self.orders)
+            cands = conv2d_candidates(workload, blocks=self.blocks, orders=self.orders)
         self.add_node(name, "target", name, "relax.nn.conv2d", workload, self.checked(name, cands))
         self.connect(name, [data])
         return True
@@ -546,20 +496,18 @@ class _Extractor:
         weight_shape = self.shape(weight, f"weight of matmul {name!r}")
         if len(data_shape) != 2 or len(weight_shape) != 2:
             return False
-        # relax matmul multiplies by a (K, N) weight; the dense workload holds it as (N, K)
-        workload = {"op": "dense", "data": data_shape, "weight": [weight_shape[1], weight_shape[0]],
-                    "dtype": str(data.ty.dtype)}
+        workload = dense_workload(call)
         if self.candidates:
             cands = self.candidates(workload)
         elif self.given_blocks:
-            cands = dense_candidates(workload, self.given_blocks)
+            cands = dense_candidates(workload, blocks=self.given_blocks)
         else:
             cands = dense_candidates(workload)
         self.add_node(name, "target", name, "relax.matmul", workload, self.checked(name, cands))
         self.connect(name, [data])
         return True
 
-    def checked(self, name: str, cands: Any) -> list[dict]:
+    def checked(self, name: str, cands: Any) -> list[Choice]:
         valid = isinstance(cands, list) and cands and all(isinstance(c, dict) and {"in", "out"} <= set(c)
                                                            for c in cands)
         if not valid:
@@ -567,7 +515,7 @@ class _Extractor:
                 f"node {name!r}: candidates must be a non-empty list of dicts with 'in' and 'out', "
                 f"got {cands!r}"
             )
-        return cands
+        return [Choice(dict(c)) for c in cands]
 
     def is_follower_input(self, var) -> bool:
         """A computed tensor a layout-following op can carry the layout of (not a bound tuple)."""
@@ -603,8 +551,7 @@ class _Extractor:
             layouts = [f"NCHW{b}c" for b in channel_blocks(min(channel_counts), self.blocks)
                        if all(c % b == 0 for c in channel_counts)]
         layouts.append(NCHW)
-        cands = [{"in": layout, "out": layout} for layout in layouts]
-        self.add_node(name, "multi", name, op, workload, cands, layouts)
+        self.add_node(name, "multi", name, op, workload, [Choice.layout(layout) for layout in layouts])
         self.connect(name, inputs)
         return True
 
@@ -612,5 +559,5 @@ class _Extractor:
         shapes = [self.shape(v, f"input {v.name!r} of {name!r}") for v in inputs]
         op_name = op or (call.op.name_hint if hasattr(call.op, "name_hint") else type(call.op).__name__)
         workload = {"op": op_name.rsplit(".", 1)[-1], "shapes": shapes}
-        self.add_node(name, "boundary", name, op_name, workload, [{"in": NCHW, "out": NCHW}], [NCHW])
+        self.add_node(name, "boundary", name, op_name, workload, [Choice.layout()])
         self.connect(name, inputs)

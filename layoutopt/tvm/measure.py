@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ProblemError
+from ._tvm import first_line
 from .cache import CostCache, record_cost
 from .kernels import SCHEDULE_VERSION, validate_candidate, validate_workload
 
@@ -169,7 +170,9 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
                 self.key, priority=self.priority, session_timeout=int(self.session_timeout)
             )
         except Exception as exc:
-            raise RuntimeError(f"RPC tracker {self.tracker} key {self.key!r}: {_first_line(exc)}") from None
+            raise RuntimeError(
+                f"RPC tracker {self.tracker} key {self.key!r}: {first_line(exc, with_type=True)}"
+            ) from None
         self._workdir = tempfile.TemporaryDirectory(prefix="layoutopt-rpc-")
         return self._session
 
@@ -242,12 +245,6 @@ class MeasureResult:
 # --------------------------------------------------------------------------------------------------
 # the worker process
 # --------------------------------------------------------------------------------------------------
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    # TVM errors carry a C++ backtrace; the message proper is the last line
-    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:500]
 
 
 class _WorkerState:
@@ -371,7 +368,7 @@ def _worker_main() -> None:
         try:
             reply(("ok", getattr(state, kind)(*arguments)))
         except Exception as exc:
-            reply(("error", _first_line(exc)))
+            reply(("error", first_line(exc, with_type=True)))
     for runner in state.runners.values():
         runner.close()
 

@@ -21,18 +21,19 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import networkx as nx
 import numpy as np
 
 from ..problem import Costs
+from .cache import task_key
 from .extract import Candidates, extract_layout_graph
+from .graph import LayoutGraph
 from .kernels import layout_block, layout_transform_workload
 from .measure import Measurer, Runner
 
-__all__ = ["build_problem", "transform_tasks"]
+__all__ = ["build_problem", "kernel_tasks", "transform_tasks"]
 
 _NO_CANDIDATE: dict[str, Any] = {}  # a layout transform has a single (empty) candidate
 
@@ -48,8 +49,8 @@ def build_problem(
     check: bool = True,
     progress: bool | None = None,
     prepared: bool = False,
-    epilogues: bool = True,
-) -> tuple[nx.DiGraph, Costs, dict[str, Any]]:
+    fuse: bool = True,
+) -> tuple[LayoutGraph, Costs, dict[str, Any]]:
     """Extract ``mod``'s layout graph and measure its costs; returns ``(graph, costs, meta)``.
 
     Args:
@@ -69,16 +70,16 @@ def build_problem(
         check: compare every kernel's output with numpy once (a wrong kernel counts as failed).
         progress: show a progress bar with an ETA (None: when stderr is a terminal).
         prepared: ``mod`` already went through :func:`~layoutopt.tvm.prepare`.
-        epilogues: measure each conv2d with the elementwise epilogue a fused build gives it (see
+        fuse: measure each conv2d with the elementwise epilogue a fused build gives it (see
             :func:`~layoutopt.tvm.extract_layout_graph`); False for unfused builds.
 
     Returns:
-        ``graph``: the layout graph (see :func:`~layoutopt.tvm.extract_layout_graph`; node keys are
-        binding names of ``graph.graph["mod"]``, the prepared module to rewrite);
+        ``graph``: the :class:`~layoutopt.tvm.graph.LayoutGraph` (see
+        :func:`~layoutopt.tvm.extract_layout_graph`; node keys are binding names of ``graph.mod``, the
+        prepared module to rewrite);
         ``costs``: a :class:`~layoutopt.Costs` of node vectors and edge matrices in seconds;
-        ``meta``: ``{"nodes": {node: {"kind", "workload", "layouts", "choices"}}, "stats": measurement
-        counts and seconds, "failures": [{"workload", "candidate", "error"}], "target": target
-        key, "tvm": TVM version, "seconds": {"extract", "measure"}}``.
+        ``meta``: ``{"stats": measurement counts and seconds, "failures": [{"workload", "candidate",
+        "error"}], "target": target key, "tvm": TVM version, "seconds": {"extract", "measure"}}``.
 
     Raises:
         ProblemError: a bad module, shape, target, runner or candidate set (before measuring).
@@ -93,9 +94,9 @@ def build_problem(
         meta["stats"]            # {'requested': 20, 'cached': 0, 'measured': 15, 'failed': 0, 'seconds': 9.1}
     """
     started = time.perf_counter()
-    graph = extract_layout_graph(mod, candidates, prepared=prepared, epilogues=epilogues)
+    graph = extract_layout_graph(mod, candidates, prepared=prepared, fuse=fuse)
     extracted = time.perf_counter()
-    kernels = _kernel_tasks(graph)
+    kernels = kernel_tasks(graph)
     transforms = transform_tasks(graph)
     with Measurer(target=target, cache=cache, runner=runner, timeout=timeout, check=check,
                   progress=progress) as measurer:
@@ -104,21 +105,20 @@ def build_problem(
         target_key, tvm_version = measurer.target_key, measurer.tvm_version
     # results come in task order; key them by the tasks as extracted (the measurer normalises its copy)
     tasks = kernels + transforms
-    cost = {_key(wl, candidate): r.cost for (wl, candidate), r in zip(tasks, results, strict=True)}
+    cost = {task_key(wl, candidate): r.cost for (wl, candidate), r in zip(tasks, results, strict=True)}
 
     node_costs: dict[Any, np.ndarray] = {}
-    for node, data in graph.nodes(data=True):
-        if data["kind"] == "target":
-            node_costs[node] = np.array([cost[_key(data["workload"], c)] for c in data["candidates"]])
+    for node in graph.layout_nodes():
+        if node.kind == "target":
+            node_costs[node.name] = np.array([cost[task_key(node.workload, choice.candidate)]
+                                              for choice in node.choices])
         else:
-            node_costs[node] = np.zeros(len(data["choices"]))
+            node_costs[node.name] = np.zeros(len(node.choices))
     edge_costs = {(u, v): _edge_matrix(graph, u, v, cost) for u, v in graph.edges}
 
     failures = [{"workload": r.workload, "candidate": r.candidate, "error": r.error}
-                for r in dict((_key(r.workload, r.candidate), r) for r in results).values() if not r.ok]
+                for r in dict((task_key(r.workload, r.candidate), r) for r in results).values() if not r.ok]
     meta = {
-        "nodes": {node: {key: data[key] for key in ("kind", "workload", "layouts", "choices")}
-                  for node, data in graph.nodes(data=True)},
         "stats": stats,
         "failures": failures,
         "target": target_key,
@@ -128,16 +128,18 @@ def build_problem(
     return graph, Costs(node_costs, edge_costs), meta
 
 
-def _key(workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> tuple[str, str]:
-    return repr(sorted(workload.items())), repr(sorted(candidate.items()))
+def kernel_tasks(graph: LayoutGraph) -> list[tuple[dict, dict]]:
+    """Every target node's (workload, candidate) kernel, in graph order (repeats included).
+
+    Example::
+
+        tasks = kernel_tasks(extract_layout_graph(models.chain((16, 16)), [8, 16]))
+    """
+    return [(node.workload, dict(choice.candidate)) for node in graph.layout_nodes() if node.kind == "target"
+            for choice in node.choices]
 
 
-def _kernel_tasks(graph: nx.DiGraph) -> list[tuple[dict, dict]]:
-    return [(data["workload"], candidate) for _, data in graph.nodes(data=True) if data["kind"] == "target"
-            for candidate in data["candidates"]]
-
-
-def _transform_workload(shape: list[int], src: str, dst: str, dtype: str) -> dict[str, Any] | None:
+def _transform_workload(shape: Sequence[int] | None, src: str, dst: str, dtype: str) -> dict[str, Any] | None:
     """The layout_transform workload of one (shape, src, dst), or None when it is impossible."""
     if shape is None or len(shape) != 4:
         return None  # only 4-D tensors have blocked layouts
@@ -146,17 +148,17 @@ def _transform_workload(shape: list[int], src: str, dst: str, dtype: str) -> dic
     return layout_transform_workload(shape, src, dst, dtype)
 
 
-def _layout_pairs(graph: nx.DiGraph, producer, consumer):
+def _layout_pairs(graph: LayoutGraph, producer, consumer):
     """(row, column, src, dst) for every entry of the edge's matrix whose layouts differ."""
-    outs = [pair[1] for pair in graph.nodes[producer]["layouts"]]
-    ins = [pair[0] for pair in graph.nodes[consumer]["layouts"]]
+    outs = [choice.out_layout for choice in graph.layout_node(producer).choices]
+    ins = [choice.in_layout for choice in graph.layout_node(consumer).choices]
     for row, src in enumerate(outs):
         for column, dst in enumerate(ins):
             if src != dst:
                 yield row, column, src, dst
 
 
-def transform_tasks(graph: nx.DiGraph) -> list[tuple[dict, dict]]:
+def transform_tasks(graph: LayoutGraph) -> list[tuple[dict, dict]]:
     """Every distinct layout transform the graph's edges may need, as ``(workload, {})`` tasks.
 
     Example::
@@ -165,22 +167,23 @@ def transform_tasks(graph: nx.DiGraph) -> list[tuple[dict, dict]]:
         tasks[0][0]     # {'op': 'layout_transform', 'shape': [1, 8, 8, 8], 'src': 'NCHW', 'dst': 'NCHW8c'...}
     """
     tasks: dict[tuple, tuple[dict, dict]] = {}
-    for producer, consumer, data in graph.edges(data=True):
+    for producer, consumer in graph.edges:
+        edge = graph.layout_edge(producer, consumer)
         for _, _, src, dst in _layout_pairs(graph, producer, consumer):
-            for value in data["values"]:
-                workload = _transform_workload(value["shape"], src, dst, data["dtype"])
+            for value in edge.values:
+                workload = _transform_workload(value.shape, src, dst, edge.dtype)
                 if workload is not None:
-                    tasks.setdefault(_key(workload, _NO_CANDIDATE), (workload, _NO_CANDIDATE))
+                    tasks.setdefault(task_key(workload, _NO_CANDIDATE), (workload, _NO_CANDIDATE))
     return list(tasks.values())
 
 
-def _edge_matrix(graph: nx.DiGraph, producer, consumer, transform_costs: Mapping) -> np.ndarray:
-    data = graph.edges[producer, consumer]
-    matrix = np.zeros((len(graph.nodes[producer]["choices"]), len(graph.nodes[consumer]["choices"])))
+def _edge_matrix(graph: LayoutGraph, producer, consumer, transform_costs: Mapping) -> np.ndarray:
+    edge = graph.layout_edge(producer, consumer)
+    matrix = np.zeros((len(graph.layout_node(producer).choices), len(graph.layout_node(consumer).choices)))
     for row, column, src, dst in _layout_pairs(graph, producer, consumer):
         total = 0.0
-        for value in data["values"]:  # every distinct tensor on this path is transformed separately
-            workload = _transform_workload(value["shape"], src, dst, data["dtype"])
-            total += math.inf if workload is None else transform_costs[_key(workload, _NO_CANDIDATE)]
+        for value in edge.values:  # every distinct tensor on this path is transformed separately
+            workload = _transform_workload(value.shape, src, dst, edge.dtype)
+            total += math.inf if workload is None else transform_costs[task_key(workload, _NO_CANDIDATE)]
         matrix[row, column] = total
     return matrix

@@ -16,9 +16,8 @@ Example::
 from __future__ import annotations
 
 import functools
-import json
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,8 @@ import numpy as np
 
 from ..problem import Problem
 from ._tvm import import_tvm, one_blas_thread
+from .cache import task_key
+from .graph import LayoutGraph
 
 __all__ = ["OTHER", "Call", "Category", "call_category", "layer_times", "profile_builds", "profile_calls",
            "time_breakdown"]
@@ -139,7 +140,7 @@ def profile_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray],
     return profiles
 
 
-def time_breakdown(calls: Sequence[Call], graph: nx.DiGraph, costs: Any,
+def time_breakdown(calls: Sequence[Call], graph: LayoutGraph, costs: Any,
                    assignment: Mapping[Hashable, int]) -> list[Category]:
     """Predicted vs in-network time per category of op, for the build of ``assignment``.
 
@@ -153,10 +154,10 @@ def time_breakdown(calls: Sequence[Call], graph: nx.DiGraph, costs: Any,
     problem = Problem.from_graph(graph, costs)
     index = {node: i for i, node in enumerate(problem.nodes)}
     predicted: dict[str, float] = defaultdict(float)
-    for node, data in graph.nodes(data=True):
-        workload = data.get("workload") or {}
-        if data.get("kind") == "target" and workload.get("op") in ("conv2d", "dense"):
-            predicted[workload["op"]] += float(problem.node_costs[index[node]][assignment[node]])
+    for node in graph.layout_nodes():
+        op = node.workload.get("op")
+        if node.kind == "target" and op in ("conv2d", "dense"):
+            predicted[op] += float(problem.node_costs[index[node.name]][assignment[node.name]])
     for producer, consumer in graph.edges:
         edge = problem.edge(index[producer], index[consumer])
         predicted["layout_transform"] += float(edge[assignment[producer], assignment[consumer]])
@@ -172,13 +173,14 @@ def time_breakdown(calls: Sequence[Call], graph: nx.DiGraph, costs: Any,
             for name in order if name in measured or name in predicted]
 
 
-def layer_times(calls: Sequence[Call], graph: nx.DiGraph, assignment: Mapping[Hashable, int],
+def layer_times(calls: Sequence[Call], graph: LayoutGraph, assignment: Mapping[Hashable, int],
                 target: Any = None) -> dict[Hashable, float]:
     """In-network seconds of each conv2d/dense layer of the build of ``assignment``.
 
     A layer is matched to the call of its kernel by argument shapes (the kernel's, built as it was
-    measured); layers sharing a kernel take its calls in program order. A layer whose kernel ran
-    differently in the build (e.g. an epilogue that did not fuse as extracted) is left out.
+    measured), layers sharing a kernel taking its calls in program order. A layer whose kernel ran
+    with another epilogue than extracted (a residual add that did not fuse because the add runs in
+    another layout) is matched by its data, weight and output shapes alone.
 
     Example::
 
@@ -186,20 +188,28 @@ def layer_times(calls: Sequence[Call], graph: nx.DiGraph, assignment: Mapping[Ha
     """
     from .kernels import build_kernel
 
-    by_shapes: dict[tuple, list[float]] = defaultdict(list)
-    for call in calls:
-        by_shapes[tuple(sorted(call.shapes))].append(call.seconds)
-    signatures: dict[str, tuple] = {}
-    times: dict[Hashable, float] = {}
-    for node in nx.topological_sort(graph):
-        data = graph.nodes[node]
-        if data.get("kind") != "target" or not data.get("candidates"):
+    remaining = [(call, Counter(call.shapes)) for call in calls
+                 if call_category(call.symbol) in ("conv2d", "dense")]
+    shapes: dict[str, list[tuple[int, ...]]] = {}
+    layers = []
+    for name in nx.topological_sort(graph):
+        node = graph.layout_node(name)
+        if node.kind != "target":
             continue
-        workload, candidate = data["workload"], data["candidates"][assignment[node]]
-        key = json.dumps([workload, candidate], sort_keys=True)
-        if key not in signatures:
-            signatures[key] = tuple(sorted(build_kernel(workload, candidate, target).arg_shapes))
-        matching = by_shapes.get(signatures[key])
-        if matching:
-            times[node] = matching.pop(0)
+        workload, candidate = node.workload, dict(node.choices[assignment[name]].candidate)
+        key = task_key(workload, candidate)
+        if key not in shapes:
+            shapes[key] = [tuple(s) for s in build_kernel(workload, candidate, target).arg_shapes]
+        layers.append((name, shapes[key]))
+    times: dict[Hashable, float] = {}
+    for exact in (True, False):  # exact matches first, so that a fallback never takes another's call
+        for name, arg_shapes in layers:
+            if name in times:
+                continue
+            wanted = Counter(arg_shapes if exact else [arg_shapes[0], arg_shapes[1], arg_shapes[-1]])
+            for i, (call, have) in enumerate(remaining):
+                if (have == wanted) if exact else not (wanted - have):
+                    times[name] = call.seconds
+                    del remaining[i]
+                    break
     return times

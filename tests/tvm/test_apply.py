@@ -69,13 +69,37 @@ def _legalized_and_fused(mod):
             relax.transform.FoldConstant()(mod))))
 
 
+def _legalized(mod):
+    """``mod`` as build(fuse=False) has it just before schedule_module."""
+    import tvm
+
+    from layoutopt.tvm.apply import _legalize_conv2d
+
+    with _target():
+        legalize = {"relax.nn.conv2d": _legalize_conv2d}
+        mod = tvm.relax.transform.LegalizeOps(customize_legalize_map=legalize)(mod)
+        return tvm.relax.transform.FoldConstant()(mod)
+
+
+def conv_kernels(mod) -> int:
+    """How many calls of ``main`` run a blocked conv kernel (``call_tir`` of a conv2d_NCHWc function)."""
+    return sum(1 for b in mod["main"].body.blocks[0].bindings
+               if "conv2d_NCHWc" in str(getattr(b.value, "args", [""])[0]))
+
+
+def tvm_constant():
+    import tvm
+
+    return tvm.ir.expr.Constant
+
+
 def _solution(assignment) -> Solution:
     return Solution(dict(assignment), {}, 0.0, 0.0, "feasible", "test")
 
 
 def _random_assignment(graph, seed: int) -> dict:
     rng = np.random.default_rng(seed)
-    return {node: int(rng.integers(len(data["layouts"]))) for node, data in graph.nodes(data=True)}
+    return {node: int(rng.integers(len(data["choices"]))) for node, data in graph.nodes(data=True)}
 
 
 @pytest.mark.parametrize("net", sorted(NETS))
@@ -97,14 +121,13 @@ def test_uniform_blocked_solution_needs_transforms_only_at_the_boundaries(refere
     graph = extract_layout_graph(mod, prepared=True, candidates=[8])
     # conv0 reads the 3-channel image (NCHW3c), everything else runs in NCHW8c
     assignment = {}
-    for node, data in graph.nodes(data=True):
-        wanted = [k for k, (i, o) in enumerate(data["layouts"]) if o in ("NCHW8c",) or data["kind"] in
-                  ("input", "output", "boundary")]
-        assignment[node] = wanted[0]
+    for node in graph.layout_nodes():
+        wanted = [k for k, (i, o) in enumerate(node.layouts) if o in ("NCHW8c",) or not node.decides]
+        assignment[node.name] = wanted[0]
     new_mod = apply_solution(mod, graph, _solution(assignment))
     # image NCHW -> NCHW3c, and the output NCHW8c -> NCHW: nothing in between
     assert count_layout_transforms(new_mod) == 2
-    assert op_list(new_mod).count("relax.nn.conv2d") == 3
+    assert conv_kernels(new_mod) == 3 and "relax.nn.conv2d" not in op_list(new_mod)
     inputs, expected = reference_outputs["residual"]
     assert relative_error(run(build(new_mod), inputs), expected) < 1e-4
     # the conv epilogues (bias, relu, the residual add) fused into the tiles compute the same
@@ -124,7 +147,7 @@ def test_a_value_read_in_one_foreign_layout_by_two_consumers_is_transformed_once
 def test_all_nchw_solution_returns_the_original_program(tvm):
     mod = prepare(NETS["residual"]())
     graph = extract_layout_graph(mod, prepared=True, candidates=[8])
-    nchw = {node: data["layouts"].index(("NCHW", "NCHW")) for node, data in graph.nodes(data=True)}
+    nchw = {node.name: node.layouts.index(("NCHW", "NCHW")) for node in graph.layout_nodes()}
     tvm.ir.assert_structural_equal(apply_solution(mod, graph, _solution(nchw)), mod)
     passed = ApplyLayouts({node: "NCHW->NCHW" for node in ("conv0", "conv1", "conv2", "add")})(mod)
     tvm.ir.assert_structural_equal(passed, mod)
@@ -147,17 +170,20 @@ def test_weights_are_packed_at_compile_time():
     mod = prepare(NETS["chain"]())
     new_mod = apply_layouts(mod, {"conv1": "NCHW8c->NCHW16c"})
     conv = next(b.value for b in new_mod["main"].body.blocks[0].bindings if b.var.name == "conv1")
-    assert conv.attrs.kernel_layout == "OIHW8i16o"
-    assert [int(d) for d in conv.args[1].ty.shape] == [1, 1, 3, 3, 8, 16]  # a constant, no transform op
+    data, weight = conv.args[1].fields  # call_tir(conv2d_NCHWc, (data, weight))
+    assert [int(d) for d in data.ty.shape] == [1, 1, 8, 8, 8]
+    assert isinstance(weight, tvm_constant())  # OIHW8i16o, packed by numpy: no transform op
+    assert [int(d) for d in weight.ty.shape] == [1, 1, 3, 3, 8, 16]
 
 
 @pytest.mark.parametrize(
     ("choices", "message"),
     [
         ({"conv1": "NHWC"}, "unknown layout|neither"),
-        ({"conv1": "NCHW8c->NCHW64c"}, "do not divide"),
+        ({"conv1": "NCHW8c->NCHW64c"}, "conv1.*does not divide"),
         ({"conv9": "NCHW8c->NCHW8c"}, "not bindings of main"),
-        ({"conv1": "NCHW->NCHW16c"}, "mixes plain and blocked"),
+        ({"conv1": "NCHW->NCHW16c"}, "conv1.*both be blocked or both be NCHW"),
+        ({"conv1": {"in": "NCHW8c", "out": "NCHW8c", "algorithm": "fft"}}, "unknown algorithm 'fft'"),
         ({"conv1": 3}, "is not a layout"),
         ({"conv1_relu": "NCHW8c"}, "can only run in NCHW"),
     ],
@@ -169,9 +195,11 @@ def test_bad_choices_raise_clear_errors(choices, message):
 
 
 def test_parse_choice_forms():
-    assert parse_choice("c", ("NCHW8c", "NCHW16c")) == ("NCHW8c", "NCHW16c")
-    assert parse_choice("c", {"in": "NCHW8c", "out": "NCHW4c", "reg_n": 8}) == ("NCHW8c", "NCHW4c")
-    assert parse_choice("add", "NCHW16c") == ("NCHW16c", "NCHW16c")
+    assert parse_choice("c", ("NCHW8c", "NCHW16c")) == {"in": "NCHW8c", "out": "NCHW16c"}
+    knobs = {"in": "NCHW8c", "out": "NCHW4c", "reg_n": 8}
+    assert parse_choice("c", knobs) == knobs
+    assert parse_choice("add", "NCHW16c") == {"in": "NCHW16c", "out": "NCHW16c"}
+    assert parse_choice("dense", {"in": "NC", "out": "NC", "weight": "NK8n"})["in"] == "NCHW"
     with pytest.raises(ProblemError, match="node 'c'"):
         parse_choice("c", "NCHW8c->NCHW8c->NCHW8c")
 
@@ -191,7 +219,7 @@ def test_dense_runs_the_measured_kernel_for_its_weight_layout(tvm, weight):
     expected = run(tvm.compile(mod, target=_target()), inputs)
     new_mod = apply_layouts(mod, {"dense": {"in": "NC", "out": "NC", "weight": weight},
                                   "conv1": "NCHW8c->NCHW16c"})
-    kernels = {gv.name_hint for gv in new_mod.get_global_vars()} - {"main"}
+    kernels = {gv.name_hint for gv in new_mod.get_global_vars()} - {"main", "conv2d_NCHWc"}
     assert kernels == {"dense" if weight == "NK" else "dense_pack"}
     assert "relax.matmul" not in op_list(new_mod)
     assert relative_error(run(build(new_mod), inputs), expected) < 1e-4
@@ -220,13 +248,13 @@ def _conv_op_conv(middle: str):
 def test_extraction_and_rewrite_classify_every_op_alike(tvm, middle, transforms):
     mod = prepare(_conv_op_conv(middle))
     graph = extract_layout_graph(mod, prepared=True, candidates=[8])
-    kinds = {data["op"]: data["kind"] for _, data in graph.nodes(data=True)}
+    kinds = {node.op: node.kind for node in graph.layout_nodes()}
     if middle == "bias_first":
         assert "relax.add" not in kinds  # follows conv1: no node
     else:
         assert kinds.get("relax.nn.max_pool2d" if middle == "nhwc_pool" else "relax.nn.dropout") == "boundary"
-    blocked = {node: data["layouts"].index(("NCHW8c", "NCHW8c"))
-               for node, data in graph.nodes(data=True) if ("NCHW8c", "NCHW8c") in data["layouts"]}
+    blocked = {node.name: node.layouts.index(("NCHW8c", "NCHW8c"))
+               for node in graph.layout_nodes() if ("NCHW8c", "NCHW8c") in node.layouts}
     assignment = {node: blocked.get(node, 0) for node in graph}
     new_mod = apply_solution(mod, graph, _solution(assignment))
     # bias_first: image -> 8c, output 8c -> NCHW; a boundary in the middle adds 8c -> NCHW -> 8c
@@ -283,33 +311,44 @@ def test_a_flattened_concat_is_vectorised_in_pieces_and_builds(tvm):
     np.testing.assert_array_equal(result, np.concatenate([x.reshape(1, -1) for x in inputs], axis=1))
 
 
-def test_a_conv_schedule_knob_reaches_the_build_through_the_module(tvm):
-    from layoutopt.tvm.apply import solution_epilogues
-    from layoutopt.tvm.kernels import SCHEDULES_ATTR, schedule_module
+def test_a_conv_schedule_knob_reaches_the_build_on_its_own_kernel(tvm):
+    from layoutopt.tvm.kernels import CANDIDATE_ANNOTATION, schedule_module
 
     original = prepare(models.residual(channels=32, size=8))
     rows = {"in": "NCHW16c", "out": "NCHW16c", "order": "rows"}
-    # conv1 (bias, relu) and conv2 (bias, residual add, relu) have equal shapes: the epilogues tell
-    # their fused functions apart, so only conv1 runs rows outside
+    # conv1 and conv2 have equal shapes: the knob rides on conv1's own kernel (its block annotation),
+    # so only conv1 runs rows outside, in fused and unfused builds alike
     choices = {"conv0": "NCHW3c->NCHW16c", "conv1": rows, "conv2": "NCHW16c->NCHW16c", "add": "NCHW16c"}
-    epilogues = solution_epilogues(extract_layout_graph(original, [16], prepared=True))
-    assert epilogues["conv1"] == ["bias", "relu"] and epilogues["conv2"] == ["bias", "add", "relu"]
 
-    def orders(mod):
-        functions = schedule_module(_legalized_and_fused(mod), _target()).functions.values()
+    def orders(mod, fuse):
+        lowered = _legalized_and_fused(mod) if fuse else _legalized(mod)
+        functions = schedule_module(lowered, _target()).functions.values()
         scripts = [f.script() for f in functions if isinstance(f, tvm.tirx.PrimFunc)]
         scripts = [script for script in scripts if "conv2d_NCHWc" in script]
         return sorted("n_oh_oc_chunk_fused" in script for script in scripts)
 
-    mod = apply_layouts(original, choices, epilogues=epilogues)
-    assert {"order": "rows"} in [dict(knobs) for knobs in mod.attrs[SCHEDULES_ATTR].values()]
-    assert orders(mod) == [False, False, True]
+    mod = apply_layouts(original, choices)
+    assert CANDIDATE_ANNOTATION in mod.script() and '"order": "rows"' in mod.script()
+    assert orders(mod, fuse=True) == orders(mod, fuse=False) == [False, False, True]
     inputs = random_inputs(original, seed=6)
     expected = run(tvm.compile(original, target=_target()), inputs)
     assert relative_error(run(build(mod, fuse=True), inputs), expected) < 1e-4
     assert relative_error(run(build(mod, fuse=False), inputs), expected) < 1e-4
-    # without the epilogues, the knob goes to every conv of conv1's shapes
-    assert orders(apply_layouts(original, choices)) == [False, True, True]
-    # without knobs (every conv in the default order) nothing is recorded
-    plain = apply_layouts(original, {"conv1": "NCHW16c->NCHW16c"})
-    assert plain.attrs is None or SCHEDULES_ATTR not in plain.attrs
+
+
+def test_a_depthwise_conv_runs_blocked_and_computes_the_same(tvm):
+    net = models._NetBuilder(8, 8, seed=7)
+
+    def body(x):
+        x = net.conv(x, 16, name="conv1")
+        x = net.conv(x, 16, groups=16, name="depthwise")
+        return net.conv(x, 16, name="conv2")
+
+    mod = prepare(net.finish(body))
+    new_mod = apply_layouts(mod, {"conv1": "NCHW8c->NCHW8c", "depthwise": "NCHW8c->NCHW8c",
+                                  "conv2": "NCHW8c->NCHW8c"})
+    assert count_layout_transforms(new_mod) == 2  # image in, output out: the depthwise stays in 8c
+    assert "depthwise_conv2d_NCHWc" in {gv.name_hint for gv in new_mod.get_global_vars()}
+    inputs = random_inputs(mod, seed=8)
+    expected = run(tvm.compile(mod, target=_target()), inputs)
+    assert relative_error(run(build(new_mod), inputs), expected) < 1e-4

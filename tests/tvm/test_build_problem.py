@@ -39,29 +39,29 @@ def transform_cost(cache_path, shape, src, dst, meta):
 def test_costs_match_the_graph_and_are_positive_and_finite(residual):
     graph, costs, meta = residual
     assert set(costs.nodes) == set(graph.nodes) and set(costs.edges) == set(graph.edges)
-    for node, data in graph.nodes(data=True):
-        vector = np.asarray(costs.nodes[node])
-        assert vector.shape == (len(data["choices"]),)
-        if data["kind"] == "target":
+    for node in graph.layout_nodes():
+        vector = np.asarray(costs.nodes[node.name])
+        assert vector.shape == (len(node.choices),)
+        if node.kind == "target":
             assert np.all(np.isfinite(vector)) and np.all(vector > 0), node
             assert vector.max() < 0.1  # seconds: a tiny conv takes microseconds
         else:
             assert np.all(vector == 0), node
     assert meta["failures"] == [] and meta["stats"]["failed"] == 0
-    assert meta["nodes"]["add"]["kind"] == "multi" and meta["nodes"]["conv1"]["workload"]["op"] == "conv2d"
+    assert graph.layout_node("add").kind == "multi" and graph.layout_node("conv1").workload["op"] == "conv2d"
     # conv1 and conv2 differ only by the residual add fused into conv2: measured as built
-    assert meta["nodes"]["conv1"]["workload"]["epilogue"] == ["bias", "relu"]
-    assert meta["nodes"]["conv2"]["workload"]["epilogue"] == ["bias", "add", "relu"]
-    kernels = sum(len(d["candidates"]) for _, d in graph.nodes(data=True) if d["kind"] == "target")
+    assert graph.layout_node("conv1").workload["epilogue"] == ["bias", "relu"]
+    assert graph.layout_node("conv2").workload["epilogue"] == ["bias", "add", "relu"]
+    kernels = sum(len(node.choices) for node in graph.layout_nodes() if node.kind == "target")
     assert meta["stats"]["requested"] == kernels + len(transform_tasks(graph))
 
 
 def test_edge_entries_are_zero_when_layouts_match_and_measured_transforms_otherwise(residual, cache_path):
     graph, costs, meta = residual
     for (producer, consumer), matrix in costs.edges.items():
-        shape = graph.edges[producer, consumer]["shape"]
-        for k, (_, out_layout) in enumerate(graph.nodes[producer]["layouts"]):
-            for l, (in_layout, _) in enumerate(graph.nodes[consumer]["layouts"]):  # noqa: E741
+        shape = list(graph.layout_edge(producer, consumer).shape)
+        for k, (_, out_layout) in enumerate(graph.layout_node(producer).layouts):
+            for l, (in_layout, _) in enumerate(graph.layout_node(consumer).layouts):  # noqa: E741
                 expected = 0.0 if out_layout == in_layout else transform_cost(
                     cache_path, shape, out_layout, in_layout, meta)
                 assert matrix[k, l] == expected, (producer, consumer, out_layout, in_layout)
@@ -94,7 +94,7 @@ def test_concat_and_dense_head_are_measured_and_solvable(cache_path):
     for mod in (models.concat3((8, 16, 8), in_channels=8, size=8), models.dense_head(16, size=8, classes=16)):
         graph, costs, meta = build_problem(mod, candidates=BLOCKS, cache=cache_path)
         assert meta["failures"] == []
-        targets = [n for n, d in graph.nodes(data=True) if d["kind"] == "target"]
+        targets = [node.name for node in graph.layout_nodes() if node.kind == "target"]
         for node in targets:
             assert np.isfinite(costs.nodes[node]).all() and (np.asarray(costs.nodes[node]) > 0).all(), node
         best = layoutopt.solve(graph, costs)
@@ -116,8 +116,8 @@ def test_two_tensors_on_one_edge_cost_two_transforms(cache_path):
             out = bb.emit_output(relax.op.nn.relu(add))
         bb.emit_func_output(out)
     graph, costs, meta = build_problem(bb.get(), candidates=BLOCKS, cache=cache_path)
-    assert len(graph.edges["conv1", "add"]["values"]) == 2
-    out_layouts = [pair[1] for pair in graph.nodes["conv1"]["layouts"]]
+    assert len(graph.layout_edge("conv1", "add").values) == 2
+    out_layouts = [pair[1] for pair in graph.layout_node("conv1").layouts]
     k, l = out_layouts.index("NCHW16c"), graph.nodes["add"]["choices"].index("NCHW8c")  # noqa: E741
     single = transform_cost(cache_path, [1, 16, 8, 8], "NCHW16c", "NCHW8c", meta)
     assert costs.edges["conv1", "add"][k, l] == pytest.approx(2 * single)
@@ -130,13 +130,13 @@ def test_failed_measurement_is_infinite_and_reported(cache_path, tmp_path):
     cache = CostCache(tmp_path / "failed.jsonl")
     for record in CostCache(cache_path):
         cache.put(record)
-    cache.put({"target": meta["target"], "tvm": meta["tvm"], "workload": graph.nodes["conv1"]["workload"],
+    cache.put({"target": meta["target"], "tvm": meta["tvm"], "workload": graph.layout_node("conv1").workload,
                "candidate": failing, "median": None, "results": [], "error": "worker crashed (SIGSEGV)"})
     graph, costs, meta = build_problem(models.chain((16,), in_channels=8), candidates=BLOCKS, cache=cache)
-    index = graph.nodes["conv1"]["candidates"].index(failing)
+    index = graph.layout_node("conv1").candidates.index(failing)
     assert costs.nodes["conv1"][index] == math.inf
     assert np.isfinite(np.delete(costs.nodes["conv1"], index)).all()
-    assert meta["failures"] == [{"workload": graph.nodes["conv1"]["workload"], "candidate": failing,
+    assert meta["failures"] == [{"workload": graph.layout_node("conv1").workload, "candidate": failing,
                                  "error": "worker crashed (SIGSEGV)"}]
     solution = layoutopt.solve(graph, costs)
     assert solution.status == "optimal" and solution.labels["conv1"] != "NCHW8c->NCHW16c"

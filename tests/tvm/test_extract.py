@@ -12,7 +12,7 @@ pytest.importorskip("tvm")  # the tvm extra; CI installs it
 import layoutopt
 from layoutopt.tvm import extract_layout_graph, models, prepare
 from layoutopt.tvm.apply import apply_layouts, count_layout_transforms, expected_transforms
-from layoutopt.tvm.extract import candidate_label
+from layoutopt.tvm.graph import candidate_label
 
 pytestmark = pytest.mark.tvm
 
@@ -20,7 +20,7 @@ BLOCKS = [8, 16]
 
 
 def kinds(graph):
-    return {node: data["kind"] for node, data in graph.nodes(data=True)}
+    return {node.name: node.kind for node in graph.layout_nodes()}
 
 
 def conv_choices(in_channels, out_channels, blocks=BLOCKS, orders=("oc",)):
@@ -35,20 +35,20 @@ def test_chain_nodes_edges_and_layouts():
     graph = extract_layout_graph(models.chain((16, 16), in_channels=8, size=8), BLOCKS)
     assert kinds(graph) == {"data": "input", "conv1": "target", "conv2": "target", "output:gv": "output"}
     assert sorted(graph.edges) == [("conv1", "conv2"), ("conv2", "output:gv"), ("data", "conv1")]
-    conv1 = graph.nodes["conv1"]
-    assert conv1["binding"] == "conv1" and conv1["op"] == "relax.nn.conv2d"
-    assert conv1["workload"] == {
+    conv1 = graph.layout_node("conv1")
+    assert conv1.binding == "conv1" and conv1.op == "relax.nn.conv2d"
+    assert conv1.workload == {
         "op": "conv2d", "data": [1, 8, 8, 8], "kernel": [16, 8, 3, 3], "strides": [1, 1],
         "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32",
         "epilogue": ["bias", "relu"],  # what FuseOps fuses into it: measured fused
     }
-    assert conv1["choices"] == conv_choices(8, 16)
-    assert conv1["layouts"] == [tuple(label.split("[")[0].split("->")) for label in conv1["choices"]]
+    assert conv1.labels == conv_choices(8, 16)
+    assert conv1.layouts == [tuple(label.split("[")[0].split("->")) for label in conv1.labels]
     assert graph.nodes["data"]["choices"] == ["NCHW"]
-    assert graph.nodes["output:gv"]["layouts"] == [("NCHW", "NCHW")]
-    assert graph.edges["conv1", "conv2"]["shape"] == [1, 16, 8, 8]
+    assert graph.layout_node("output:gv").layouts == [("NCHW", "NCHW")]
+    assert list(graph.layout_edge("conv1", "conv2").shape) == [1, 16, 8, 8]
     # bias and relu follow conv1's layout: they are not nodes
-    following = graph.graph["following"]
+    following = graph.following
     assert following["conv1_bias"] == following["conv1_relu"] == "conv1"
 
 
@@ -58,9 +58,9 @@ def test_loop_orders_are_choices_when_asked_for():
     choices = graph.nodes["conv1"]["choices"]
     assert choices == conv_choices(8, 16, orders=("oc", "rows"))
     assert choices[:2] == ["NCHW8c->NCHW8c", "NCHW8c->NCHW8c[order=rows]"]
-    assert graph.nodes["conv1"]["candidates"][1] == {"in": "NCHW8c", "out": "NCHW8c", "order": "rows"}
+    assert graph.layout_node("conv1").candidates[1] == {"in": "NCHW8c", "out": "NCHW8c", "order": "rows"}
     # a choice's layouts leave out its knobs: both orders have the same edges
-    assert graph.nodes["conv1"]["layouts"][:2] == [("NCHW8c", "NCHW8c")] * 2
+    assert graph.layout_node("conv1").layouts[:2] == [("NCHW8c", "NCHW8c")] * 2
     for bad in ({"blocks": BLOCKS, "orders": ["diagonal"]}, {"block": BLOCKS}):
         with pytest.raises(layoutopt.ProblemError, match="candidate options"):
             extract_layout_graph(mod, bad)
@@ -69,10 +69,10 @@ def test_loop_orders_are_choices_when_asked_for():
 def test_residual_add_is_a_multi_input_node_with_its_own_choices():
     graph = extract_layout_graph(models.residual(channels=16, size=8), BLOCKS)
     assert sorted(k for k, v in kinds(graph).items() if v == "target") == ["conv0", "conv1", "conv2"]
-    add = graph.nodes["add"]
-    assert add["kind"] == "multi" and add["choices"] == ["NCHW8c", "NCHW16c", "NCHW"]
-    assert add["layouts"] == [("NCHW8c", "NCHW8c"), ("NCHW16c", "NCHW16c"), ("NCHW", "NCHW")]
-    assert add["workload"] == {"op": "add", "shapes": [[1, 16, 8, 8]] * 2, "dtype": "float32"}
+    add = graph.layout_node("add")
+    assert add.kind == "multi" and add.labels == ["NCHW8c", "NCHW16c", "NCHW"]
+    assert add.layouts == [("NCHW8c", "NCHW8c"), ("NCHW16c", "NCHW16c"), ("NCHW", "NCHW")]
+    assert add.workload == {"op": "add", "shapes": [[1, 16, 8, 8]] * 2, "dtype": "float32"}
     assert sorted(graph.predecessors("add")) == ["conv0", "conv2"]  # the skip comes from conv0 via its relu
     assert list(graph.successors("conv0")) == ["conv1", "add"]
     # 3 input channels: C itself is a block (C < 8)
@@ -82,16 +82,16 @@ def test_residual_add_is_a_multi_input_node_with_its_own_choices():
 
 def test_concat_of_three_branches():
     graph = extract_layout_graph(models.concat3((8, 16, 8), in_channels=8, size=8), BLOCKS)
-    concat = graph.nodes["concat"]
+    concat = graph.layout_node("concat")
     # a common block must divide every input's channels (8, 16, 8): 16 does not divide 8
-    assert concat["kind"] == "multi" and concat["choices"] == ["NCHW8c", "NCHW"]
-    assert concat["workload"]["axis"] == 1 and concat["workload"]["shapes"] == [[1, 8, 8, 8], [1, 16, 8, 8],
+    assert concat.kind == "multi" and concat.labels == ["NCHW8c", "NCHW"]
+    assert concat.workload["axis"] == 1 and concat.workload["shapes"] == [[1, 8, 8, 8], [1, 16, 8, 8],
                                                                                 [1, 8, 8, 8]]
     assert sorted(graph.predecessors("concat")) == ["branch1", "branch2", "branch3"]
     # the max pool in branch 3 follows the stem's layout: stem -> branch3 is an edge
-    assert graph.graph["following"]["branch3_pool"] == "stem"
+    assert graph.following["branch3_pool"] == "stem"
     assert sorted(graph.successors("stem")) == ["branch1", "branch2", "branch3"]
-    assert graph.edges["concat", "head"]["shape"] == [1, 32, 8, 8]
+    assert list(graph.layout_edge("concat", "head").shape) == [1, 32, 8, 8]
     assert graph.nodes["head"]["choices"] == conv_choices(32, 8)
     assert graph.number_of_nodes() == 8 and graph.number_of_edges() == 9
 
@@ -101,18 +101,19 @@ def test_flatten_dense_head():
     assert kinds(graph) == {"data": "input", "conv1": "target", "flatten": "boundary", "dense": "target",
                             "gv": "boundary", "output:gv": "output"}
     # the pooled tensor reaches the flatten boundary: its shape is the one after pooling
-    assert graph.edges["conv1", "flatten"]["shape"] == [1, 16, 4, 4]
-    dense = graph.nodes["dense"]
-    assert dense["workload"] == {"op": "dense", "data": [1, 256], "weight": [16, 256], "dtype": "float32"}
-    assert dense["choices"] == [f"NCHW->NCHW[weight={w}]" for w in ("NK", "NK8n", "NK16n")]
-    assert set(dense["layouts"]) == {("NCHW", "NCHW")}
-    assert graph.nodes["flatten"]["choices"] == ["NCHW"] and graph.nodes["flatten"]["op"] == "relax.reshape"
+    assert list(graph.layout_edge("conv1", "flatten").shape) == [1, 16, 4, 4]
+    dense = graph.layout_node("dense")
+    assert dense.workload == {"op": "dense", "data": [1, 256], "weight": [16, 256], "dtype": "float32"}
+    assert dense.labels == [f"NCHW->NCHW[weight={w}]" for w in ("NK", "NK8n", "NK16n")]
+    assert set(dense.layouts) == {("NCHW", "NCHW")}
+    assert graph.nodes["flatten"]["choices"] == ["NCHW"]
+    assert graph.layout_node("flatten").op == "relax.reshape"
 
 
 def test_resnet50_counts():
     graph = extract_layout_graph(models.resnet(depth=50))
     kind = kinds(graph)
-    convs = [n for n in graph if graph.nodes[n]["op"] == "relax.nn.conv2d"]
+    convs = [n for n in graph if graph.layout_node(n).op == "relax.nn.conv2d"]
     assert len(convs) == 53 and sum(v == "multi" for v in kind.values()) == 16
     assert [kind[n] for n in ("data", "avgpool", "flatten", "fc")] == ["input", "boundary", "boundary",
                                                                        "target"]
@@ -160,12 +161,12 @@ def test_onnx_import_batch_norm_follows_and_names_are_unique():
     assert len(set(names)) == len(names)
     assert prepare(mod)["main"].body.blocks[0].bindings[-1].var.name == names[-1]  # idempotent
     graph = extract_layout_graph(mod, BLOCKS, prepared=True)
-    ops = sorted((d["kind"], d["op"]) for _, d in graph.nodes(data=True))
+    ops = sorted((node.kind, node.op) for node in graph.layout_nodes())
     assert ops == [("boundary", "relax.add"), ("boundary", "relax.reshape"), ("input", "input"),
                    ("multi", "relax.add"), ("output", "output"), ("target", "relax.matmul"),
                    ("target", "relax.nn.conv2d"), ("target", "relax.nn.conv2d")]
     # the decomposed batch norm (subtract/divide/multiply/add by per-channel constants) follows conv1
-    assert len(graph.graph["following"]) >= 5
+    assert len(graph.following) >= 5
 
 
 def test_weights_kept_as_parameters_are_bound_by_prepare():
@@ -176,15 +177,15 @@ def test_weights_kept_as_parameters_are_bound_by_prepare():
     weights = mod["main"].params[1:]
     by_name = {param.name: value for param, value in zip(weights, params["main"], strict=True)}
     bound = extract_layout_graph(prepare(mod, by_name), BLOCKS)
-    expected = sorted(d["kind"] for _, d in bound.nodes(data=True))
+    expected = sorted(node.kind for node in bound.layout_nodes())
     assert expected.count("target") == 3 and "x" in bound
     # detach_params' own output and a positional list give the same graph
     for given in (params, params["main"]):
         graph = extract_layout_graph(prepare(mod, given), BLOCKS)
-        assert sorted(d["kind"] for _, d in graph.nodes(data=True)) == expected
+        assert sorted(node.kind for node in graph.layout_nodes()) == expected
     # left unbound, conv2d still chooses layouts (its weight parameter is re-laid out at run time)
     unbound = extract_layout_graph(mod, BLOCKS)
-    convs = [n for n, d in unbound.nodes(data=True) if d["op"] == "relax.nn.conv2d" and d["kind"] == "target"]
+    convs = [n for n in unbound.layout_nodes() if n.op == "relax.nn.conv2d" and n.kind == "target"]
     assert len(convs) == 2
     with pytest.raises(layoutopt.ProblemError, match=r"params: 2 arrays given for main's 9 weight"):
         prepare(mod, params["main"][:2])
@@ -218,8 +219,8 @@ def test_unsupported_op_becomes_a_boundary():
         return bb.emit(op.nn.conv2d(y, const(8, 16, 1, 1)), "conv2")
 
     graph = extract_layout_graph(_relax_module(build), BLOCKS)
-    assert graph.nodes["softmax"]["kind"] == "boundary" and graph.nodes["softmax"]["choices"] == ["NCHW"]
-    assert graph.nodes["full_bias"]["kind"] == "boundary"
+    assert graph.layout_node("softmax").kind == "boundary" and graph.nodes["softmax"]["choices"] == ["NCHW"]
+    assert graph.layout_node("full_bias").kind == "boundary"
     assert list(graph.edges) == [("x", "conv1"), ("conv1", "softmax"), ("softmax", "full_bias"),
                                  ("full_bias", "conv2"), ("conv2", "output:gv")]
 
@@ -234,19 +235,20 @@ def test_broadcast_multiply_gets_blocked_choices_channel_broadcast_does_not():
 
     graph = extract_layout_graph(_relax_module(build), BLOCKS)
     assert graph.nodes["excite"]["choices"] == ["NCHW8c", "NCHW16c", "NCHW"]
-    assert graph.edges["squeeze", "excite"]["shape"] == [1, 16, 1, 1]
+    assert list(graph.layout_edge("squeeze", "excite").shape) == [1, 16, 1, 1]
     assert graph.nodes["attend"]["choices"] == ["NCHW"]
 
 
-def test_depthwise_conv_is_a_target_fixed_in_nchw():
+def test_depthwise_conv_is_a_target_with_blocked_choices():
     def build(bb, x, const, op):
         y = bb.emit(op.nn.conv2d(x, const(16, 8, 1, 1)), "conv1")
         return bb.emit(op.nn.conv2d(y, const(16, 1, 3, 3), padding=1, groups=16), "depthwise")
 
     graph = extract_layout_graph(_relax_module(build), BLOCKS)
-    depthwise = graph.nodes["depthwise"]
-    assert depthwise["kind"] == "target" and depthwise["workload"]["groups"] == 16
-    assert depthwise["choices"] == ["NCHW->NCHW"]
+    depthwise = graph.layout_node("depthwise")
+    assert depthwise.kind == "target" and depthwise.workload["groups"] == 16
+    # equal in/out blocks (the rewrite runs it as a blocked depthwise kernel), or NCHW
+    assert depthwise.labels == ["NCHW8c->NCHW8c", "NCHW16c->NCHW16c", "NCHW->NCHW"]
     assert list(graph.predecessors("depthwise")) == ["conv1"]
 
 
@@ -258,7 +260,7 @@ def test_a_value_read_twice_by_one_node_is_one_edge_value():
 
     graph = extract_layout_graph(_relax_module(build), BLOCKS)
     # conv1 reaches add twice, as two different values (conv1 and relu): one edge, two values
-    assert [v["value"] for v in graph.edges["conv1", "add"]["values"]] == ["conv1", "relu"]
+    assert [v.name for v in graph.layout_edge("conv1", "add").values] == ["conv1", "relu"]
 
 
 def test_custom_candidates_and_labels():
@@ -271,7 +273,7 @@ def test_custom_candidates_and_labels():
     graph = extract_layout_graph(models.chain((16, 16), in_channels=16), only_16)
     assert calls == ["conv2d", "conv2d"]
     assert graph.nodes["conv2"]["choices"] == ["NCHW16c->NCHW16c[reg_n=4]", "NCHW->NCHW"]
-    assert graph.nodes["conv2"]["candidates"][0]["reg_n"] == 4
+    assert graph.layout_node("conv2").candidates[0]["reg_n"] == 4
     assert candidate_label({"in": "NCHW4c", "out": "NCHW8c"}) == "NCHW4c->NCHW8c"
     with pytest.raises(layoutopt.ProblemError, match=r"conv1.*candidates must be"):
         extract_layout_graph(models.chain((16,)), lambda workload: [])
@@ -318,26 +320,26 @@ def test_rewrite_emits_exactly_the_transforms_the_graph_predicts(make):
     rng = np.random.default_rng(0)
     for _ in range(4):
         assignment = {n: int(rng.integers(len(d["choices"]))) for n, d in graph.nodes(data=True)}
-        choices = {d["binding"]: d["layouts"][assignment[n]] for n, d in graph.nodes(data=True)
-                   if d["kind"] in ("target", "multi")}
+        choices = {node.binding: node.layouts[assignment[node.name]] for node in graph.layout_nodes()
+                   if node.decides}
         emitted = count_layout_transforms(apply_layouts(mod, choices))
         assert emitted == expected_transforms(graph, assignment), assignment
 
 
 def test_each_conv_carries_the_epilogue_fuse_ops_gives_it():
     graph = extract_layout_graph(models.residual(channels=16, size=8), BLOCKS)
-    epilogue = {n: graph.nodes[n]["workload"].get("epilogue") for n in ("conv0", "conv1", "conv2")}
+    epilogue = {n: graph.layout_node(n).workload.get("epilogue") for n in ("conv0", "conv1", "conv2")}
     # conv0's relu is read twice (conv1 and the skip): the chain ends there; conv2 takes the add
     assert epilogue == {"conv0": ["bias", "relu"], "conv1": ["bias", "relu"],
                         "conv2": ["bias", "add", "relu"]}
-    unfused = extract_layout_graph(models.residual(channels=16, size=8), BLOCKS, epilogues=False)
-    assert not any("epilogue" in d["workload"] for _, d in unfused.nodes(data=True))
+    unfused = extract_layout_graph(models.residual(channels=16, size=8), BLOCKS, fuse=False)
+    assert not any("epilogue" in node.workload for node in unfused.layout_nodes())
 
 
 def test_a_residual_add_joins_one_conv_only():
     # in a downsampling block both operands of the add come from a conv read only there; FuseOps
     # fuses the add into one of them, and it must be costed once
     graph = extract_layout_graph(models.resnet(depth=50, width=8, size=32, classes=10))
-    adds = [n for n, d in graph.nodes(data=True) if d["kind"] == "multi" and d["op"] == "relax.add"]
-    with_add = [n for n, d in graph.nodes(data=True) if "add" in d["workload"].get("epilogue", [])]
+    adds = [n for n in graph.layout_nodes() if n.kind == "multi" and n.op == "relax.add"]
+    with_add = [n for n in graph.layout_nodes() if "add" in n.workload.get("epilogue", [])]
     assert len(adds) == 16 and len(with_add) == len(adds)

@@ -15,8 +15,9 @@ from onnx_models import relu_only_onnx, tiny_conv_onnx  # tests/tvm is on sys.pa
 from layoutopt import MissingExtraError, ProblemError
 from layoutopt.tvm import load_model, models, tune_and_build
 from layoutopt.tvm.apply import count_layout_transforms, expected_transforms
+from layoutopt.tvm.baselines import fixed_layout_assignment
 from layoutopt.tvm.report import write_report
-from layoutopt.tvm.tune import fixed_layout_assignment, relative_error
+from layoutopt.tvm.timing import relative_error
 
 pytestmark = pytest.mark.tvm
 
@@ -52,10 +53,36 @@ def test_tuned_build_matches_the_untouched_model_and_its_prediction(tuned):
     assert result.speedup("default") == result.baselines["default"].measured / result.tuned.measured
 
 
+def test_the_guard_hands_back_the_faster_of_the_tuned_build_and_the_best_fixed_layout(tuned):
+    result, _ = tuned
+    members = {name: result.baselines[name] for name in ("nchw8c", "nchw16c")}
+    best = result.baselines["best_fixed"]
+    fastest = min(members.values(), key=lambda variant: variant.measured)
+    # b* is the faster member, as measured in the same interleaved rounds
+    assert best.measured == fastest.measured and best.assignment == fastest.assignment
+    assert fastest.name in best.description
+    expected = "layoutopt" if result.tuned.measured <= best.measured else "best_fixed"
+    assert result.chosen == expected
+    # the build handed back is the chosen one's: the tuned module, or b*'s
+    chosen_transforms = (result.tuned if expected == "layoutopt" else best).transforms
+    assert count_layout_transforms(result.module) == chosen_transforms
+    assert f"handed back: {expected}" in result.summary()
+    for variant in result.variants():
+        if variant.name != "default":
+            low, high = variant.spread
+            assert low <= variant.measured <= high
+
+
+def test_without_the_guard_the_tuned_build_is_handed_back():
+    result = tune_and_build(models.chain((8,), in_channels=4, size=8), method="pbqp", candidates=[4, 8],
+                            baselines=(), guard=False, repeat=1, profile=False, check=False)
+    assert result.chosen == "layoutopt" and not result.baselines
+
+
 def test_layer_table_lists_every_tuned_op_with_its_choice(tuned):
     result, _ = tuned
     graph = result.graph
-    problem_nodes = [n for n, kind in graph.nodes(data="kind") if kind in ("target", "multi")]
+    problem_nodes = [node.name for node in graph.layout_nodes() if node.decides]
     rows = {layer.node: layer for layer in result.layers}
     assert set(problem_nodes) <= set(rows)
     for node in problem_nodes:
@@ -70,8 +97,8 @@ def test_profile_times_every_kernel_and_transform_of_the_build_in_the_network(tu
     for variant in [result.tuned, result.baselines["nchw16c"], result.baselines["greedy"]]:
         rows = {row.category: row for row in variant.breakdown}
         # one fused call per conv (its epilogue inside), one call per inserted layout_transform
-        assert rows["conv2d"].calls == sum(
-            1 for _, data in graph.nodes(data=True) if (data.get("workload") or {}).get("op") == "conv2d")
+        convs = sum(1 for node in graph.layout_nodes() if node.workload.get("op") == "conv2d")
+        assert rows["conv2d"].calls == convs
         assert rows["layout_transform"].calls == variant.transforms
         assert all(row.measured > 0 for row in rows.values())
         # the predicted shares add up to the objective of the variant's assignment
@@ -82,7 +109,7 @@ def test_profile_times_every_kernel_and_transform_of_the_build_in_the_network(tu
         assert "vm builtins" in outside and all(row.predicted is None for row in outside.values())
     assert result.baselines["default"].breakdown is None  # timed once, not profiled
     # every conv layer of the tuned build is matched to its kernel's call
-    convs = {n for n, data in graph.nodes(data=True) if (data.get("workload") or {}).get("op") == "conv2d"}
+    convs = {node.name for node in graph.layout_nodes() if node.workload.get("op") == "conv2d"}
     timed = {layer.node: layer.in_network for layer in result.layers if layer.in_network is not None}
     assert convs <= set(timed) and all(t > 0 for t in timed.values())
 
@@ -91,15 +118,14 @@ def test_fixed_layout_baseline_takes_nchw16c_where_it_fits(tuned):
     result, _ = tuned
     graph = result.graph
     assignment = fixed_layout_assignment(graph, "NCHW16c")
-    assert graph.nodes["conv1"]["layouts"][assignment["conv1"]] == ("NCHW16c", "NCHW16c")
+    assert graph.layout_node("conv1").layouts[assignment["conv1"]] == ("NCHW16c", "NCHW16c")
     # conv0 reads the 3-channel image: its nearest input block is 3
-    assert graph.nodes["conv0"]["layouts"][assignment["conv0"]] == ("NCHW3c", "NCHW16c")
+    assert graph.layout_node("conv0").layouts[assignment["conv0"]] == ("NCHW3c", "NCHW16c")
     # ... in the default schedule; the tuned variant takes the same layouts in the faster loop order
-    assert all("order" not in graph.nodes[n]["candidates"][k] for n, k in assignment.items()
-               if graph.nodes[n].get("candidates"))
+    assert all("order" not in graph.choice(n, k).candidate for n, k in assignment.items())
     tuned_schedules = result.baselines["nchw16c_tuned"].assignment
     for node, k in tuned_schedules.items():
-        layouts, cost = graph.nodes[node]["layouts"], result.costs.nodes[node]
+        layouts, cost = graph.layout_node(node).layouts, result.costs.nodes[node]
         assert layouts[k] == layouts[assignment[node]]
         assert cost[k] == min(cost[j] for j in range(len(layouts)) if layouts[j] == layouts[k])
     assert result.baselines["nchw16c_tuned"].predicted <= result.baselines["nchw16c"].predicted

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -26,7 +27,9 @@ def test_tune_runs_end_to_end_and_writes_a_report(tmp_path, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "chosen layouts" in out and "NCHW" in out
-    assert "layoutopt  predicted" in out and "nchw16c" in out and "greedy" in out and "speed-up" in out
+    assert re.search(r"layoutopt +predicted", out) and "speed-up" in out
+    assert "nchw16c" in out and "greedy" in out
+    assert "best_fixed" in out and "handed back:" in out
     assert '"order": "rows"' in cache.read_text()  # both loop orders were measured
     report = (tmp_path / "report" / "report.md").read_text()
     assert "tiny.onnx" in report and "| greedy |" in report

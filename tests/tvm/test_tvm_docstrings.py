@@ -9,7 +9,9 @@ pytest.importorskip("tvm")
 
 pytestmark = pytest.mark.tvm
 
-MODULES = [f"layoutopt.tvm.{name}" for name in ("apply", "cli", "extract", "kernels", "profile", "tune")]
+MODULES = [f"layoutopt.tvm.{name}" for name in ("_tvm", "apply", "cache", "cli", "graph", "kernels.conv2d",
+                                                "kernels.dense", "kernels.workload", "profile", "timing",
+                                                "tune")]
 
 
 @pytest.mark.parametrize("name", MODULES)

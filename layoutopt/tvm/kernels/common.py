@@ -1,0 +1,129 @@
+"""Schedule pieces every kernel family uses: block lookup, parallel + vectorised loops, epilogues.
+
+These operate on a ``tvm.s_tir.Schedule``; they hold no policy of their own (the families and
+:mod:`~layoutopt.tvm.kernels.module` decide what to call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._tvm import import_tvm
+
+#: the PrimFunc attribute telling TVM's lowering (and :func:`~layoutopt.tvm.schedule_module`) that a
+#: function is scheduled already
+SCHEDULED_ATTR = "tirx.is_scheduled"
+
+#: the block annotation carrying a kernel's candidate (algorithm, layouts, schedule knobs) from the
+#: compute to the scheduler. Set by ``te.compute(..., attrs=...)`` on the kernel's main block, it
+#: survives legalization and ``FuseTIR``: the schedule of a fused function finds its knobs on the
+#: very block they belong to.
+CANDIDATE_ANNOTATION = "layoutopt_candidate"
+
+#: the widest innermost loop vectorised whole. LLVM splits a wide vector into register-sized pieces,
+#: fine for the rows of NCHW tensors (up to 518 here); but a flattened tensor (SSD's heads: 12 reshapes
+#: to (1, N) fused into one concat, N = 331776) made one giant vector, and LLVM aborted the process
+#: ("Cannot implicitly convert a scalable size to a fixed-width size"). Longer loops are split.
+MAX_VECTOR_LOOP = 1024
+
+
+def block_names(sch) -> list[str]:
+    """Names of the root block's children, in program order."""
+    return [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+
+
+def param_shape(func, index: int) -> list[int]:
+    """The static shape of a PrimFunc's ``index``-th parameter buffer."""
+    param = func.params[index]
+    buffer = func.buffer_map[param] if hasattr(func, "buffer_map") else param
+    return [int(s) for s in buffer.shape]
+
+
+def param_shapes(func) -> list[list[int]]:
+    """Static shapes of all of a PrimFunc's parameters, in order (inputs, then outputs)."""
+    return [param_shape(func, i) for i in range(len(func.params))]
+
+
+def plain_value(value: Any) -> Any:
+    """A TVM annotation value (String, IntImm, Map, Array) as a plain Python value."""
+    tvm = import_tvm()
+    if isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, tvm.tirx.IntImm):
+        return int(value.value)
+    if isinstance(value, tvm.tirx.FloatImm):
+        return float(value.value)
+    if hasattr(value, "items"):
+        return {str(k): plain_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) or (hasattr(value, "__len__") and not hasattr(value, "encode")):
+        try:
+            return [plain_value(v) for v in value]
+        except TypeError:
+            pass
+    text = str(value)
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def annotated_candidate(sch, block) -> dict[str, Any] | None:
+    """The candidate dict a kernel's main block carries (:data:`CANDIDATE_ANNOTATION`), or None."""
+    annotations = sch.get(block).annotations
+    if CANDIDATE_ANNOTATION not in annotations:
+        return None
+    return plain_value(annotations[CANDIDATE_ANNOTATION])
+
+
+def parallel_vectorize(sch, block, max_parallel_loops: int = 3) -> None:
+    """Parallelise the outer spatial loops of an injective block and vectorise its innermost loop
+    (split first, if longer than :data:`MAX_VECTOR_LOOP`, into a parallel outer part and 64 lanes or
+    fewer: the largest divisor, so that no tail is left)."""
+    loops = sch.get_loops(block)
+    extent = sch.get(loops[-1]).extent if loops else None
+    if isinstance(extent, import_tvm().tirx.IntImm) and extent.value > MAX_VECTOR_LOOP:
+        lanes = max(d for d in range(1, 65) if extent.value % d == 0)
+        loops = [*loops[:-1], *sch.split(loops[-1], [None, lanes])]
+    if len(loops) > 1:
+        outer = loops[: min(max_parallel_loops, len(loops) - 1)]
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+    if loops:
+        sch.vectorize(loops[-1])
+
+
+def schedule_injective(sch) -> None:
+    """Every block of the function parallel and vectorised (layout transforms, elementwise ops)."""
+    for name in block_names(sch):
+        parallel_vectorize(sch, sch.get_sblock(name))
+
+
+def is_spatial(sch, block) -> bool:
+    """A block with no reduction axis."""
+    return all(int(v.iter_type) == 0 for v in sch.get(block).iter_vars)
+
+
+def is_elementwise_after(sch, name: str, producer) -> bool:
+    """Does block ``name`` write a tensor of the producer's shape (bias, relu, add: not a layout
+    transform, which FuseOps also fuses and which a register tile of the producer cannot finish)?"""
+    block = sch.get_sblock(name)
+    shape = [int(d) for d in sch.get(block).writes[0].source.shape]
+    return is_spatial(sch, block) and shape == [int(d) for d in sch.get(producer).writes[0].source.shape]
+
+
+def schedule_epilogue(sch, names: Sequence[str], done: set[str]) -> None:
+    """Blocks fused after the main kernel (bias, relu, add...) or a separate unpack step: each parallel
+    and vectorised on its own."""
+    for name in names:
+        if name not in done:
+            block = sch.get_sblock(name)
+            if is_spatial(sch, block):
+                parallel_vectorize(sch, block)
+
+
+def finish_register_tile(sch, tile, owo, outer: tuple, ocb, owi) -> None:
+    """The blocked convolutions' common tail: the output tile (``[reg_n, oc_bn]``) is written per
+    ``owo`` step, the outer loops run in parallel, the channel block is vectorised and the row
+    of ``reg_n`` columns unrolled."""
+    sch.reverse_compute_at(tile, owo)
+    sch.parallel(sch.fuse(*outer))
+    sch.vectorize(sch.get_loops(tile)[-1])
+    sch.vectorize(ocb)
+    sch.unroll(owi)

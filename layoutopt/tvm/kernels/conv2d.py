@@ -1,0 +1,447 @@
+"""Direct conv2d: plain NCHW, channel-blocked NCHWc (AutoTVM's x86 template) and depthwise NCHWc.
+
+Candidates are ``{"in": "NCHW16c", "out": "NCHW8c"}`` (blocked, any pair of dividing blocks) or
+``{"in": "NCHW", "out": "NCHW"}``; a blocked one may add schedule knobs (:data:`SCHEDULE_KNOBS`).
+Grouped convolutions run in NCHW only, depthwise ones also in NCHW{b}c with equal blocks.
+
+Example::
+
+    wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
+          "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+    candidates(wl, blocks=[8, 16])
+    # [{'in': 'NCHW8c', 'out': 'NCHW8c'}, ..., {'in': 'NCHW', 'out': 'NCHW'}]
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import ProblemError
+from .._tvm import import_tvm
+from .common import (
+    CANDIDATE_ANNOTATION,
+    annotated_candidate,
+    block_names,
+    finish_register_tile,
+    is_elementwise_after,
+    parallel_vectorize,
+    schedule_epilogue,
+)
+from .isa import register_tile, vector_registers
+from .workload import (
+    DEFAULT_BLOCKS,
+    NCHW,
+    channel_blocks,
+    check_divides,
+    conv2d_output_shape,
+    epilogue_shapes,
+    is_depthwise,
+    layout_block,
+    layout_shape,
+    pack_data,
+    unpack_data,
+)
+
+__all__ = [
+    "DEFAULT_ORDERS",
+    "ORDERS",
+    "SCHEDULE_KNOBS",
+    "candidates",
+    "pack_kernel",
+    "reference",
+    "validate_candidate",
+]
+
+#: Knobs of a blocked conv2d candidate that change its schedule, not its layouts. ``order``: the
+#: parallel loop nest runs over output-channel chunks, then rows (``"oc"``, AutoTVM's, the default),
+#: or rows, then chunks (``"rows"``). Chunks outside re-read the whole input once per chunk; rows
+#: outside keep one input row (all channels) in cache while every chunk uses it. Neither wins
+#: everywhere: on SSD's 128x128 maps a 1x1 256->64 conv at 16c ran 6.94 ms chunks-outside and 3.26
+#: ms rows-outside, and a 1x1 128->512 at 64x64 3.22 vs 3.42 ms. But which wins depends on how much
+#: of the shared L3 the other tenants leave: on a shared VM the two passes of one measurement
+#: flipped it, and whole networks built with the faster order per kernel were no faster (SSD 257 vs
+#: 259 ms, ResNet-50 40.0 vs 39.3 ms); so it is a candidate only when asked for (``orders=``), as it
+#: doubles the blocked convs to measure. ``reg_n``: the register tile width (default
+#: :func:`~layoutopt.tvm.kernels.isa.register_tile`).
+SCHEDULE_KNOBS = ("order", "reg_n")
+#: values of the ``order`` knob, the default first
+ORDERS = ("oc", "rows")
+#: the loop orders of blocked conv2d candidates unless asked for others
+DEFAULT_ORDERS = ("oc",)
+
+#: the main block of every direct conv compute (TVM's own legalization names them so too)
+MAIN_BLOCKS = ("conv2d_NCHWc", "conv2d_nchw", "group_conv2d_nchw", "DepthwiseConv2d")
+_PAD_BLOCKS = ("pad_temp", "PaddedInput", "data_pad")
+
+
+# --------------------------------------------------------------------------------------------------
+# candidates
+
+
+def candidates(
+    workload: dict[str, Any],
+    blocks: Iterable[int] = DEFAULT_BLOCKS,
+    include_nchw: bool = True,
+    orders: Iterable[str] = DEFAULT_ORDERS,
+) -> list[dict[str, Any]]:
+    """Direct kernels of a (validated) conv2d: every (NCHW{ic}c, NCHW{oc}c) pair with dividing blocks,
+    once per loop order in ``orders`` (see :data:`SCHEDULE_KNOBS`; the default order has no
+    ``"order"`` key and comes first), and NCHW.
+
+    Grouped convolutions only get the plain NCHW kernel, and depthwise ones NCHW plus equal in/out blocks.
+    """
+    orders = list(orders)
+    unknown = sorted(set(orders) - set(ORDERS))
+    if unknown or not orders:
+        raise ProblemError(f"conv2d loop orders {unknown or orders} are not in {ORDERS}")
+    blocks = list(blocks)
+    channels, out_channels = workload["data"][1], workload["kernel"][0]
+    found: list[dict[str, Any]] = []
+    if workload["groups"] == 1:
+        pairs = itertools.product(channel_blocks(channels, blocks), channel_blocks(out_channels, blocks))
+        for ic, oc in pairs:
+            for order in orders:
+                knobs = {} if order == ORDERS[0] else {"order": order}
+                found.append({"in": f"NCHW{ic}c", "out": f"NCHW{oc}c", **knobs})
+    elif is_depthwise(workload):
+        for block in channel_blocks(channels, blocks):
+            found.append({"in": f"NCHW{block}c", "out": f"NCHW{block}c"})
+    if include_nchw or not found:
+        found.append({"in": NCHW, "out": NCHW})
+    return found
+
+
+def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
+    """Raise ProblemError unless ``candidate`` is a valid direct kernel of the (validated) ``workload``."""
+    what = f"conv2d candidate {candidate!r}"
+    if not isinstance(candidate, dict) or "in" not in candidate or "out" not in candidate:
+        raise ProblemError(f"{what} needs 'in' and 'out' layouts")
+    in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
+    check_divides(in_block, workload["data"][1], f"{what} input")
+    check_divides(out_block, workload["kernel"][0], f"{what} output")
+    if (in_block is None) != (out_block is None):
+        raise ProblemError(f"{what}: in and out must both be blocked or both be NCHW")
+    depthwise_pair = is_depthwise(workload) and in_block == out_block
+    if workload["groups"] > 1 and in_block is not None and not depthwise_pair:
+        raise ProblemError(f"{what}: grouped convolutions have NCHW kernels only (depthwise: equal blocks)")
+    reg_n = candidate.get("reg_n", 1)
+    if int(reg_n) != reg_n or reg_n < 1:
+        raise ProblemError(f"{what}: reg_n must be a positive integer")
+    order = candidate.get("order", ORDERS[0])
+    if order not in ORDERS:
+        raise ProblemError(f"{what}: order must be one of {ORDERS}")
+    if order != ORDERS[0] and (in_block is None or workload["groups"] > 1):
+        raise ProblemError(f"{what}: only a blocked conv2d with groups=1 has a loop order to choose")
+    unknown = sorted(set(candidate) - {"in", "out", *SCHEDULE_KNOBS})
+    if unknown:
+        raise ProblemError(f"{what}: unknown keys {unknown} (knobs: {list(SCHEDULE_KNOBS)})")
+
+
+# --------------------------------------------------------------------------------------------------
+# numpy: weights and the reference
+
+
+def pack_weight(workload: dict[str, Any], candidate: dict[str, Any], weight: np.ndarray) -> np.ndarray:
+    """The OIHW weight of a (validated) workload in the layout the candidate's kernel reads (what the
+    rewrite stores as the constant; see :func:`pack_kernel`)."""
+    return pack_kernel(weight, candidate, workload["groups"])
+
+
+def pack_kernel(kernel: np.ndarray, candidate: dict[str, Any], groups: int = 1) -> np.ndarray:
+    """OIHW weights in the layout the candidate's kernel reads: ``OIHW{ib}i{ob}o`` (shape O/ob, I/ib,
+    KH, KW, ib, ob) for a blocked conv2d, ``(O/b, 1, KH, KW, 1, b)`` for a blocked depthwise one, OIHW
+    unchanged for NCHW.
+
+    Example:
+        >>> pack_kernel(np.zeros((32, 16, 3, 3)), {"in": "NCHW8c", "out": "NCHW16c"}).shape
+        (2, 2, 3, 3, 8, 16)
+    """
+    in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
+    if in_block is None:
+        return np.ascontiguousarray(kernel)
+    o, i, kh, kw = kernel.shape
+    if groups > 1:  # depthwise: I == 1
+        return np.ascontiguousarray(
+            kernel.reshape(o // out_block, out_block, 1, kh, kw).transpose(0, 2, 3, 4, 1)[..., None, :]
+        )
+    packed = kernel.reshape(o // out_block, out_block, i // in_block, in_block, kh, kw)
+    return np.ascontiguousarray(packed.transpose(0, 2, 4, 5, 3, 1))
+
+
+def reference(workload: dict[str, Any], inputs: Sequence[np.ndarray]) -> np.ndarray:
+    """The logical NCHW output of a conv2d workload (with its epilogue) computed in float64 numpy
+    from logical inputs: data, OIHW kernel, then one operand per bias/add step."""
+    data, kernel, *extra = inputs
+    n, c, _, _ = data.shape
+    out = np.zeros(conv2d_output_shape(workload), dtype=np.float64)
+    _, o, out_h, out_w = out.shape
+    groups = workload["groups"]
+    (sh, sw), (dh, dw) = workload["strides"], workload["dilation"]
+    top, left, bottom, right = workload["padding"]
+    padded = np.pad(data, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    padded = padded.reshape(n, groups, c // groups, *padded.shape[2:])
+    grouped = kernel.reshape(groups, o // groups, *kernel.shape[1:]).astype(np.float64)
+    for y, x in itertools.product(range(kernel.shape[2]), range(kernel.shape[3])):
+        patch = padded[
+            :, :, :, y * dh : y * dh + sh * (out_h - 1) + 1 : sh, x * dw : x * dw + sw * (out_w - 1) + 1 : sw
+        ]
+        out += np.einsum("ngihw,goi->ngohw", patch, grouped[:, :, :, y, x], optimize=True).reshape(out.shape)
+    return apply_epilogue(workload, out, extra)
+
+
+def apply_epilogue(workload: dict[str, Any], out: np.ndarray, operands: Sequence[np.ndarray]) -> np.ndarray:
+    """A conv's numpy output with its workload's epilogue applied (bias/residual operands in order)."""
+    remaining = iter(operands)
+    for step in workload.get("epilogue", []):
+        out = np.maximum(out, 0.0) if step == "relu" else out + next(remaining)  # bias broadcasts
+    return out
+
+
+def logical_shapes(workload: dict[str, Any]) -> list[list[int]]:
+    """Shapes of the logical inputs: NCHW data, OIHW kernel, then each epilogue operand."""
+    return [workload["data"], workload["kernel"],
+            *epilogue_shapes(workload.get("epilogue", []), conv2d_output_shape(workload))]
+
+
+def pack_inputs(workload: dict[str, Any], candidate: dict[str, Any], inputs: Sequence[np.ndarray]) -> list:
+    """Logical inputs in the kernel's layouts: data, packed kernel, epilogue operands in the output's."""
+    data, kernel, *extra = inputs
+    return [pack_data(data, candidate["in"]), pack_weight(workload, candidate, kernel),
+            *(pack_data(x, candidate["out"]) for x in extra)]
+
+
+def unpack_output(workload: dict[str, Any], candidate: dict[str, Any], output: np.ndarray) -> np.ndarray:
+    """The kernel's output buffer as a logical NCHW array."""
+    return unpack_data(output, candidate["out"])
+
+
+# --------------------------------------------------------------------------------------------------
+# compute
+
+
+def placeholders(tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
+    """TE placeholders of the kernel's inputs in the candidate's layouts: data, kernel, epilogue operands."""
+    te = tvm.te
+    dtype = workload["dtype"]
+    in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
+    o, i, kh, kw = workload["kernel"]
+    data = te.placeholder(layout_shape(workload["data"], candidate["in"]), dtype=dtype, name="data")
+    if in_block is None:
+        kernel_shape: tuple[int, ...] = (o, i, kh, kw)
+    elif workload["groups"] > 1:
+        kernel_shape = (o // out_block, 1, kh, kw, 1, out_block)
+    else:
+        kernel_shape = (o // out_block, i // in_block, kh, kw, in_block, out_block)
+    kernel = te.placeholder(kernel_shape, dtype=dtype, name="kernel")
+    out = conv2d_output_shape(workload)
+    operands = [
+        te.placeholder(layout_shape(shape, candidate["out"]), dtype=dtype, name=f"epilogue_in{i}")
+        for i, shape in enumerate(epilogue_shapes(workload.get("epilogue", []), out))
+    ]
+    return [data, kernel, *operands]
+
+
+def compute(tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
+    """The conv's output tensor (no epilogue) from the :func:`placeholders` ``inputs`` (data and
+    kernel first) in the candidate's layouts.
+
+    Blocked kernels' main block carries the candidate as its
+    :data:`~layoutopt.tvm.kernels.common.CANDIDATE_ANNOTATION`, where the scheduler finds the knobs.
+    """
+    topi = tvm.topi
+    data, kernel = inputs[:2]
+    dtype = workload["dtype"]
+    strides, padding, dilation = workload["strides"], workload["padding"], workload["dilation"]
+    if layout_block(candidate["in"]) is None:
+        if workload["groups"] == 1:
+            return topi.nn.conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=dtype)
+        if is_depthwise(workload):
+            return topi.nn.depthwise_conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=dtype)
+        return topi.nn.group_conv2d_nchw(data, kernel, strides, padding, dilation, workload["groups"], dtype)
+    if workload["groups"] > 1:
+        return _depthwise_nchwc(tvm, data, kernel, workload, candidate)
+    return _conv2d_nchwc(tvm, data, kernel, workload, candidate)
+
+
+def _padded(tvm, data, padding):
+    top, left, bottom, right = padding
+    if not any(padding):
+        return data
+    return tvm.topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="data_pad")
+
+
+def _conv2d_nchwc(tvm, data, kernel, workload, candidate):
+    # the compute of topi.nn.conv2d_NCHWc (same loops: n, oc chunk, oh, ow, oc block | ic, kh, kw),
+    # written here so that its block carries the candidate
+    te = tvm.te
+    dtype = workload["dtype"]
+    in_block = int(data.shape[4])
+    out_chunks, _, kernel_h, kernel_w, _, out_block = (int(d) for d in kernel.shape)
+    batch, _, out_h, out_w = conv2d_output_shape(workload)
+    (sh, sw), (dh, dw) = workload["strides"], workload["dilation"]
+    padded = _padded(tvm, data, workload["padding"])
+    ic = te.reduce_axis((0, workload["data"][1]), name="ic")
+    ry = te.reduce_axis((0, kernel_h), name="kh")
+    rx = te.reduce_axis((0, kernel_w), name="kw")
+    return te.compute(
+        (batch, out_chunks, out_h, out_w, out_block),
+        lambda n, oc_chunk, oh, ow, oc_block: te.sum(
+            padded[n, ic // in_block, oh * sh + ry * dh, ow * sw + rx * dw, ic % in_block].astype(dtype)
+            * kernel[oc_chunk, ic // in_block, ry, rx, ic % in_block, oc_block].astype(dtype),
+            axis=[ic, ry, rx],
+        ),
+        name="conv2d_NCHWc",
+        attrs={CANDIDATE_ANNOTATION: dict(candidate)},
+    )
+
+
+def _depthwise_nchwc(tvm, data, kernel, workload, candidate):
+    # topi.nn.depthwise_conv2d_NCHWc is an unregistered generic function in 0.27: write the compute
+    te = tvm.te
+    _, _, kernel_h, kernel_w, _, _ = (int(d) for d in kernel.shape)
+    n, _, out_h, out_w = conv2d_output_shape(workload)
+    (sh, sw), (dh, dw) = workload["strides"], workload["dilation"]
+    padded = _padded(tvm, data, workload["padding"])
+    ry = te.reduce_axis((0, kernel_h), name="ry")
+    rx = te.reduce_axis((0, kernel_w), name="rx")
+    return te.compute(
+        (n, int(data.shape[1]), out_h, out_w, int(data.shape[4])),
+        lambda b, c, y, x, k: te.sum(
+            padded[b, c, y * sh + ry * dh, x * sw + rx * dw, k] * kernel[c, 0, ry, rx, 0, k], axis=[ry, rx]
+        ),
+        name="DepthwiseConv2d",
+        attrs={CANDIDATE_ANNOTATION: dict(candidate)},
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# schedules: each takes the PrimFunc holding the kernel (alone, or fused with its epilogue) and
+# returns its Schedule
+
+
+def _write_shape(sch, block) -> list[int]:
+    return [int(d) for d in sch.get(block).writes[0].source.shape]
+
+
+def _read_shape(sch, block, ndim: int) -> list[int]:
+    """The shape of the first buffer of ``ndim`` dimensions the block reads (a packed kernel: 6)."""
+    return next([int(d) for d in region.source.shape] for region in sch.get(block).reads
+                if len(region.source.shape) == ndim)
+
+
+def schedule_nchwc(func, target):
+    """AutoTVM's ``schedule_conv_NCHWc_cpu_common``: a ``[reg_n x oc_block]`` register tile accumulated
+    over (ic outer, kh, kw, ic inner), parallel over (n, oc outer, oh) (or (n, oh, oc outer): the
+    ``order`` knob), the oc block vectorised, and the fused epilogue (bias, relu, residual add)
+    finished in the tile when the output block is one vector wide.
+
+    With wider output blocks (4 zmm per column at 64c) the epilogue's operands spill the
+    accumulators: a fused 64c residual block measured 8-25 % slower in the tile than with its
+    epilogue run after the conv, so there it runs after.
+    """
+    tvm = import_tvm()
+    sch = tvm.s_tir.Schedule(func)
+    conv = sch.get_sblock("conv2d_NCHWc")
+    knobs = annotated_candidate(sch, conv) or {}
+    # the packed kernel (O/ob, I/ib, KH, KW, ib, ob) gives the blocks, whoever wrote the compute
+    *_, in_block, out_block = _read_shape(sch, conv, 6)
+    out_width = _write_shape(sch, conv)[3]
+    reg_n = int(knobs.get("reg_n") or register_tile(out_width, out_block, target))
+    rows_outer = knobs.get("order") == "rows"
+    try:
+        _schedule_nchwc(sch, in_block, reg_n, out_block <= vector_registers(target)[0], rows_outer)
+    except tvm.s_tir.ScheduleError:  # the epilogue does not fit in the tile: run it after the conv
+        sch = tvm.s_tir.Schedule(func)
+        _schedule_nchwc(sch, in_block, reg_n, False, rows_outer)
+    return sch
+
+
+def _schedule_nchwc(sch, in_block: int, reg_n: int, fuse_epilogue: bool, rows_outer: bool) -> None:
+    names = block_names(sch)
+    conv = sch.get_sblock("conv2d_NCHWc")
+    if "data_pad" in names:
+        parallel_vectorize(sch, sch.get_sblock("data_pad"))
+    n, occ, oh, ow, ocb, ic, kh, kw = sch.get_loops(conv)
+    owo, owi = sch.split(ow, [None, reg_n])
+    ico, ici = sch.split(ic, [None, in_block])
+    outer = (n, oh, occ) if rows_outer else (n, occ, oh)
+    sch.reorder(*outer, owo, ico, kh, kw, ici, owi, ocb)
+    epilogue = [name for name in names if name not in ("conv2d_NCHWc", "data_pad")]
+    if fuse_epilogue and epilogue and all(is_elementwise_after(sch, name, conv) for name in epilogue):
+        # a fused epilogue (bias, relu, residual add...) is finished per register tile, right after the
+        # tile's accumulation: the conv's own output never leaves the tile, and the output tensor is
+        # written once instead of being re-read by every elementwise op
+        for name in epilogue[:-1]:
+            sch.compute_inline(sch.get_sblock(name))
+        tile = sch.get_sblock(epilogue[-1])
+        sch.set_scope(conv, 0, "local")
+        epilogue = []
+    else:
+        tile = sch.cache_write(conv, 0, "global")
+    finish_register_tile(sch, tile, owo, outer, ocb, owi)
+    schedule_epilogue(sch, epilogue, set())
+    # must come last: before parallel/vectorize it breaks the "compact dataflow" check
+    sch.decompose_reduction(conv, ico)
+
+
+def schedule_depthwise_nchwc(func, target):
+    """Depthwise NCHWc: a ``[reg_n x block]`` register tile over (kh, kw), parallel over (n, chunk, oh)."""
+    sch = import_tvm().s_tir.Schedule(func)
+    names = block_names(sch)
+    conv = sch.get_sblock("DepthwiseConv2d")
+    out_shape = _write_shape(sch, conv)
+    reg_n = register_tile(out_shape[3], out_shape[4], target)
+    if "data_pad" in names:
+        parallel_vectorize(sch, sch.get_sblock("data_pad"))
+    n, occ, oh, ow, ocb, kh, kw = sch.get_loops(conv)
+    owo, owi = sch.split(ow, [None, reg_n])
+    sch.reorder(n, occ, oh, owo, kh, kw, owi, ocb)
+    tile = sch.cache_write(conv, 0, "global")
+    finish_register_tile(sch, tile, owo, (n, occ, oh), ocb, owi)
+    schedule_epilogue(sch, names, {"DepthwiseConv2d", "data_pad"})
+    sch.decompose_reduction(conv, kh)
+    return sch
+
+
+def schedule_nchw(func, target=None):
+    """Plain NCHW (conv, grouped, depthwise): vectorise along output columns (contiguous input rows for
+    stride 1) and keep a [filters x columns] register tile, parallel over (n, filter outer, row)."""
+    sch = import_tvm().s_tir.Schedule(func)
+    names = block_names(sch)
+    block_name = next(n for n in names if n in MAIN_BLOCKS)
+    conv = sch.get_sblock(block_name)
+    out_width = _write_shape(sch, conv)[3]
+    for pad in _PAD_BLOCKS:
+        if pad in names:
+            parallel_vectorize(sch, sch.get_sblock(pad))
+    n, f, y, x, *reduction = sch.get_loops(conv)
+    columns = max(d for d in range(1, 17) if out_width % d == 0)
+    filters_extent = int(sch.get(f).extent)
+    filters = max(d for d in (1, 2, 4, 8) if filters_extent % d == 0)
+    fo, fi = sch.split(f, [None, filters])
+    xo, xi = sch.split(x, [None, columns])
+    sch.reorder(n, fo, y, xo, *reduction, fi, xi)
+    tile = sch.cache_write(conv, 0, "global")
+    sch.reverse_compute_at(tile, xo)
+    sch.parallel(sch.fuse(n, fo, y))
+    sch.vectorize(sch.get_loops(tile)[-1])
+    sch.vectorize(xi)
+    sch.unroll(fi)
+    schedule_epilogue(sch, names, {block_name, *_PAD_BLOCKS})
+    sch.decompose_reduction(conv, reduction[0])
+    return sch
+
+
+def schedule(func, target):
+    """The direct conv2d schedule the PrimFunc's main block asks for (blocked, depthwise or plain)."""
+    sch = import_tvm().s_tir.Schedule(func)
+    names = block_names(sch)
+    if "conv2d_NCHWc" in names:
+        return schedule_nchwc(func, target)
+    if "DepthwiseConv2d" in names and len(_write_shape(sch, sch.get_sblock("DepthwiseConv2d"))) == 5:
+        return schedule_depthwise_nchwc(func, target)
+    return schedule_nchw(func, target)

@@ -1,0 +1,200 @@
+"""One measurable kernel: (workload, candidate) -> a scheduled single-function module, fed and checked.
+
+A *candidate* picks one kernel family and its options for a workload; its ``"algorithm"`` key
+(absent: ``"direct"``) names the family within the workload's op. :data:`FAMILIES` maps
+``(op, algorithm)`` to the module implementing it; every family module offers the same functions:
+``candidates``, ``validate_candidate``, ``logical_shapes``, ``reference``, ``pack_inputs``,
+``unpack_output``, ``placeholders``, ``compute`` and ``schedule``.
+
+The kernel built here is scheduled by :func:`~layoutopt.tvm.kernels.module.schedule_primfunc`, the
+code that schedules the functions of a whole build: its time is the time of the kernel the build runs.
+
+Example::
+
+    wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
+          "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+    kernel = build_kernel(wl, {"in": "NCHW8c", "out": "NCHW8c"}, target="llvm")
+    check_kernel(kernel)       # max relative error, ~1e-7
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ...errors import ProblemError
+from .._tvm import import_tvm, resolve_target
+from . import conv2d, dense, transform
+from .workload import validate_workload
+
+__all__ = ["FAMILIES", "RELATIVE_TOLERANCE", "Kernel", "build_kernel", "check_kernel", "family",
+           "kernel_tensors", "reference_output", "validate_candidate"]
+
+#: largest relative error accepted against the numpy reference (float32, reductions up to ~5000 terms)
+RELATIVE_TOLERANCE = 1e-3
+
+#: ``(op, algorithm)`` -> the module implementing that kernel family
+FAMILIES: dict[tuple[str, str], ModuleType] = {
+    ("conv2d", "direct"): conv2d,
+    ("dense", "direct"): dense,
+    ("layout_transform", "direct"): transform,
+}
+
+
+def family(workload: dict[str, Any], candidate: dict[str, Any]) -> ModuleType:
+    """The kernel family module of a (validated) workload's candidate; ProblemError if unknown.
+
+    Example::
+
+        family(wl, {"in": "NCHW16c", "out": "NCHW16c"}) is conv2d
+    """
+    if not isinstance(candidate, dict):
+        raise ProblemError(f"{workload['op']} candidate {candidate!r} must be a dict")
+    algorithm = candidate.get("algorithm", "direct")
+    found = FAMILIES.get((workload["op"], algorithm))
+    if found is None:
+        known = sorted(a for op, a in FAMILIES if op == workload["op"])
+        raise ProblemError(f"{workload['op']} candidate {candidate!r}: unknown algorithm {algorithm!r} "
+                           f"(known: {', '.join(known)})")
+    return found
+
+
+def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
+    """Raise ProblemError unless ``candidate`` is valid for the (validated) ``workload``."""
+    family(workload, candidate).validate_candidate(workload, candidate)
+
+
+def reference_output(workload: dict[str, Any], inputs: Sequence[np.ndarray]) -> np.ndarray:
+    """The logical (NCHW / NC) output of ``workload`` computed with numpy from logical inputs."""
+    return FAMILIES[(workload["op"], "direct")].reference(workload, inputs)
+
+
+@dataclass
+class Kernel:
+    """A scheduled single-kernel module plus what is needed to feed and check it.
+
+    ``module`` holds one PrimFunc named ``name``; ``arg_shapes`` lists its buffers (inputs, then the
+    output); :meth:`pack_inputs` turns logical numpy inputs into the kernel's layouts and
+    :meth:`unpack_output` maps its output back to the logical layout.
+    """
+
+    workload: dict[str, Any]
+    candidate: dict[str, Any]
+    module: Any
+    name: str
+    arg_shapes: list[tuple[int, ...]]
+    dtype: str
+
+    @property
+    def family(self) -> ModuleType:
+        return family(self.workload, self.candidate)
+
+    def logical_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Random logical inputs (NCHW data, OIHW / NK weights, epilogue operands) of the right shapes."""
+        rng = np.random.default_rng(seed)
+        return [rng.uniform(-1, 1, size=shape).astype(self.dtype)
+                for shape in self.family.logical_shapes(self.workload)]
+
+    def pack_inputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Logical inputs -> the arrays the kernel takes (without the output buffer)."""
+        return self.family.pack_inputs(self.workload, self.candidate, inputs)
+
+    def device_args(self, inputs: Sequence[np.ndarray], device: Any) -> list[Any]:
+        """The kernel's arguments on ``device``: the packed ``inputs``, then a zeroed output buffer."""
+        tvm = import_tvm()
+        args = [tvm.runtime.tensor(a, device) for a in self.pack_inputs(inputs)]
+        args.append(tvm.runtime.tensor(np.zeros(self.arg_shapes[-1], dtype=self.dtype), device))
+        return args
+
+    def unpack_output(self, output: np.ndarray) -> np.ndarray:
+        """The kernel's output buffer -> the logical NCHW / NC array."""
+        return self.family.unpack_output(self.workload, self.candidate, output)
+
+
+def kernel_tensors(tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
+    """The TE tensors of (workload, candidate): its inputs in the kernel's layouts, then its output,
+    the conv's fused epilogue (bias, residual add, relu) included, as ``FuseOps`` fuses it."""
+    kernels = family(workload, candidate)
+    inputs = kernels.placeholders(tvm, workload, candidate)
+    steps = workload.get("epilogue", [])
+    operands = len([step for step in steps if step != "relu"])
+    out = kernels.compute(tvm, inputs[: len(inputs) - operands], workload, candidate)
+    remaining = iter(inputs[len(inputs) - operands:])
+    for step in steps:
+        out = tvm.topi.nn.relu(out) if step == "relu" else tvm.topi.add(out, next(remaining))
+    return [*inputs, out]
+
+
+def build_kernel(workload: dict[str, Any], candidate: dict[str, Any], target: Any = None) -> Kernel:
+    """Create the TE compute of (workload, candidate) and schedule it as a build would (not compiled yet).
+
+    Compile with ``tvm.compile(kernel.module, target)``; raises ProblemError for bad workloads/candidates
+    and for kernels the schedule cannot handle.
+
+    Example::
+
+        kernel = build_kernel(wl, {"in": "NCHW16c", "out": "NCHW16c"})
+        executable = tvm.compile(kernel.module, target=resolve_target("llvm"))
+    """
+    from .module import schedule_primfunc
+
+    tvm = import_tvm()
+    workload = validate_workload(workload)
+    candidate = dict(candidate or {})
+    validate_candidate(workload, candidate)
+    target = resolve_target(target)
+    with target:
+        tensors = kernel_tensors(tvm, workload, candidate)
+        scheduled = schedule_primfunc(tvm.te.create_prim_func(tensors), target, strict=True)
+        name = "kernel"
+        module = tvm.IRModule({name: scheduled.with_attr("global_symbol", name)})
+    shapes = [tuple(int(d) for d in t.shape) for t in tensors]
+    return Kernel(workload, candidate, module, name, shapes, workload["dtype"])
+
+
+def check_kernel(
+    kernel: Kernel,
+    executable: Any = None,
+    target: Any = None,
+    device: Any = None,
+    reference: tuple[list[np.ndarray], np.ndarray] | None = None,
+    args: Sequence[Any] | None = None,
+) -> float:
+    """Run ``kernel`` once and return its max error relative to the numpy reference (ProblemError if too big).
+
+    ``executable`` is the compiled ``kernel.module`` or its runtime module, possibly remote (compiled here
+    if omitted); ``reference`` is ``(logical_inputs, expected_output)`` to reuse one numpy reference
+    across the candidates of a workload; ``args`` the device arrays already holding the packed inputs
+    (the last one receives the output).
+
+    Example::
+
+        check_kernel(build_kernel(wl, {"in": "NCHW8c", "out": "NCHW8c"}))   # 2.4e-07
+    """
+    tvm = import_tvm()
+    if executable is None:
+        executable = tvm.compile(kernel.module, target=resolve_target(target))
+    module = executable.mod if isinstance(executable, tvm.runtime.Executable) else executable
+    device = device or tvm.cpu()
+    if reference is None:
+        inputs = kernel.logical_inputs()
+        reference = (inputs, reference_output(kernel.workload, inputs))
+    inputs, expected = reference
+    if args is None:
+        args = kernel.device_args(inputs, device)
+    module[kernel.name](*args)
+    actual = kernel.unpack_output(args[-1].numpy())
+    scale = max(1.0, float(np.max(np.abs(expected))))
+    error = float(np.max(np.abs(actual - expected))) / scale if actual.shape == expected.shape else math.inf
+    if not error <= RELATIVE_TOLERANCE:
+        raise ProblemError(
+            f"{kernel.workload['op']} {kernel.workload} with {kernel.candidate}: wrong result, "
+            f"max relative error {error:.3g} > {RELATIVE_TOLERANCE}"
+        )
+    return error
+

@@ -1,0 +1,158 @@
+"""Schedule every function of a legalized Relax module: the rules, and the module pass.
+
+Relax's CPU pipeline schedules nothing (an unscheduled conv is ~100x slower) and MetaSchedule
+segfaults in apache-tvm 0.27, so each PrimFunc gets a hand-written schedule here: :data:`RULES` maps
+the name of a kernel's main block to its family's schedule (a fused function keeps the blocks of the
+functions it fused, so a conv fused with its epilogue is found by its conv block), and everything
+else gets the generic CPU schedule (parallel outer loops, vectorised inner loop, pads inlined).
+
+A kernel's schedule knobs ride on its main block (:data:`~layoutopt.tvm.kernels.common.CANDIDATE_ANNOTATION`,
+set by the family's compute): each function is scheduled with its own knobs, in fused builds and
+unfused ones alike.
+
+Example::
+
+    with target:
+        mod = relax.transform.LegalizeOps()(mod)
+    mod = schedule_module(mod, target)
+    executable = tvm.compile(mod, target=target)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import ProblemError
+from .._tvm import import_tvm, resolve_target
+from . import conv2d, dense
+from .common import SCHEDULED_ATTR, block_names, is_spatial, parallel_vectorize
+
+__all__ = ["RULES", "Rule", "ScheduleModule", "schedule_module", "schedule_primfunc"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How to schedule the functions whose blocks include one of ``blocks``: ``schedule(func, target)``
+    returns the ``s_tir.Schedule``; ``accepts(sch)``, when given, must also hold."""
+
+    blocks: tuple[str, ...]
+    schedule: Callable[[Any, Any], Any]
+    accepts: Callable[[Any], bool] | None = None
+
+
+#: the schedule rules, first match wins; a new kernel family appends its own
+RULES: list[Rule] = [
+    Rule(conv2d.MAIN_BLOCKS, conv2d.schedule),
+    Rule(dense.MAIN_BLOCKS, dense.schedule, dense.accepts),
+]
+
+
+def _rule_for(sch, names: Sequence[str]) -> Rule | None:
+    for rule in RULES:
+        if any(name in rule.blocks for name in names) and (rule.accepts is None or rule.accepts(sch)):
+            return rule
+    return None
+
+
+def schedule_primfunc(func, target: Any, strict: bool = False):
+    """``func`` scheduled by its rule (or the generic schedule) and marked ``tirx.is_scheduled``.
+
+    A schedule that fails leaves the function unscheduled with a warning and returns None; with
+    ``strict``, it raises :class:`~layoutopt.ProblemError` instead (a kernel being measured must run
+    the schedule the build would give it, or not at all).
+    """
+    tvm = import_tvm()
+    sch = tvm.s_tir.Schedule(func)
+    names = block_names(sch)
+    rule = _rule_for(sch, names)
+    try:
+        if rule is not None:
+            sch = rule.schedule(func, target)
+        else:
+            schedule_generic(sch, names)
+    except (tvm.s_tir.ScheduleError, ValueError, StopIteration) as exc:
+        where = func.attrs.get("global_symbol", "?") if func.attrs else "?"
+        if strict:
+            raise ProblemError(f"cannot schedule {where} (blocks {names}): {exc}") from None
+        logger.warning("layoutopt: left %s unscheduled: %s", where, exc)
+        return None
+    return sch.mod["main"].with_attr(SCHEDULED_ATTR, True)
+
+
+def schedule_generic(sch, names: Sequence[str]) -> None:
+    """Injective blocks: parallel + vectorise; pads inlined; reductions (pooling, mean, matmul): parallel
+    over their spatial loops, which is what matters on a 2-core CPU."""
+    for name in names:
+        block = sch.get_sblock(name)
+        if "pad" in name and len(names) > 1:
+            try:
+                sch.compute_inline(block)
+                continue
+            except Exception:  # not inlinable (e.g. it is the output): schedule it like the rest
+                pass
+        if is_spatial(sch, block):
+            parallel_vectorize(sch, block)
+        else:
+            iter_types = [int(v.iter_type) for v in sch.get(block).iter_vars]
+            loops = sch.get_loops(block)
+            spatial = [loop for loop, kind in zip(loops, iter_types, strict=False) if kind == 0]
+            leading = []
+            for loop in spatial[:3]:
+                if loop != loops[len(leading)]:
+                    break
+                leading.append(loop)
+            if leading:
+                sch.parallel(sch.fuse(*leading) if len(leading) > 1 else leading[0])
+
+
+def schedule_module(mod, target: Any = None):
+    """Schedule every PrimFunc of a legalized module that is not yet marked ``tirx.is_scheduled``.
+
+    Kernels are recognised by their main block (:data:`RULES`): blocked, depthwise and plain conv2d,
+    dense, and the kernel families registered there; every other function gets the generic CPU
+    schedule. A conv2d fused with its elementwise epilogue (``FuseOps``) gets the measured kernel's
+    register tile, the epilogue finished per tile when the output block is one vector wide, after
+    the conv otherwise. Call it after ``relax.transform.LegalizeOps`` and before the lowering passes.
+
+    Example::
+
+        with target:
+            mod = relax.transform.LegalizeOps(customize_legalize_map=...)(mod)
+        mod = schedule_module(mod, target)
+        executable = tvm.compile(mod, target=target)
+    """
+    tvm = import_tvm()
+    target = resolve_target(target)
+    updates = {}
+    with target:
+        for gvar, func in mod.functions_items():
+            if not isinstance(func, tvm.tirx.PrimFunc) or int(func.attrs.get(SCHEDULED_ATTR, 0) if func.attrs
+                                                               else 0):
+                continue
+            scheduled = schedule_primfunc(func, target)
+            if scheduled is not None:
+                updates[gvar] = scheduled
+    if not updates:
+        return mod
+    mod = mod.clone()  # never modify the caller's module in place
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
+def ScheduleModule(target: Any = None):
+    """:func:`schedule_module` as a TVM module pass, to put in a ``tvm.transform.Sequential``.
+
+    Example::
+
+        seq = tvm.transform.Sequential([relax.transform.LegalizeOps(), ScheduleModule(target)])
+    """
+    tvm = import_tvm()
+    return tvm.transform.module_pass(
+        lambda mod, _ctx: schedule_module(mod, target), opt_level=0, name="layoutopt.ScheduleModule"
+    )

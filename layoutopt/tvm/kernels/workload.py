@@ -1,0 +1,340 @@
+"""Workloads and layouts: the plain-data schema every kernel family shares (no TVM import).
+
+A *workload* is a JSON-able dict describing one operator instance; it is a cost-cache key, so it
+stays plain data:
+
+- conv2d: ``{"op": "conv2d", "data": [N,C,H,W], "kernel": [O,C/groups,KH,KW], "strides": [sh,sw],
+  "padding": [top,left,bottom,right], "dilation": [dh,dw], "groups": g, "dtype": "float32"}``, with
+  an optional ``"epilogue"`` (:data:`EPILOGUE_STEPS`) that ``FuseOps`` fuses into the kernel;
+- dense: ``{"op": "dense", "data": [M,K], "weight": [N,K], "dtype": "float32"}``;
+- layout_transform: ``{"op": "layout_transform", "shape": [N,C,H,W], "src": "NCHW16c", "dst": "NCHW8c",
+  "dtype": "float32"}``.
+
+Activation layouts are ``"NCHW"`` or channel-blocked ``"NCHW{b}c"`` (shape ``(N, C/b, H, W, b)``).
+
+Example:
+    >>> validate_workload({"op": "dense", "data": [1, 8], "weight": [4, 8]})["dtype"]
+    'float32'
+    >>> layout_shape([1, 32, 7, 7], "NCHW16c")
+    (1, 2, 7, 7, 16)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import ProblemError
+
+__all__ = [
+    "DEFAULT_BLOCKS",
+    "EPILOGUE_STEPS",
+    "NCHW",
+    "channel_blocks",
+    "conv2d_output_shape",
+    "dense_weight_block",
+    "describe_workload",
+    "epilogue_shapes",
+    "is_depthwise",
+    "layout_block",
+    "layout_shape",
+    "layout_transform_workload",
+    "pack_data",
+    "plain_layout",
+    "unpack_data",
+    "validate_workload",
+]
+
+#: the plain activation layout
+NCHW = "NCHW"
+#: channel blocks tried by default (plus C itself when C < 8), each kept only where it divides C
+DEFAULT_BLOCKS = (4, 8, 16, 32, 64)
+#: Elementwise steps a conv2d workload's ``epilogue`` may list, in order, as ``FuseOps`` fuses them
+#: into the convolution's kernel: ``bias`` (+ a per-channel constant), ``add`` (+ another tensor of
+#: the output's shape: a residual), ``relu``. The kernel is then measured as the build runs it.
+EPILOGUE_STEPS = ("bias", "add", "relu")
+
+_BLOCKED = re.compile(r"^NCHW([1-9][0-9]*)c$")
+_DENSE_WEIGHT = re.compile(r"^NK(?:([1-9][0-9]*)n)?$")
+
+
+# --------------------------------------------------------------------------------------------------
+# layouts
+
+
+def layout_block(layout: str) -> int | None:
+    """The channel block of ``"NCHW{b}c"`` (``None`` for plain ``"NCHW"``); ProblemError otherwise.
+
+    Example:
+        >>> layout_block("NCHW16c"), layout_block("NCHW")
+        (16, None)
+    """
+    if layout == NCHW:
+        return None
+    match = _BLOCKED.match(layout) if isinstance(layout, str) else None
+    if match is None:
+        raise ProblemError(f"layout {layout!r} is neither 'NCHW' nor 'NCHW<b>c' (e.g. 'NCHW16c')")
+    return int(match.group(1))
+
+
+def plain_layout(layout: str) -> str:
+    """A dense layer's plain ``"NC"`` written ``"NCHW"``, as every plain layout of a layout graph.
+
+    Example:
+        >>> plain_layout("NC"), plain_layout("NCHW8c")
+        ('NCHW', 'NCHW8c')
+    """
+    return NCHW if layout == "NC" else str(layout)
+
+
+def layout_shape(nchw: Sequence[int], layout: str) -> tuple[int, ...]:
+    """The physical shape of a logical NCHW tensor laid out as ``layout``.
+
+    Example:
+        >>> layout_shape([1, 64, 56, 56], "NCHW8c")
+        (1, 8, 56, 56, 8)
+    """
+    n, c, h, w = (int(d) for d in nchw)
+    block = layout_block(layout)
+    return (n, c, h, w) if block is None else (n, c // block, h, w, block)
+
+
+def dense_weight_block(layout: str) -> int | None:
+    """The output-feature block of a dense weight layout ``"NK{b}n"`` (None for plain ``"NK"``).
+
+    Example:
+        >>> dense_weight_block("NK16n"), dense_weight_block("NK")
+        (16, None)
+    """
+    match = _DENSE_WEIGHT.match(str(layout))
+    if match is None:
+        raise ProblemError(f"dense weight layout {layout!r} must be 'NK' or 'NK<b>n'")
+    return int(match.group(1)) if match.group(1) else None
+
+
+def check_divides(block: int | None, channels: int, what: str) -> None:
+    """ProblemError naming ``what`` unless ``block`` (None: unblocked) divides ``channels``."""
+    if block is not None and channels % block:
+        raise ProblemError(f"{what}: block {block} does not divide the {channels} channels")
+
+
+def channel_blocks(channels: int, blocks: Iterable[int] = DEFAULT_BLOCKS) -> list[int]:
+    """Blocks from ``blocks`` dividing ``channels``, plus ``channels`` itself when it is below 8.
+
+    Example:
+        >>> channel_blocks(24, [4, 8, 16]), channel_blocks(3)
+        ([4, 8], [3])
+    """
+    chosen = {int(b) for b in blocks if int(b) > 0 and channels % int(b) == 0}
+    if channels < 8:
+        chosen.add(channels)
+    return sorted(chosen)
+
+
+def pack_data(array: np.ndarray, layout: str) -> np.ndarray:
+    """Re-lay a logical NCHW array out as ``layout`` (``NCHW`` or ``NCHW{b}c``).
+
+    Example:
+        >>> pack_data(np.zeros((1, 32, 7, 7)), "NCHW16c").shape
+        (1, 2, 7, 7, 16)
+    """
+    block = layout_block(layout)
+    if block is None:
+        return np.ascontiguousarray(array)
+    n, c, h, w = array.shape
+    check_divides(block, c, f"pack_data to {layout}")
+    return np.ascontiguousarray(array.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def unpack_data(array: np.ndarray, layout: str) -> np.ndarray:
+    """Inverse of :func:`pack_data`: a logical NCHW array.
+
+    Example:
+        >>> unpack_data(np.zeros((1, 2, 7, 7, 16)), "NCHW16c").shape
+        (1, 32, 7, 7)
+    """
+    if layout_block(layout) is None:
+        return array
+    n, outer, h, w, block = array.shape
+    return np.ascontiguousarray(array.transpose(0, 1, 4, 2, 3).reshape(n, outer * block, h, w))
+
+
+# --------------------------------------------------------------------------------------------------
+# workloads
+
+
+def validate_workload(workload: dict[str, Any]) -> dict[str, Any]:
+    """Check a workload dict and return it normalised (plain ints and lists), or raise ProblemError.
+
+    Example:
+        >>> validate_workload({"op": "dense", "data": [1, 8], "weight": [4, 8], "dtype": "float32"})
+        {'op': 'dense', 'data': [1, 8], 'weight': [4, 8], 'dtype': 'float32'}
+    """
+    if not isinstance(workload, dict) or "op" not in workload:
+        raise ProblemError(f"workload {workload!r} must be a dict with an 'op' key")
+    op = workload["op"]
+    checker = _VALIDATORS.get(op)
+    if checker is None:
+        raise ProblemError(f"workload op {op!r} is not one of {sorted(_VALIDATORS)}")
+    try:
+        return checker(workload)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, ProblemError):
+            raise
+        raise ProblemError(f"malformed {op} workload {workload!r}: {exc!r}") from None
+
+
+def _ints(value: Any, length: int, what: str, minimum: int) -> list[int]:
+    items = list(value)
+    if len(items) != length or any(int(v) != v or int(v) < minimum for v in items):
+        raise ProblemError(f"{what} must be {length} integers >= {minimum}, got {value!r}")
+    return [int(v) for v in items]
+
+
+def _dtype(workload: dict[str, Any]) -> str:
+    dtype = workload.get("dtype", "float32")
+    if dtype not in ("float32", "float64"):
+        raise ProblemError(f"workload dtype {dtype!r} is not supported (float32 or float64)")
+    return dtype
+
+
+def _validate_conv2d(workload: dict[str, Any]) -> dict[str, Any]:
+    data = _ints(workload["data"], 4, "conv2d 'data' shape [N,C,H,W]", 1)
+    kernel = _ints(workload["kernel"], 4, "conv2d 'kernel' shape [O,C/groups,KH,KW]", 1)
+    strides = _ints(workload.get("strides", [1, 1]), 2, "conv2d 'strides'", 1)
+    padding = list(workload.get("padding", [0, 0, 0, 0]))
+    if len(padding) == 2:
+        padding = padding * 2
+    padding = _ints(padding, 4, "conv2d 'padding' [top,left,bottom,right]", 0)
+    dilation = _ints(workload.get("dilation", [1, 1]), 2, "conv2d 'dilation'", 1)
+    groups = int(workload.get("groups", 1))
+    channels, out_channels = data[1], kernel[0]
+    if groups < 1 or channels % groups or out_channels % groups:
+        raise ProblemError(
+            f"conv2d groups={groups} must divide the {channels} input and {out_channels} output channels"
+        )
+    if kernel[1] * groups != channels:
+        raise ProblemError(
+            f"conv2d kernel {kernel} expects {kernel[1] * groups} input channels, data {data} has {channels}"
+        )
+    normal = {
+        "op": "conv2d",
+        "data": data,
+        "kernel": kernel,
+        "strides": strides,
+        "padding": padding,
+        "dilation": dilation,
+        "groups": groups,
+        "dtype": _dtype(workload),
+    }
+    out = conv2d_output_shape(normal)
+    if out[2] < 1 or out[3] < 1:
+        raise ProblemError(
+            f"conv2d workload {workload!r} has an empty output {out}: kernel larger than padded input"
+        )
+    epilogue = list(workload.get("epilogue") or [])
+    unknown = [step for step in epilogue if step not in EPILOGUE_STEPS]
+    if unknown:
+        raise ProblemError(f"conv2d epilogue steps {unknown} are not among {list(EPILOGUE_STEPS)}")
+    if epilogue:  # absent when empty, so plain convolutions keep their cache keys
+        normal["epilogue"] = epilogue
+    return normal
+
+
+def _validate_dense(workload: dict[str, Any]) -> dict[str, Any]:
+    data = _ints(workload["data"], 2, "dense 'data' shape [M,K]", 1)
+    weight = _ints(workload["weight"], 2, "dense 'weight' shape [N,K]", 1)
+    if data[1] != weight[1]:
+        raise ProblemError(f"dense data {data} and weight {weight} disagree on the reduction size K")
+    return {"op": "dense", "data": data, "weight": weight, "dtype": _dtype(workload)}
+
+
+def _validate_layout_transform(workload: dict[str, Any]) -> dict[str, Any]:
+    shape = _ints(workload["shape"], 4, "layout_transform 'shape' [N,C,H,W]", 1)
+    src, dst = workload["src"], workload["dst"]
+    if src == dst:
+        raise ProblemError(f"layout_transform from {src!r} to itself is free: nothing to measure")
+    for layout in (src, dst):
+        check_divides(layout_block(layout), shape[1], f"layout_transform {src}->{dst} of shape {shape}")
+    return {"op": "layout_transform", "shape": shape, "src": src, "dst": dst, "dtype": _dtype(workload)}
+
+
+_VALIDATORS = {
+    "conv2d": _validate_conv2d,
+    "dense": _validate_dense,
+    "layout_transform": _validate_layout_transform,
+}
+
+
+def conv2d_output_shape(workload: dict[str, Any]) -> tuple[int, int, int, int]:
+    """Logical NCHW output shape of a conv2d workload.
+
+    Example:
+        >>> conv2d_output_shape({"data": [1, 3, 224, 224], "kernel": [64, 3, 7, 7], "strides": [2, 2],
+        ...                      "dilation": [1, 1], "padding": [3, 3, 3, 3]})
+        (1, 64, 112, 112)
+    """
+    n, _, h, w = workload["data"]
+    o, _, kh, kw = workload["kernel"]
+    (sh, sw), (dh, dw) = workload["strides"], workload["dilation"]
+    top, left, bottom, right = workload["padding"]
+    out_h = (h + top + bottom - dh * (kh - 1) - 1) // sh + 1
+    out_w = (w + left + right - dw * (kw - 1) - 1) // sw + 1
+    return (n, o, out_h, out_w)
+
+
+def is_depthwise(workload: dict[str, Any]) -> bool:
+    """A conv2d with one input and one output channel per group."""
+    return workload["groups"] == workload["data"][1] == workload["kernel"][0]
+
+
+def epilogue_shapes(steps: Sequence[str], out: Sequence[int]) -> list[list[int]]:
+    """Logical shapes of an epilogue's operands, in order, for a conv of logical output shape ``out``:
+    (1, O, 1, 1) per bias, the output per add (relu takes none).
+
+    Example:
+        >>> epilogue_shapes(["bias", "add", "relu"], [1, 64, 56, 56])
+        [[1, 64, 1, 1], [1, 64, 56, 56]]
+    """
+    shapes = {"bias": [1, int(out[1]), 1, 1], "add": [int(d) for d in out]}
+    return [shapes[step] for step in steps if step in shapes]
+
+
+def layout_transform_workload(
+    shape: Sequence[int], src: str, dst: str, dtype: str = "float32"
+) -> dict[str, Any]:
+    """The workload dict for transforming a tensor of logical NCHW ``shape`` from ``src`` to ``dst``.
+
+    Example:
+        >>> layout_transform_workload([1, 64, 56, 56], "NCHW", "NCHW16c")["op"]
+        'layout_transform'
+    """
+    return validate_workload(
+        {"op": "layout_transform", "shape": [int(s) for s in shape], "src": src, "dst": dst, "dtype": dtype}
+    )
+
+
+def describe_workload(workload: dict[str, Any] | None) -> str:
+    """A short human-readable name of a workload, for tables.
+
+    Example:
+        >>> describe_workload({"op": "conv2d", "data": [1, 64, 56, 56], "kernel": [128, 64, 3, 3],
+        ...                    "strides": [2, 2], "groups": 1})
+        '3x3 64->128 @56x56 s2'
+    """
+    if not workload:
+        return ""
+    if workload.get("op") == "conv2d":
+        _, c, h, w = workload["data"]
+        o, _, kh, kw = workload["kernel"]
+        stride = workload.get("strides", [1, 1])[0]
+        groups = workload.get("groups", 1)
+        text = f"{kh}x{kw} {c}->{o} @{h}x{w}" + (f" s{stride}" if stride != 1 else "")
+        return text + (f" g{groups}" if groups != 1 else "")
+    if workload.get("op") == "dense":
+        return f"dense {workload['data'][1]}->{workload['weight'][0]}"
+    shape = workload.get("shape") or workload.get("data")
+    return f"{workload.get('op', '')} {shape}" if shape else str(workload.get("op", ""))

@@ -1,0 +1,142 @@
+"""Load a model as a Relax module: an ONNX file, a ``torch.export`` program, or the embedded default.
+
+The command line's front door: every problem with the file or the shapes given for it is a
+:class:`~layoutopt.ProblemError` naming the file, raised before anything is measured.
+
+Example::
+
+    mod = load_model("resnet50.onnx", input_shape=[1, 3, 224, 224])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ProblemError
+from ._tvm import first_line, import_tvm
+
+__all__ = ["load_model"]
+
+
+def load_model(
+    path: str | Path | None = None,
+    input_shape: Mapping[str, Sequence[int]] | Sequence[int] | None = None,
+):
+    """A Relax module from an ONNX file, a ``torch.export`` ``.pt2`` file, or the embedded default.
+
+    Args:
+        path: ``MODEL.onnx``, ``MODEL.pt2`` (needs torch), or None for
+            :func:`layoutopt.tvm.models.default_model`.
+        input_shape: one shape (for a single-input model) or ``{input name: shape}``; ONNX inputs
+            with symbolic dimensions need it.
+
+    Raises:
+        ProblemError: unreadable file, unknown format, a shape that does not fit the model.
+
+    Example::
+
+        mod = load_model("resnet50.onnx", input_shape=[1, 3, 224, 224])
+    """
+    if path is None:
+        from .models import default_model
+
+        if input_shape is not None:
+            raise ProblemError("--input-shape applies to a model file; the default model has a fixed input")
+        return default_model()
+    path = Path(path)
+    if not path.is_file():
+        raise ProblemError(f"model file {str(path)!r} does not exist")
+    suffix = path.suffix.lower()
+    if suffix == ".onnx":
+        return _load_onnx(path, input_shape)
+    if suffix in (".pt2", ".pt"):
+        return _load_exported_program(path, input_shape)
+    raise ProblemError(
+        f"model {str(path)!r}: unknown format {suffix!r}; expected .onnx or .pt2 (torch.export)"
+    )
+
+
+def _load_onnx(path: Path, input_shape):
+    try:
+        import onnx
+    except ImportError:
+        from ..errors import MissingExtraError
+
+        raise MissingExtraError("onnx", "tvm", "loading ONNX models") from None
+    import_tvm()
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:  # onnx raises DecodeError, OSError... with no file name
+        raise ProblemError(f"model {str(path)!r} is not a readable ONNX file: {exc}") from None
+    initializers = {init.name for init in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initializers]
+    declared = {
+        i.name: [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
+        for i in inputs
+    }
+    shapes = _match_shapes(str(path), declared, input_shape)
+    try:
+        mod = from_onnx(model, shape_dict=shapes, keep_params_in_input=False)
+    except Exception as exc:  # a shape the graph cannot take surfaces deep inside the importer
+        raise ProblemError(f"model {str(path)!r} could not be imported with input shapes {shapes}: "
+                           f"{first_line(exc)}") from None
+    return mod
+
+
+def _match_shapes(where: str, declared: Mapping[str, list], input_shape) -> dict[str, list[int]]:
+    if input_shape is None:
+        given = {}
+    elif isinstance(input_shape, Mapping):
+        given = {str(k): list(v) for k, v in input_shape.items()}
+    else:
+        if len(declared) != 1:
+            raise ProblemError(f"model {where!r} has {len(declared)} inputs ({', '.join(declared)}); "
+                               "give --input-shape NAME=1,3,224,224 for each")
+        given = {next(iter(declared)): list(input_shape)}
+    unknown = set(given) - set(declared)
+    if unknown:
+        raise ProblemError(f"model {where!r} has no input named {sorted(unknown)[0]!r}; "
+                           f"its inputs are {', '.join(declared)}")
+    shapes = {}
+    for name, dims in declared.items():
+        shape = given.get(name)
+        if shape is None:
+            if any(d is None or d <= 0 for d in dims):
+                raise ProblemError(f"model {where!r}: input {name!r} has symbolic dimensions {dims}; "
+                                   "give --input-shape")
+            shape = dims
+        if any(not isinstance(d, (int, np.integer)) or d <= 0 for d in shape):
+            raise ProblemError(f"model {where!r}: input shape {shape} for {name!r} must be positive integers")
+        fits = len(shape) == len(dims) and all(
+            d is None or d <= 0 or d == s for d, s in zip(dims, shape, strict=True)
+        )
+        if not fits:
+            raise ProblemError(f"model {where!r}: input {name!r} is declared {dims}, "
+                               f"which the given shape {list(shape)} does not fit")
+        shapes[name] = [int(d) for d in shape]
+    return shapes
+
+
+def _load_exported_program(path: Path, input_shape):
+    try:
+        import torch
+    except ImportError:
+        from ..errors import MissingExtraError
+
+        raise MissingExtraError("torch", "torch", "loading torch.export (.pt2) models") from None
+    import_tvm()
+    from tvm.relax.frontend.torch import from_exported_program
+
+    if input_shape is not None:
+        raise ProblemError(f"model {str(path)!r}: a torch.export program has fixed input shapes; "
+                           "export it again for another shape")
+    try:
+        program = torch.export.load(str(path))
+    except Exception as exc:
+        raise ProblemError(f"model {str(path)!r} is not a readable torch.export file: {exc}") from None
+    return from_exported_program(program, keep_params_as_input=False)

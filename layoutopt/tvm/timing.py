@@ -1,0 +1,170 @@
+"""Run, check and time built models: the measured side of every comparison.
+
+Builds are compared only side by side: :func:`time_builds` times several builds in interleaved rounds
+(one run of each per round), so that the interference episodes of a shared machine fall on all of
+them alike, and keeps every sample so that a comparison can report its spread.
+
+Example::
+
+    inputs = random_inputs(mod)
+    samples = time_builds({"tuned": ex1, "nchw16c": ex2}, inputs)
+    {name: Latency.of(s).median for name, s in samples.items()}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ProblemError
+from ._tvm import import_tvm, one_blas_thread
+
+__all__ = ["Latency", "measure_latencies", "measure_latency", "random_inputs", "relative_error", "run",
+           "time_builds"]
+
+
+def random_inputs(mod, seed: int = 0) -> list[np.ndarray]:
+    """One seeded random array per parameter of ``mod["main"]`` (static shapes required).
+
+    Example::
+
+        (x,) = random_inputs(models.chain())     # shape (1, 8, 8, 8), float32
+    """
+    tvm = import_tvm()
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for param in mod["main"].params:
+        ty = param.ty
+        if not isinstance(ty, tvm.relax.TensorType) or ty.shape is None:
+            raise ProblemError(f"input {param.name!r} is not a tensor with a known shape")
+        try:
+            shape = [int(s) for s in ty.shape]
+        except (TypeError, ValueError):
+            raise ProblemError(
+                f"input {param.name!r} has a dynamic shape {ty.shape}; give a static one"
+            ) from None
+        arrays.append(rng.standard_normal(shape).astype(str(ty.dtype)))
+    return arrays
+
+
+def _virtual_machine(executable):
+    tvm = import_tvm()
+    return tvm.relax.VirtualMachine(executable, tvm.cpu())
+
+
+def _to_numpy(value) -> list[np.ndarray]:
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    return [array for item in value for array in _to_numpy(item)]
+
+
+def run(executable, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run ``main`` of a built module on numpy ``inputs``; the outputs as a flat list of arrays."""
+    tvm = import_tvm()
+    vm = _virtual_machine(executable)
+    return _to_numpy(vm["main"](*[tvm.runtime.tensor(x) for x in inputs]))
+
+
+def relative_error(outputs: Sequence[np.ndarray], references: Sequence[np.ndarray]) -> float:
+    """Largest ``max|out - ref| / max|ref|`` over the outputs (0 for identical outputs).
+
+    Example:
+        >>> relative_error([np.array([1.0, 2.0])], [np.array([1.0, 2.5])])
+        0.2
+    """
+    if len(outputs) != len(references):
+        raise ProblemError(f"the build returns {len(outputs)} outputs, the reference {len(references)}")
+    worst = 0.0
+    for out, ref in zip(outputs, references, strict=True):
+        if out.shape != ref.shape:
+            raise ProblemError(f"output shape {out.shape} differs from the reference's {ref.shape}")
+        scale = float(np.max(np.abs(ref))) or 1.0
+        worst = max(worst, float(np.max(np.abs(out.astype(np.float64) - ref))) / scale)
+    return worst
+
+
+def measure_latency(
+    executable, inputs: Sequence[np.ndarray], repeat: int = 5, min_repeat_ms: int = 200
+) -> float:
+    """Median end-to-end latency of ``main`` in seconds, timed by TVM's own ``time_evaluator``.
+
+    Example::
+
+        seconds = measure_latency(build(mod), random_inputs(mod))
+    """
+    tvm = import_tvm()
+    vm = _virtual_machine(executable)
+    args = [tvm.runtime.tensor(x) for x in inputs]
+    with one_blas_thread():
+        vm["main"](*args)  # warm up (first-touch of the constants, thread pool start)
+        timer = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        return float(np.median(timer(*args).results))
+
+
+@dataclass(frozen=True)
+class Latency:
+    """A build's latency over interleaved timing rounds, in seconds: the median and the spread
+    (25th and 75th percentiles) of its samples.
+
+    Example:
+        >>> Latency.of([0.010, 0.011, 0.013, 0.012]).median
+        0.0115
+    """
+
+    median: float
+    low: float
+    high: float
+    samples: int
+
+    @classmethod
+    def of(cls, samples: Sequence[float]) -> Latency:
+        values = np.asarray(samples, dtype=float)
+        low, median, high = np.percentile(values, [25, 50, 75])
+        return cls(float(median), float(low), float(high), len(values))
+
+    @property
+    def spread(self) -> float:
+        """The interquartile range relative to the median."""
+        return (self.high - self.low) / self.median if self.median else 0.0
+
+
+def time_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], repeat: int = 5,
+                min_repeat_ms: int = 100) -> dict[str, list[float]]:
+    """Every latency sample (seconds) of each build, timed in ``repeat`` interleaved rounds.
+
+    On a shared machine the load drifts; interleaving exposes every build to the same drift, which
+    keeps their ratios honest where back-to-back timing would not. Each sample averages runs over
+    ``min_repeat_ms``.
+
+    Example::
+
+        samples = time_builds({"tuned": ex1, "nchw16c": ex2}, random_inputs(mod))
+    """
+    tvm = import_tvm()
+    device = tvm.cpu()
+    timers, args = {}, [tvm.runtime.tensor(x) for x in inputs]
+    for name, executable in executables.items():
+        vm = _virtual_machine(executable)
+        vm["main"](*args)  # warm up
+        timers[name] = vm.time_evaluator("main", device, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
+    samples: dict[str, list[float]] = {name: [] for name in executables}
+    with one_blas_thread():
+        for _ in range(repeat):
+            for name, timer in timers.items():
+                samples[name].extend(timer(*args).results)
+    return samples
+
+
+def measure_latencies(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], repeat: int = 5,
+                      min_repeat_ms: int = 100) -> dict[str, float]:
+    """Median latency of each build (seconds), timed in interleaved rounds (see :func:`time_builds`).
+
+    Example::
+
+        measure_latencies({"tuned": ex1, "nchw16c": ex2}, random_inputs(mod))
+    """
+    samples = time_builds(executables, inputs, repeat, min_repeat_ms)
+    return {name: Latency.of(values).median for name, values in samples.items()}
