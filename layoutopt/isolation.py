@@ -140,9 +140,11 @@ class IsolatedWorker:
 
     Example:
         >>> worker = IsolatedWorker()
-        >>> worker.call(divmod, 7, 2, timeout=60), worker.starts
-        ((3, 1), 1)
+        >>> worker.call(divmod, 7, 2, timeout=60), worker.starts, worker.pid is not None
+        ((3, 1), 1, True)
         >>> worker.close()
+        >>> worker.pid is None
+        True
     """
 
     def __init__(
@@ -177,6 +179,22 @@ class IsolatedWorker:
     def alive(self) -> bool:
         """Whether a worker process is running (one starts on the next call otherwise)."""
         return self._process is not None and self._process.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker process's id, None when none is running."""
+        return self._process.pid if self.alive else None
+
+    def start(self) -> None:
+        """Start the worker process now unless one is running (calls start one when needed).
+
+        Raises:
+            WorkerStartError: it could not start.
+        """
+        if self._process is not None and not self._process.is_alive():
+            self._reap()  # died between calls (e.g. killed from outside): start afresh
+        if self._process is None:
+            self._start()
 
     def _start(self) -> None:
         if self._stderr_path is not None:
@@ -220,10 +238,7 @@ class IsolatedWorker:
             WorkerStartError: a new worker could not start.
             Exception: whatever ``function`` raised, with the worker's traceback as ``__cause__``.
         """
-        if self._process is not None and not self._process.is_alive():
-            self._reap()  # died between calls (e.g. killed from outside): start afresh
-        if self._process is None:
-            self._start()
+        self.start()
         connection = self._connection
         try:
             connection.send((function, args, kwargs))  # pickling errors reach the caller as they are

@@ -59,13 +59,17 @@ def isa() -> str:
 
     Read from the CPU flags of /proc/cpuinfo (``avx512f``, ``avx2``; ``sve``, ``asimd`` on Arm);
     without them, from LLVM's feature list when TVM is installed; else ``'unknown ISA'``.
+
+    Example:
+        >>> isa() in ("AVX-512", "AVX2", "AVX", "SSE4.2", "SVE", "NEON", "unknown ISA")
+        True
     """
     info = _cpuinfo()
     flags = set((info.get("flags") or info.get("Features") or "").split())
     if not flags:
         flags = _llvm_features()
-    for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sve", "SVE"),
-                       ("asimd", "NEON"), ("neon", "NEON")):
+    for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sse4_2", "SSE4.2"),
+                       ("sve", "SVE"), ("asimd", "NEON"), ("neon", "NEON")):
         if flag in flags:
             return name
     return "unknown ISA"
@@ -78,7 +82,10 @@ def _tvm():
         return None
     from .tvm._tvm import import_tvm
 
-    return import_tvm()
+    try:
+        return import_tvm()
+    except ImportError:  # installed but broken: the stamp goes without LLVM's name for the CPU
+        return None
 
 
 def llvm_mcpu() -> str | None:

@@ -54,7 +54,7 @@ def test_a_worker_answers_keeps_its_process_and_reraises_exceptions_with_their_t
         assert "in fails" in str(info.value.__cause__)  # the worker-side traceback
         with pytest.raises(RuntimeError, match="cannot be sent back"):
             worker.call(unpicklable)
-        assert worker.call(pid) == first and worker.starts == 1  # exceptions cost no process
+        assert worker.call(pid) == first == worker.pid and worker.starts == 1  # exceptions cost no process
 
 
 def test_crashes_and_overruns_cost_one_call_and_the_next_call_gets_a_new_worker():
@@ -72,6 +72,9 @@ def test_crashes_and_overruns_cost_one_call_and_the_next_call_gets_a_new_worker(
         assert info.value.timed_out and time.monotonic() - started < 30
         assert worker.call(sleeps, 0.01, timeout=60) == 0.01
         assert worker.call(pid) != first and worker.starts == 4
+        os.kill(worker.pid, signal.SIGKILL)  # dead between two calls: the next call starts a new one
+        time.sleep(0.2)
+        assert worker.call(pid, timeout=60) == worker.pid and worker.starts == 5
 
 
 def test_a_worker_that_cannot_start_says_why():

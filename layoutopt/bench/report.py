@@ -291,9 +291,9 @@ def comparison_table(records: Sequence[Record]) -> str:
     Example:
         >>> print(comparison_table([Record("a", "synthetic", 2, 1, "greedy", "feasible", objective=3.0,
         ...                                wall_time=0.001)]))
-        method  status    objective  gap to best  lower bound     time
-        ------  --------  ---------  -----------  -----------  -------
-        greedy  feasible          3        0.00%            -  1.00ms
+        method  status    objective  gap to best  lower bound  time
+        ------  --------  ---------  -----------  -----------  ----
+        greedy  feasible          3        0.00%            -   1ms
     """
     summarize(records)
     rows = [("method", "status", "objective", "gap to best", "lower bound", "time")]
