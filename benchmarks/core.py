@@ -21,25 +21,15 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from layoutopt import bench
+from layoutopt.machine import stamp as machine_stamp
 
 HERE = Path(__file__).resolve().parent
 SERIES_PARALLEL = ("resnet", "inception", "ssd")
-
-
-def cpu_model() -> str:
-    """``lscpu``'s model name and CPU count (the harness stamp has only the architecture)."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown CPU"
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    return f"{fields.get('Model name', '?').strip()}, {fields.get('CPU(s)', '?').strip()} CPUs"
 
 
 #: which time the verdicts use: "cpu" (process CPU time, robust to other jobs on a shared machine)
@@ -207,13 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         anytime.append((limit, record))
     elapsed = time.perf_counter() - started
 
-    stamp = bench.stamp()
+    stamp = machine_stamp()
     rows = target_rows(exact, quality, scaling, anytime)
     lines = [
         "# Core solvers: issue 2's targets (auto, pbqp) side by side with toulbar2",
         "",
         f"- date: {stamp['date']}",
-        f"- machine: {cpu_model()}; {stamp['machine']}",
+        f"- machine: {stamp['machine']}",
         f"- versions: {stamp['versions']}",
         f"- command: `python -m benchmarks.core{' --quick' if args.quick else ''}` "
         f"(time limit {args.time_limit:g} s per exact solve; {elapsed / 60:.1f} min in all)",

@@ -1,6 +1,7 @@
 """End-to-end latency: layoutopt-tuned TVM builds against fixed layouts, greedy, PyTorch and ONNX Runtime.
 
-Batch 1, float32, 2 threads. Per network, one run, side by side:
+Batch 1, float32, ``TVM_NUM_THREADS`` threads (2 unless set; PyTorch and ONNX Runtime get as many).
+Per network, in one child process, side by side:
 
 * (a) TVM's default Relax build for llvm (no schedules), timed once (it is ~100x slower);
 * (b) TVM, NCHW16c everywhere (nearest block where 16 does not divide the channels), default schedules;
@@ -30,8 +31,9 @@ Usage (``/work/benchvenv`` is such a venv: torch 2.13, torchvision, layoutopt ed
 A cost cache holds kernel times for one schedule: after a change to the kernels' schedules
 (``layoutopt/tvm/kernels.py``), measure into a fresh ``--cache`` file.
 
-Writes ``benchmarks/results/e2e.md``, ``e2e.csv`` and ``e2e.png`` (stamped with date, machine and
-versions), and per-network tune reports ``e2e-<network>.md/.png``.
+Writes ``benchmarks/results/e2e.md``, ``e2e.csv`` and ``e2e.png``, and per-network tune reports
+``e2e-<network>.md/.png``. A run measures the networks of ``--networks`` and keeps the other rows of
+``e2e.json`` from earlier runs, so each row carries its own stamp (date, machine, threads, versions).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("OMP_NUM_THREADS", os.environ["TVM_NUM_THREADS"])
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -73,8 +75,8 @@ VARIANTS = [
 _TORCH_SNIPPET = MODEL_SNIPPET + r"""
 import time
 import numpy as np
-torch.set_num_threads(2)
-ctor, kwargs, size, repeat = json.loads(sys.argv[1])
+ctor, kwargs, size, repeat, threads = json.loads(sys.argv[1])
+torch.set_num_threads(threads)
 model, x = build_model(ctor, kwargs), torch.randn(1, 3, size, size)
 with torch.inference_mode():
     for _ in range(3):
@@ -89,9 +91,9 @@ print(json.dumps({"seconds": float(np.median(times)), "torch": torch.__version__
 _ORT_SNIPPET = r"""
 import json, sys, time
 import numpy as np, onnxruntime as ort
-path, size, repeat = json.loads(sys.argv[1])
+path, size, repeat, threads = json.loads(sys.argv[1])
 options = ort.SessionOptions()
-options.intra_op_num_threads = 2
+options.intra_op_num_threads = threads
 options.inter_op_num_threads = 1
 options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
@@ -126,12 +128,14 @@ def _subprocess_json(snippet: str, payload: list, timeout: float = 3600) -> dict
 
 
 def run_network(network: str, args: argparse.Namespace) -> dict:
+    from layoutopt.machine import stamp
     from layoutopt.tvm import build, load_model, tune_and_build
     from layoutopt.tvm.report import write_report
     from layoutopt.tvm.timing import measure_latencies, random_inputs
 
     size = input_shape(network)[-1]
-    row: dict = {"network": network, "load_before": os.getloadavg()[0],
+    threads = int(os.environ["TVM_NUM_THREADS"])  # the count actually set, for TVM, PyTorch and ORT alike
+    row: dict = {"network": network, "threads": threads, "load_before": os.getloadavg()[0],
                  "blocks": ",".join(map(str, args.blocks)) if args.blocks else "4,8,16,32,64"}
     onnx_path = export_onnx(network, Path(args.models))
     start = time.perf_counter()
@@ -171,11 +175,9 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     row["layoutopt_unfused"] = result.tuned.measured * pair["unfused"] / pair["fused"]
     write_report(result, args.out, name=f"e2e-{network}", model=network)
     ctor, kwargs, _ = NETWORKS[network]
-    torch_info = _subprocess_json(
-        _TORCH_SNIPPET, [ctor, kwargs, size, args.repeat_eager]
-    )
+    torch_info = _subprocess_json(_TORCH_SNIPPET, [ctor, kwargs, size, args.repeat_eager, threads])
     row["torch"] = torch_info["seconds"]
-    ort_info = _subprocess_json(_ORT_SNIPPET, [str(onnx_path), size, args.repeat_eager])
+    ort_info = _subprocess_json(_ORT_SNIPPET, [str(onnx_path), size, args.repeat_eager, threads])
     row["onnxruntime"] = ort_info["seconds"]
     row["load_after"] = os.getloadavg()[0]
     row["versions"] = {
@@ -183,6 +185,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
         "torchvision": torch_info["torchvision"],
         "onnxruntime": ort_info["onnxruntime"],
     }
+    row["stamp"] = stamp()  # this row's own date and machine: rows of several runs share the table
     return row
 
 
@@ -199,14 +202,24 @@ def _load(row: dict) -> str:
     return "-" if before is None or after is None else f"{before:.1f} / {after:.1f}"
 
 
-def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
+def _threads(rows: list[dict]) -> str:
+    """The thread count of the rows, for titles: one number, or the distinct ones."""
+    counts = sorted({str(row.get("threads", "?")) for row in rows})
+    return f"{counts[0]} threads" if len(counts) == 1 else f"{' or '.join(counts)} threads (see each row)"
+
+
+def _measured(row: dict) -> list[str]:
+    """When, where and with what a row was measured: date, machine, threads, versions."""
+    info = row.get("stamp") or {}
+    versions = info.get("versions", "?") + "".join(f", {k} {v}" for k, v in row.get("versions", {}).items())
+    return [info.get("date", "?"), info.get("machine", "?"), str(row.get("threads", "?")), versions]
+
+
+def write_outputs(rows: list[dict], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    stamp = ", ".join(f"{k} {v}" for k, v in env.items())
-    versions = rows[0].get("versions", {}) if rows else {}
-    stamp += "".join(f", {k} {v}" for k, v in versions.items())
     with open(out / "e2e.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["# " + stamp])
+        writer.writerow(["# each row's date, machine, threads and versions are in its last columns"])
         writer.writerow(
             [
                 "network",
@@ -218,6 +231,10 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
                 "max_relative_error",
                 "solver",
                 "status",
+                "date",
+                "machine",
+                "threads",
+                "versions",
             ]
         )
         for row in rows:
@@ -232,6 +249,7 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
                     row.get("max_relative_error"),
                     row.get("solver"),
                     row.get("status"),
+                    *_measured(row),
                 ]
             )
     header = (
@@ -241,12 +259,12 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
         "| (d) vs (f) |"
     )
     lines = [
-        "# End-to-end latency, batch 1, float32, 2 threads (ms, median)",
+        f"# End-to-end latency, batch 1, float32, {_threads(rows)} (ms, median)",
         "",
-        f"*{stamp}*",
-        "",
-        "Produced by `benchmarks/e2e.py` in one run; every TVM build's outputs were checked against TVM's",
-        "default build of the untouched model (max relative error in the last column of e2e.csv).",
+        "Produced by `benchmarks/e2e.py`, each network in its own child process; a run keeps the rows of",
+        "the networks it did not measure, so rows may come from different runs, days and machines: each",
+        "row's date, machine, thread count and versions are in the last table. Every TVM build's outputs",
+        "were checked against TVM's default build of the untouched model (max relative error in e2e.csv).",
         "Speed-ups are (other) / (d): above 1 means layoutopt's build is faster. The machine is shared:",
         "the load average (2 cores) around each network is in the second table; kernel costs measured",
         "under load are noisy, and an exact solution of noisy costs is only as good as they are.",
@@ -284,12 +302,15 @@ def write_outputs(rows: list[dict], env: dict[str, str], out: Path) -> None:
             f"| {row.get('blocks', '-')} | {row.get('tune_seconds', 0):.0f} | {_load(row)} |"
         )
     lines += _breakdown_table(rows)
+    lines += ["", "When and where each row was measured:", "",
+              "| network | date | machine | threads | versions |", "|---" * 5 + "|"]
+    lines += [f"| {row['network']} | " + " | ".join(_measured(row)) + " |" for row in rows]
     failed = [row for row in rows if row.get("error")]
     if failed:
         lines += ["", "Failed:", ""] + [f"- {row['network']}: {row['error']}" for row in failed]
     lines += ["", "![e2e](e2e.png)", ""]
     (out / "e2e.md").write_text("\n".join(lines))
-    _plot(rows, out / "e2e.png", stamp)
+    _plot(rows, out / "e2e.png")
 
 
 def _breakdown_table(rows: list[dict]) -> list[str]:
@@ -330,7 +351,7 @@ def _breakdown_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def _plot(rows: list[dict], path: Path, stamp: str) -> None:
+def _plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -345,9 +366,13 @@ def _plot(rows: list[dict], path: Path, stamp: str) -> None:
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([row["network"] for row in rows])
     ax.set_ylabel("latency (ms, lower is better)")
-    ax.set_title("batch 1, float32, 2 threads ((a) TVM default build omitted: ~100x slower)", fontsize=9)
+    ax.set_title(f"batch 1, float32, {_threads(rows)} ((a) TVM default build omitted: ~100x slower)",
+                 fontsize=9)
     ax.legend(fontsize=7)
-    fig.text(0.01, 0.01, stamp[:200], fontsize=5)
+    dates = sorted(row["stamp"]["date"] for row in rows if row.get("stamp"))
+    machines = sorted({row["stamp"]["machine"] for row in rows if row.get("stamp")})
+    measured = f"measured {dates[0]} to {dates[-1]}" if dates else "measured: see e2e.md"
+    fig.text(0.01, 0.01, f"{measured}; {' / '.join(machines)}"[:200], fontsize=5)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -373,7 +398,10 @@ def _run_network_in_a_child(network: str, argv: list[str]) -> dict:
     lines = [line for line in tail.splitlines() if line.strip() and "kernel/s" not in line]
     reason = lines[-1].strip() if lines else "no message"
     print(f"{network} failed (exit code {returncode}): {reason}", flush=True)
-    return {"network": network, "error": f"exit code {returncode}: {reason[:300]}"}
+    from layoutopt.machine import stamp
+
+    return {"network": network, "error": f"exit code {returncode}: {reason[:300]}",
+            "threads": int(os.environ["TVM_NUM_THREADS"]), "stamp": stamp()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -405,9 +433,6 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.row_file).write_text(json.dumps(run_network(args.networks, args), default=str))
         return 0
 
-    from layoutopt.tvm.report import environment
-
-    env = environment()
     rows = []
     partial = Path(args.out) / "e2e.json"
     if partial.exists():  # networks measured by an earlier run stay in the table
@@ -420,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.sort(key=lambda r: list(NETWORKS).index(r["network"]))
         partial.parent.mkdir(parents=True, exist_ok=True)
         partial.write_text(json.dumps(rows, indent=1, default=str))
-        write_outputs(rows, env, Path(args.out))
+        write_outputs(rows, Path(args.out))
         print(json.dumps(rows[-1], indent=1, default=str), flush=True)
     return 0
 

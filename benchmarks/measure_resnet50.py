@@ -23,20 +23,17 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
 import layoutopt
+from layoutopt.machine import stamp
 from layoutopt.tvm import build_problem, extract_layout_graph, models, prepare
 from layoutopt.tvm.baselines import fixed_layout_assignment
 from layoutopt.tvm.cache import task_key
@@ -56,28 +53,6 @@ print(time.perf_counter() - start)
 """
 
 
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cpu}, {cores} cores, {platform.system()} {platform.release()}"
-
-
-def versions() -> str:
-    names = ["layoutopt", "apache-tvm", "numpy", "networkx", "ortools", "pytoulbar2"]
-    found = []
-    for name in names:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            found.append(f"{name} {metadata.version(name)}")
-    return f"Python {platform.python_version()}, " + ", ".join(found)
-
-
 def load_average() -> str:
     try:
         return ", ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -95,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     blocks = [int(b) for b in args.blocks.split(",")] if args.blocks else None
     workdir = tempfile.TemporaryDirectory(prefix="layoutopt-resnet50-")
     cache = Path(args.cache) if args.cache else Path(workdir.name) / "costs.jsonl"
-    started_at = datetime.now(timezone.utc)
+    started = stamp()
     load_before = load_average()
 
     # 1. extraction
@@ -139,11 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"# Measuring ResNet-{args.depth}'s layout problem (`benchmarks/measure_resnet50.py`)",
         "",
-        f"- date: {started_at:%Y-%m-%d %H:%M} UTC; machine: {machine()}",
-        f"- versions: {versions()}",
+        f"- date: {started['date']}; machine: {started['machine']}",
+        f"- versions: {started['versions']}",
         f"- load average before the run (1, 5, 15 min): {load_before}; after: {load_average()} "
         "(other jobs shared the machine when this is above ~0.1)",
-        f"- target: `{meta['target']}`; TVM threads: {os.environ.get('TVM_NUM_THREADS', 'default')}",
+        f"- target: `{meta['target']}`; {started['threads']}",
         f"- candidate blocks: {blocks or 'default {4, 8, 16, 32, 64} + C when C < 8'}",
         "",
         "## Extraction",

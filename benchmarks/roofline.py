@@ -94,13 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--e2e", default=str(RESULTS / "e2e.json"), help="rows written by benchmarks.e2e")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
-    from layoutopt.tvm.report import environment
+    from layoutopt.machine import stamp_line
 
     rows = [r for r in json.loads(Path(args.e2e).read_text()) if "error" not in r]
     peak = fma_peak_gflops()
     columns = [("nchw16c", "(b) NCHW16c"), ("layoutopt", "(d) layoutopt"),
                ("onnxruntime", "(f) ONNX Runtime")]
-    stamp = ", ".join(f"{k} {v}" for k, v in environment().items())
+    stamp = stamp_line()
     lines = [
         "# Roofline: end-to-end latency against this CPU's fp32 peak",
         "",

@@ -22,7 +22,7 @@ import numpy as np
 
 import layoutopt
 from layoutopt import Problem
-from layoutopt.bench import stamp
+from layoutopt.machine import stamp
 from layoutopt.solvers.scaling import scale_costs
 
 HERE = Path(__file__).resolve().parent

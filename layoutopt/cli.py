@@ -14,7 +14,7 @@ import sys
 from .errors import MissingExtraError, ProblemError
 
 #: modules that contribute subcommands, in help order
-COMMAND_MODULES = ("layoutopt.io", "layoutopt.bench", "layoutopt.tvm.cli")
+COMMAND_MODULES = ("layoutopt.io", "layoutopt.bench.cli", "layoutopt.bench.demo", "layoutopt.tvm.cli")
 
 #: commands of modules that need an optional extra: without it they still exist and explain how
 #: to install it, instead of vanishing from the command line

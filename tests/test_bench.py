@@ -1,4 +1,5 @@
-"""The solver-comparison harness and the TVM graph-tuner DP baseline."""
+"""The solver-comparison harness and the tvm-dp baseline (this repository's re-implementation of the
+DP idea of TVM's graph tuner)."""
 
 import csv
 import math
@@ -10,27 +11,32 @@ import numpy as np
 import pytest
 
 import layoutopt
-from benchmarks.baselines import tvm_dp
-from layoutopt import bench
+from layoutopt import bench, topological_dp
+from layoutopt.baselines import Baseline, solve_baseline
 from layoutopt.bench import InstanceSpec, Record
 from layoutopt.generators import generate
 from layoutopt.io import write_json
 
-# --- runners that misbehave, for the isolation tests (imported by name in the worker) -------------
+# --- baselines that misbehave, for the isolation tests (imported by name in the worker) -----------
 
 
-def raises(graph, costs, time_limit):
+def raises(graph, problem, time_limit):
     raise RuntimeError("solver bug")
 
 
-def dies(graph, costs, time_limit):
+def dies(graph, problem, time_limit):
     if graph.graph.get("family") == "densenet":
         os._exit(3)  # what a segfaulting extension looks like from outside
-    return layoutopt.solve(graph, costs, method="greedy")
+    return layoutopt.solve_problem(problem, "greedy").assignment
 
 
-def hangs(graph, costs, time_limit):
+def hangs(graph, problem, time_limit):
     time.sleep(60)
+
+
+RAISES = Baseline("raises", raises, "raises a RuntimeError")
+DIES = Baseline("dies", dies, "kills its process on DenseNets")
+HANGS = Baseline("hangs", hangs, "never answers")
 
 
 def test_harness_runs_a_tiny_suite_and_writes_its_outputs(tmp_path):
@@ -41,11 +47,7 @@ def test_harness_runs_a_tiny_suite_and_writes_its_outputs(tmp_path):
     records = bench.run(
         suite,
         methods=["greedy", "dp"],
-        baselines={
-            "tvm-dp": "benchmarks.baselines.tvm_dp:solve",
-            "raises": "test_bench:raises",
-            "dies": "test_bench:dies",
-        },
+        baselines=["tvm-dp", RAISES, DIES],
         time_limit=5,
         progress=False,
     )
@@ -82,7 +84,7 @@ def test_harness_runs_a_tiny_suite_and_writes_its_outputs(tmp_path):
 
 def test_a_hanging_solver_is_killed_and_the_run_goes_on():
     suite = bench.synthetic_suite(sizes=[20], families=["resnet"], presets=False)
-    records = bench.run(suite, methods=["greedy"], baselines={"hangs": "test_bench:hangs"}, time_limit=0.5,
+    records = bench.run(suite, methods=["greedy"], baselines=[HANGS], time_limit=0.5,
                         progress=False, grace=1.0)
     assert [(r.method, r.status) for r in records] == [("greedy", "feasible"), ("hangs", "killed")]
 
@@ -135,7 +137,7 @@ def test_suites():
     assert graph.number_of_nodes() == 30 and graph.graph["regime"] == "xhard"
 
 
-# --- the TVM graph-tuner DP baseline --------------------------------------------------------------
+# --- the tvm-dp baseline (the DP idea of TVM's graph tuner, re-implemented here) ------------------
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -151,7 +153,7 @@ def test_tvm_dp_is_exact(seed):
              for u, v in graph.edges}
     costs = {"nodes": nodes, "edges": edges}
     expected = layoutopt.solve(graph, costs, method="bruteforce")
-    solution = tvm_dp.solve(graph, costs)
+    solution = solve_baseline("tvm-dp", graph, costs)
     assert solution.status == expected.status
     if expected.status == "optimal":
         assert solution.objective == expected.objective
@@ -160,19 +162,12 @@ def test_tvm_dp_is_exact(seed):
 
 def test_tvm_dp_state_counts_and_refusal():
     graph, costs = generate("ssd")
-    stats = tvm_dp.profile(graph, costs)
+    stats = topological_dp.profile(graph, costs)
     assert stats["max_live"] == 13  # six feature maps and their heads stay open until the concats
-    with pytest.raises(tvm_dp.StateCapExceeded, match=r"needs 10\^\d+\.\d states \(13 operators") as info:
-        tvm_dp.solve(graph, costs)
+    with pytest.raises(topological_dp.StateCapExceeded,
+                       match=r"needs 10\^\d+\.\d states \(13 operators") as info:
+        solve_baseline("tvm-dp", graph, costs)
     assert info.value.stats == stats and isinstance(info.value, layoutopt.ProblemError)
-    resnet = tvm_dp.profile(*generate("resnet50"))
+    resnet = topological_dp.profile(*generate("resnet50"))
     assert resnet["max_live"] == 3 and resnet["max_states"] <= 16**3
-    assert tvm_dp.profile(*generate("densenet121"))["max_live"] == 26
-
-
-@pytest.mark.parametrize("module", [bench, tvm_dp])
-def test_docstring_examples(module):
-    import doctest
-
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
+    assert topological_dp.profile(*generate("densenet121"))["max_live"] == 26

@@ -102,12 +102,3 @@ def test_regimes_scale_transforms():
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ProblemError, match=match):
         generate(**kwargs)
-
-
-def test_docstring_examples():
-    import doctest
-
-    import layoutopt.generators
-
-    result = doctest.testmod(layoutopt.generators, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0

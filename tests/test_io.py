@@ -207,12 +207,3 @@ def test_wcsp_scales_fractional_costs(tmp_path):
     best = layoutopt.solve(graph, costs, method="bruteforce")
     assert cost / info["scale"] == pytest.approx(best.objective, abs=5 * 0.5 / info["scale"])
     assert layoutopt.evaluate(graph, costs, dict(enumerate(solution))) == best.objective
-
-
-def test_docstring_examples():
-    import doctest
-
-    import layoutopt.io
-
-    result = doctest.testmod(layoutopt.io, optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0

@@ -1,9 +1,5 @@
-"""The integer scaling shared by cpsat, mip and toulbar2: its error bound holds for every assignment.
-Also runs the docstring examples of the helper modules."""
+"""The integer scaling shared by cpsat, mip and toulbar2: its error bound holds for every assignment."""
 
-import doctest
-import importlib
-import importlib.util
 import itertools
 import math
 
@@ -81,12 +77,3 @@ def test_status_from_bound():
     assert status_from_bound(0.0, 0.0) == "optimal"
     assert status_from_bound(5.0, -math.inf) == "feasible"
 
-
-@pytest.mark.parametrize("name", ["layoutopt.solvers.scaling", "layoutopt.solvers.marginal",
-                                  "layoutopt.solvers.cpsat", "layoutopt.solvers.mip",
-                                  pytest.param("layoutopt.solvers.toulbar2", marks=pytest.mark.skipif(
-                                      importlib.util.find_spec("pytoulbar2") is None,
-                                      reason="toulbar2 is an optional extra"))])
-def test_docstring_examples_of_the_solver_helpers(name):
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0

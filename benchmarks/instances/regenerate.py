@@ -66,10 +66,11 @@ def regenerate(network: str, args: argparse.Namespace) -> dict:
     """Measure one network and write its problem file; returns a summary row."""
     import networkx as nx
 
+    import layoutopt
     from layoutopt import Problem
     from layoutopt.io import write_json
+    from layoutopt.machine import stamp
     from layoutopt.tvm import build_problem
-    from layoutopt.tvm.report import environment
 
     started = time.perf_counter()
     mod = load_network(network, args.models, args.torch_python)
@@ -82,7 +83,7 @@ def regenerate(network: str, args: argparse.Namespace) -> dict:
     light.add_nodes_from((node.name, {k: getattr(node, k) for k in KEPT_ATTRS} | {"choices": node.labels})
                          for node in graph.layout_nodes())
     light.add_edges_from(graph.edges)
-    env = environment()
+    env = stamp()
     metadata = {
         "network": network,
         "model": f"{network}.onnx (benchmarks/networks.py: seeded random weights, ONNX opset 17)",
@@ -95,7 +96,7 @@ def regenerate(network: str, args: argparse.Namespace) -> dict:
         "date": env["date"],
         "machine": env["machine"],
         "threads": env["threads"],
-        "layoutopt": env["layoutopt"],
+        "layoutopt": layoutopt.__version__,
         "candidates": args.blocks or "default (blocks 4, 8, 16, 32, 64; C when C < 8)",
         "measurement": meta["stats"],
         "seconds": {"load": round(loaded - started, 1),

@@ -55,8 +55,7 @@ class Auto(Solver):
 
     Options:
         dp_max_table: use variable elimination when its largest table has at most this
-            many entries; above, use the exact engine (measured: a 2.4e5-entry elimination
-            took twice toulbar2's time on the same kernel, 1e5 entries about 1 ms).
+            many entries; above, use the exact engine.
     """
 
     name = "auto"

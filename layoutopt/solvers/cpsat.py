@@ -7,8 +7,8 @@ reported is certified for the original float costs (the scaled bound minus the l
 rounding error).
 
 Parameters: CP-SAT's default portfolio stalls on 2 cores (its only full-problem worker's LP misses
-the exactly-one constraints presolve creates, and the bound never closes: the ResNet-50 and
-DenseNet-121 presets time out at 30 s with 3 % and 10 % gaps). The ``max_lp`` subsolver with probing
+the exactly-one constraints presolve creates, and the bound never closes on the ResNet-50 and
+DenseNet-121 presets). The ``max_lp`` subsolver with probing
 off proves both optimal within seconds, so on 1-2 workers it is the only full-problem subsolver;
 with more workers it is added in front of CP-SAT's default portfolio.
 """

@@ -9,8 +9,7 @@ its argmin given its neighbours.
 choices are estimated as ``c_y[k] + sum_j min_l (C_yj[k, l] + c_j[l])`` (own cost plus each
 neighbour's best reply), and the node with the largest margin between its best and second-best
 estimate goes first (ties: lowest index) and gets its *locally minimal* choice (the argmin of that
-estimate). Measured on hard-regime DenseNets, this cut the median gap from 1.1 % to about 0.5 %
-against the classic max-degree rule. The margins live in a lazy max-heap (no scan): a node touched
+estimate). The margins live in a lazy max-heap (no scan): a node touched
 by a reduction is re-estimated only when it reaches the top. The estimate is finite only when every
 neighbour keeps an allowed choice, so RN never empties a neighbour's domain directly; domain
 pruning then propagates the consequences.
@@ -29,8 +28,8 @@ Example:
     >>> g = nx.complete_graph(4)
     >>> costs = {"nodes": {i: [1.0, 2.0] for i in g}, "edges": {e: [[0, 1], [1, 0]] for e in g.edges}}
     >>> sol = layoutopt.solve(g, costs, method="pbqp")
-    >>> sol.objective, sol.stats["RN"]
-    (4.0, 1)
+    >>> sol.objective, sol.stats["RN"], sol.stats["kernel_dp"]  # a kernel this small goes to dp
+    (4.0, 0, 4)
 """
 
 from __future__ import annotations

@@ -12,50 +12,12 @@ Example::
 
 from __future__ import annotations
 
-import datetime
-import os
-import platform
 from pathlib import Path
 
+from ..machine import stamp_line
 from .tune import TuneResult
 
-__all__ = ["environment", "layer_markdown", "summary_markdown", "write_report"]
-
-
-def environment() -> dict[str, str]:
-    """Date, machine and versions, to stamp every report and benchmark output with.
-
-    Example::
-
-        environment()["tvm"]     # '0.27.0.post1'
-    """
-    import numpy as np
-
-    from .. import __version__
-    from ._tvm import import_tvm
-
-    tvm = import_tvm()
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()} {_cpu_name()} ({os.cpu_count()} cores)",
-        "cpu (llvm)": tvm.target.codegen.llvm_get_system_cpu(),
-        "threads": os.environ.get("TVM_NUM_THREADS", "?"),
-        "python": platform.python_version(),
-        "layoutopt": __version__,
-        "tvm": str(tvm.__version__),
-        "numpy": np.__version__,
-    }
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+__all__ = ["layer_markdown", "summary_markdown", "write_report"]
 
 
 def _ms(seconds: float | None) -> str:
@@ -192,14 +154,12 @@ def write_report(result: TuneResult, directory: str | Path, name: str = "report"
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     png = plot(result, directory / f"{name}.png")
-    env = environment()
-    stamp = ", ".join(f"{key} {value}" for key, value in env.items())
     solution = result.solution
     timings = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in result.timings.items())
     text = "\n".join([
         f"# layoutopt tune report{f': {model}' if model else ''}",
         "",
-        f"*{stamp}; target `{result.target}`*",
+        f"*{stamp_line()}; target `{result.target}`*",
         "",
         "## Latency",
         "",

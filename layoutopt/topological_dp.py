@@ -1,7 +1,10 @@
-"""The TVM graph tuner's dynamic programming (``DPTuner``), re-implemented as its RFC describes it.
+"""The topological-order DP of TVM's graph tuner (``DPTuner``), re-implemented here as its RFC describes it.
 
-TVM's graph tuner (RFC "Graph tuner", apache/tvm#1585; ``tvm.autotvm.graph_tuner.DPTuner``)
-visits the operators in topological order. The DP *stage* of an operator holds the best
+This is this repository's re-implementation of the idea, not TVM's code: TVM's graph tuner
+(RFC "Graph tuner", apache/tvm#1585; ``tvm.autotvm.graph_tuner.DPTuner``) is not run. It is the
+``tvm-dp`` baseline of :mod:`layoutopt.baselines` (``layoutopt bench`` runs it beside the methods).
+
+The DP visits the operators in topological order. The DP *stage* of an operator holds the best
 cost of everything visited so far for every combination of choices of the operators whose
 output is still needed: the operators with *open fan-out* (a consumer not visited yet),
 plus the current one. An operator leaves the state, minimised out, once its last consumer
@@ -10,13 +13,13 @@ has been visited; back-tracking the argmins recovers the assignment.
 The DP is exact, but its state is the product of the choice counts of the open operators:
 a frontier of 13 operators with ~8 choices is ~10^11 states (SSD's detection heads keep
 their sources open until the final concats), and DenseNet's concats keep ~25 operators open
-(~10^21 states). :func:`solve` therefore computes the frontier profile first and refuses,
+(~10^21 states). :func:`assignment` therefore computes the frontier profile first and refuses,
 with the state counts, past ``state_cap`` instead of exhausting memory.
 
 Example:
+    >>> from layoutopt.baselines import solve_baseline
     >>> from layoutopt.generators import generate
-    >>> graph, costs = generate("resnet50", max_choices=4)
-    >>> sol = solve(graph, costs)
+    >>> sol = solve_baseline("tvm-dp", *generate("resnet50", max_choices=4))
     >>> sol.status, sol.stats["max_live"]
     ('optimal', 3)
     >>> profile(*generate("densenet121"))["log10_max_states"] > 15
@@ -27,16 +30,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import networkx as nx
 import numpy as np
 
-import layoutopt
-from layoutopt import Problem, ProblemError, Solution
+from .errors import ProblemError
+from .problem import Costs, Problem
 
-__all__ = ["StateCapExceeded", "profile", "solve"]
+__all__ = ["StateCapExceeded", "assignment", "profile", "state_counts"]
 
 #: default largest DP table (entries): 10^7 float64 = 80 MB
 STATE_CAP = 10**7
@@ -87,25 +90,28 @@ def _plan(problem: Problem, order: list[int]) -> tuple[list[_Step], dict[str, An
     return steps, stats
 
 
-def profile(graph: nx.Graph, costs: Mapping | layoutopt.Costs | None = None) -> dict[str, Any]:
-    """The DP's state counts on an instance, without running it.
+def state_counts(graph: nx.Graph, problem: Problem) -> dict[str, Any]:
+    """The DP's state counts on a validated problem, without running it.
 
     Returns:
         ``{"max_live": largest number of operators in a state (the frontier, plus the
         current one), "log10_max_states": log10 of the largest table, "max_states",
         "total_states": sum of every stage's table size}``.
     """
-    problem = Problem.from_graph(graph, costs)
     return _plan(problem, _order(graph, problem))[1]
 
 
-def solve(
-    graph: nx.Graph,
-    costs: Mapping | layoutopt.Costs | None = None,
-    time_limit: float | None = None,
-    state_cap: int = STATE_CAP,
-) -> Solution:
-    """Solve exactly with the topological-order DP; refuse past ``state_cap`` table entries.
+def profile(graph: nx.Graph, costs: Mapping | Costs | None = None) -> dict[str, Any]:
+    """:func:`state_counts` of ``graph`` with ``costs`` (see :func:`layoutopt.solve` for their forms)."""
+    return state_counts(graph, Problem.from_graph(graph, costs))
+
+
+def assignment(
+    graph: nx.Graph, problem: Problem, time_limit: float | None = None, state_cap: int = STATE_CAP
+) -> dict[Hashable, int]:
+    """An optimal assignment by the topological-order DP; refuses past ``state_cap`` table entries.
+
+    The ``tvm-dp`` baseline's function (see :mod:`layoutopt.baselines` for the contract).
 
     Raises:
         StateCapExceeded: the largest DP table would exceed ``state_cap`` entries (its
@@ -113,7 +119,6 @@ def solve(
         TimeoutError: ``time_limit`` seconds elapsed between two stages.
     """
     start = time.perf_counter()
-    problem = Problem.from_graph(graph, costs)
     steps, stats = _plan(problem, _order(graph, problem))
     if stats["max_states"] > state_cap:
         raise StateCapExceeded(
@@ -141,21 +146,7 @@ def solve(
             table = np.take_along_axis(table, np.expand_dims(best, a), axis=a).squeeze(a)
             axes = axes[:a] + axes[a + 1:]
             eliminated.append((u, list(axes), best))
-    optimum = float(table)
-    assignment = np.zeros(len(problem), dtype=np.int64)
+    chosen = np.zeros(len(problem), dtype=np.int64)
     for u, left, best in reversed(eliminated):
-        assignment[u] = best[tuple(assignment[w] for w in left)]
-    objective = problem.evaluate(assignment)
-    feasible = math.isfinite(objective)
-    index = dict(zip(problem.nodes, assignment.tolist(), strict=True)) if feasible else {}
-    return Solution(
-        assignment=index,
-        labels={n: problem.label(i, k) for i, (n, k) in enumerate(index.items())},
-        objective=objective,
-        lower_bound=objective if feasible else math.inf,
-        status="optimal" if feasible else "infeasible",
-        method="tvm-dp",
-        solve_time=time.perf_counter() - start,
-        message="" if math.isfinite(optimum) else "every assignment costs inf",
-        stats=stats,
-    )
+        chosen[u] = best[tuple(chosen[w] for w in left)]
+    return dict(zip(problem.nodes, chosen.tolist(), strict=True))

@@ -1,1 +1,0 @@
-"""Comparison baselines that are not layoutopt methods (re-implementations of prior work)."""
