@@ -34,7 +34,8 @@ EXAMPLES = [
         importlib.util.find_spec("pytoulbar2") is None, reason="toulbar2 is an optional extra")),
     *(pytest.param(f"layoutopt.tvm.{name}", marks=[pytest.mark.tvm, pytest.mark.skipif(
         importlib.util.find_spec("tvm") is None, reason="needs the tvm extra")])
-      for name in ("apply", "cli", "extract", "kernels", "profile", "tune")),
+      for name in ("_tvm", "apply", "cache", "cli", "graph", "kernels.conv2d", "kernels.dense",
+                   "kernels.workload", "profile", "timing", "tune")),
 ]
 
 

@@ -1,43 +1,54 @@
-"""Baselines the tuned build is compared with (and guarded by): fixed layouts, fixed rules, greedy.
+"""The TVM side's baselines: fixed layouts everywhere, registered in :mod:`layoutopt.baselines`.
 
-Each :class:`Baseline` turns a measured layout graph into an assignment of choice indices, which
-:func:`~layoutopt.tvm.tune_and_build` builds, checks and times beside the tuned build. ``best_fixed``
-(b*) is the faster, *measured*, of all-NCHW8c and all-NCHW16c: the best single fixed layout on the
-host, and the guard the tuned build must beat to be handed back.
+Registered here (beside the library's ``greedy`` and ``tvm-dp``): ``nchw8c``, ``nchw16c`` (one
+layout everywhere, TVM's default heuristic) and ``nchw16c_tuned`` (the same layouts, each kernel in
+its fastest measured schedule). :func:`~layoutopt.tvm.tune_and_build` also knows two builds that are
+not assignments of the layout problem: ``default`` (TVM's unscheduled default build) and
+``best_fixed`` (b*: the faster, *measured*, of ``nchw8c`` and ``nchw16c``, the best single fixed
+layout on the host and the guard the tuned build must beat to be handed back).
 
 Example::
 
-    assignment = BASELINES["nchw16c"].assign(graph, costs)
-    layoutopt.evaluate(graph, costs, assignment)
+    from layoutopt.baselines import solve_baseline
+    solve_baseline("nchw16c", graph, costs).objective      # predicted seconds of NCHW16c everywhere
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from ..api import solve
+from ..baselines import register_baseline
+from ..problem import Problem
 from .graph import LayoutGraph
 from .kernels import layout_block
 
-__all__ = ["BASELINES", "BEST_FIXED", "Baseline", "fixed_layout_assignment"]
+__all__ = ["BEST_FIXED", "BUILDS", "fixed_layout_assignment"]
+
+#: the fixed-layout baselines ``best_fixed`` (b*) picks from, by their measured latency
+BEST_FIXED = ("nchw8c", "nchw16c")
+
+#: builds :func:`~layoutopt.tvm.tune_and_build` knows beyond the registered baselines: name -> description
+BUILDS = {
+    "default": "TVM's default Relax build for llvm (no schedules)",
+    "best_fixed": "the faster, measured here, of NCHW8c and NCHW16c everywhere (b*)",
+}
 
 
 def fixed_layout_assignment(
-    graph: LayoutGraph, layout: str = "NCHW16c", costs: Any = None, algorithms: Sequence[str] = ("direct",)
+    graph: LayoutGraph, layout: str = "NCHW16c", problem: Problem | None = None,
+    algorithms: Sequence[str] = ("direct",),
 ) -> dict[Hashable, int]:
     """For every node, the choice closest to running in ``layout`` throughout.
 
     A node whose channels ``layout``'s block does not divide takes the nearest block it offers
-    (e.g. the 3-channel image into the first conv: ``NCHW3c->NCHW16c``). This is the TVM default
+    (e.g. the 3-channel image into the first conv: ``NCHW3c->NCHW16c``). This is TVM's default
     "one layout everywhere" heuristic. Only choices of the given ``algorithms`` count (direct
     convolution by default), unless a node has none. Among choices of the same layouts (schedule
     knobs, such as a conv's loop order), the first, the default schedule, is taken; or, given the
-    ``costs`` (:class:`~layoutopt.Costs`), the cheapest.
+    measured ``problem``, the cheapest.
 
     Example::
 
@@ -53,7 +64,8 @@ def fixed_layout_assignment(
     for node in graph.layout_nodes():
         choices = node.choices
         allowed = [k for k, c in enumerate(choices) if c.candidate.get("algorithm", "direct") in algorithms]
-        cost = costs.nodes[node.name] if costs is not None else np.zeros(len(choices))
+        cost = (problem.node_costs[problem.index[node.name]] if problem is not None
+                else np.zeros(len(choices)))
         assignment[node.name] = min(
             allowed or range(len(choices)),
             key=lambda k: (distance(layout_block(choices[k].out_layout)),
@@ -62,42 +74,25 @@ def fixed_layout_assignment(
     return assignment
 
 
-@dataclass(frozen=True)
-class Baseline:
-    """A way of choosing every node's kernel without the solver.
-
-    ``assign(graph, costs)`` returns an assignment of choice indices; None for builds that are not
-    a layout assignment (TVM's default build). ``members``: a baseline that is the faster, measured,
-    of other baselines (``best_fixed``).
-    """
-
-    name: str
-    description: str
-    assign: Callable[[LayoutGraph, Any], dict[Hashable, int]] | None = None
-    members: tuple[str, ...] = ()
+def nchw8c(graph: LayoutGraph, problem: Problem, time_limit: float | None = None) -> dict[Hashable, int]:
+    """NCHW8c everywhere (:func:`fixed_layout_assignment`)."""
+    return fixed_layout_assignment(graph, "NCHW8c")
 
 
-def _fixed(layout: str, tuned: bool = False) -> Callable[[LayoutGraph, Any], dict[Hashable, int]]:
-    return lambda graph, costs: fixed_layout_assignment(graph, layout, costs if tuned else None)
+def nchw16c(graph: LayoutGraph, problem: Problem, time_limit: float | None = None) -> dict[Hashable, int]:
+    """NCHW16c everywhere (:func:`fixed_layout_assignment`)."""
+    return fixed_layout_assignment(graph, "NCHW16c")
 
 
-def _greedy(graph: LayoutGraph, costs: Any) -> dict[Hashable, int]:
-    return solve(graph, costs, method="greedy").assignment
+def nchw16c_tuned(graph: LayoutGraph, problem: Problem,
+                  time_limit: float | None = None) -> dict[Hashable, int]:
+    """NCHW16c everywhere, each kernel in its fastest measured schedule."""
+    return fixed_layout_assignment(graph, "NCHW16c", problem)
 
 
-#: the fixed layouts ``best_fixed`` (b*) picks from, by their measured latency
-BEST_FIXED = ("nchw8c", "nchw16c")
-
-#: name -> :class:`Baseline`, the ones :func:`~layoutopt.tvm.tune_and_build` knows
-BASELINES: dict[str, Baseline] = {b.name: b for b in (
-    Baseline("default", "TVM's default Relax build for llvm (no schedules)"),
-    Baseline("nchw8c", "one fixed layout everywhere: NCHW8c (nearest block where 8 does not divide)",
-             _fixed("NCHW8c")),
-    Baseline("nchw16c", "one fixed layout everywhere: NCHW16c (nearest block where 16 does not divide)",
-             _fixed("NCHW16c")),
-    Baseline("best_fixed", "the faster, measured here, of NCHW8c and NCHW16c everywhere (b*)",
-             members=BEST_FIXED),
-    Baseline("nchw16c_tuned", "NCHW16c everywhere, each kernel in its fastest measured schedule (loop order)",
-             _fixed("NCHW16c", tuned=True)),
-    Baseline("greedy", "each op's fastest kernel, ignoring transforms (history best)", _greedy),
-)}
+register_baseline("nchw8c", nchw8c, replace=True,
+                  description="one fixed layout everywhere: NCHW8c (nearest block where 8 does not divide)")
+register_baseline("nchw16c", nchw16c, replace=True,
+                  description="one fixed layout everywhere: NCHW16c (nearest block where 16 does not divide)")
+register_baseline("nchw16c_tuned", nchw16c_tuned, replace=True,
+                  description="NCHW16c everywhere, each kernel in its fastest measured schedule (loop order)")

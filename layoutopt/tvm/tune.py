@@ -31,12 +31,14 @@ import networkx as nx
 import numpy as np
 
 from ..api import solve
+from ..baselines import baselines as registered_baselines
+from ..baselines import get_baseline
 from ..errors import ProblemError
 from ..problem import Costs, Problem
 from ..solution import Solution
 from ._tvm import import_tvm, resolve_target
 from .apply import apply_assignment, build, count_layout_transforms
-from .baselines import BASELINES
+from .baselines import BEST_FIXED, BUILDS
 from .graph import LayoutGraph
 from .kernels import describe_workload
 from .profile import Category, layer_times, profile_builds, time_breakdown
@@ -169,15 +171,16 @@ def _stage(timings: dict[str, float], name: str):
 
 
 def _baseline_names(baselines: Sequence[str], guard: bool) -> list[str]:
-    """The baselines to build, each once: the members of composite ones (b*) included."""
-    unknown = sorted(set(baselines) - set(BASELINES))
+    """The baselines to build, each once: b*'s members before it."""
+    known = [*registered_baselines(), *BUILDS]
+    unknown = sorted(set(baselines) - set(known))
     if unknown:
-        raise ProblemError(f"unknown baseline(s) {unknown}; known: {', '.join(BASELINES)}")
+        raise ProblemError(f"unknown baseline(s) {unknown}; known: {', '.join(known)}")
     names = list(dict.fromkeys([*baselines, *(["best_fixed"] if guard else [])]))
-    expanded = []
-    for name in names:
-        expanded += [*BASELINES[name].members, name]
-    return list(dict.fromkeys(expanded))
+    if "best_fixed" in names:
+        names.remove("best_fixed")
+        names += [*BEST_FIXED, "best_fixed"]
+    return list(dict.fromkeys(names))
 
 
 def tune_and_build(
@@ -212,8 +215,9 @@ def tune_and_build(
             ``{"blocks": ..., "orders": ["oc", "rows"]}`` adds the convs' loop orders: see
             :func:`~layoutopt.tvm.extract_layout_graph`).
         time_limit: seconds for the solver.
-        baselines: names from :data:`~layoutopt.tvm.baselines.BASELINES` to build and time beside
-            the tuned model.
+        baselines: names of registered baselines (:func:`layoutopt.baselines.baselines`: greedy,
+            tvm-dp, nchw8c, nchw16c, nchw16c_tuned...) or of :data:`~layoutopt.tvm.baselines.BUILDS`
+            (default, best_fixed) to build and time beside the tuned model.
         guard: also build the best fixed layout (``best_fixed``: the faster of all-NCHW8c and
             all-NCHW16c), time it beside the tuned build, and hand back the faster of the two.
         check: compare every build's outputs with TVM's default build of the untouched model on
@@ -286,16 +290,17 @@ def tune_and_build(
         tuned = make_variant(TUNED, f"layoutopt, method {method!r}", solution.assignment)
     variants: dict[str, Variant] = {}
     for name in names:
-        baseline = BASELINES[name]
-        if baseline.members:
+        if name == "best_fixed":
             continue  # picked from its members once they are timed
-        say(f"baseline {name}: {baseline.description} ...")
+        description = BUILDS.get(name) or get_baseline(name).description
+        say(f"baseline {name}: {description} ...")
         with _stage(timings, f"baseline {name}"):
-            if baseline.assign is None:  # TVM's default build: ~100x slower, timed once, not interleaved
+            if name == "default":  # TVM's default build: ~100x slower, timed once, not interleaved
                 latency = measure_latency(default_ex, inputs, repeat=1, min_repeat_ms=0)
-                variants[name] = Variant(name, baseline.description, None, latency, 0, 0.0 if check else None)
+                variants[name] = Variant(name, description, None, latency, 0, 0.0 if check else None)
             else:
-                variants[name] = make_variant(name, baseline.description, baseline.assign(graph, costs))
+                assignment = get_baseline(name).function(graph, problem, None)
+                variants[name] = make_variant(name, description, assignment)
     say("timing the builds side by side ...")
     with _stage(timings, "time"):
         samples = time_builds(executables, inputs, repeat)
@@ -303,14 +308,12 @@ def tune_and_build(
         if variant.name in samples:
             latency = Latency.of(samples[variant.name])
             variant.measured, variant.spread = latency.median, (latency.low, latency.high)
-    aliases: dict[str, str] = {}  # composite baseline -> the member build it is
-    for name in names:  # composite baselines: the faster of their members, as measured
-        members = BASELINES[name].members
-        if members:
-            fastest = aliases[name] = min(members, key=lambda member: variants[member].measured)
-            variants[name] = Variant(**{**variants[fastest].__dict__, "name": name,
-                                        "description": f"{BASELINES[name].description}: {fastest}"})
-            executables[name], modules[name] = executables[fastest], modules[fastest]
+    aliases: dict[str, str] = {}  # b* -> the member build it is
+    if "best_fixed" in names:  # b*: the faster of its members, as measured
+        fastest = aliases["best_fixed"] = min(BEST_FIXED, key=lambda member: variants[member].measured)
+        variants["best_fixed"] = Variant(**{**variants[fastest].__dict__, "name": "best_fixed",
+                                            "description": f"{BUILDS['best_fixed']}: {fastest}"})
+        executables["best_fixed"], modules["best_fixed"] = executables[fastest], modules[fastest]
     chosen = TUNED
     if guard and variants["best_fixed"].measured < tuned.measured:
         chosen = "best_fixed"

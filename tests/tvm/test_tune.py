@@ -118,6 +118,7 @@ def test_fixed_layout_baseline_takes_nchw16c_where_it_fits(tuned):
     result, _ = tuned
     graph = result.graph
     assignment = fixed_layout_assignment(graph, "NCHW16c")
+    assert assignment == result.baselines["nchw16c"].assignment
     assert graph.layout_node("conv1").layouts[assignment["conv1"]] == ("NCHW16c", "NCHW16c")
     # conv0 reads the 3-channel image: its nearest input block is 3
     assert graph.layout_node("conv0").layouts[assignment["conv0"]] == ("NCHW3c", "NCHW16c")
