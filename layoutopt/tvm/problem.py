@@ -33,7 +33,8 @@ from .graph import LayoutGraph
 from .kernels import layout_block, layout_transform_workload
 from .measure import Measurer, Runner
 
-__all__ = ["build_problem", "kernel_tasks", "transform_tasks"]
+__all__ = ["build_problem", "kernel_tasks", "transform_edge_costs", "transform_tasks",
+           "transform_workload"]
 
 _NO_CANDIDATE: dict[str, Any] = {}  # a layout transform has a single (empty) candidate
 
@@ -79,7 +80,9 @@ def build_problem(
         prepared module to rewrite);
         ``costs``: a :class:`~layoutopt.Costs` of node vectors and edge matrices in seconds;
         ``meta``: ``{"stats": measurement counts and seconds, "failures": [{"workload", "candidate",
-        "error"}], "target": target key, "tvm": TVM version, "seconds": {"extract", "measure"}}``.
+        "error"}], "target": target key, "tvm": TVM version, "seconds": {"extract", "measure"},
+        "measured": {task key (:func:`~layoutopt.tvm.cache.task_key`): seconds} of every kernel and
+        transform}``.
 
     Raises:
         ProblemError: a bad module, shape, target, runner or candidate set (before measuring).
@@ -114,7 +117,7 @@ def build_problem(
                                               for choice in node.choices])
         else:
             node_costs[node.name] = np.zeros(len(node.choices))
-    edge_costs = {(u, v): _edge_matrix(graph, u, v, cost) for u, v in graph.edges}
+    edge_costs = transform_edge_costs(graph, cost)
 
     failures = [{"workload": r.workload, "candidate": r.candidate, "error": r.error}
                 for r in dict((task_key(r.workload, r.candidate), r) for r in results).values() if not r.ok]
@@ -124,6 +127,7 @@ def build_problem(
         "target": target_key,
         "tvm": tvm_version,
         "seconds": {"extract": extracted - started, "measure": time.perf_counter() - extracted},
+        "measured": cost,
     }
     return graph, Costs(node_costs, edge_costs), meta
 
@@ -139,8 +143,13 @@ def kernel_tasks(graph: LayoutGraph) -> list[tuple[dict, dict]]:
             for choice in node.choices]
 
 
-def _transform_workload(shape: Sequence[int] | None, src: str, dst: str, dtype: str) -> dict[str, Any] | None:
-    """The layout_transform workload of one (shape, src, dst), or None when it is impossible."""
+def transform_workload(shape: Sequence[int] | None, src: str, dst: str, dtype: str) -> dict[str, Any] | None:
+    """The layout_transform workload of one (logical shape, src, dst), or None when it is impossible.
+
+    Example::
+
+        transform_workload([1, 64, 56, 56], "NCHW8c", "NCHW16c", "float32")["op"]    # 'layout_transform'
+    """
     if shape is None or len(shape) != 4:
         return None  # only 4-D tensors have blocked layouts
     if any(block is not None and shape[1] % block for block in (layout_block(src), layout_block(dst))):
@@ -171,10 +180,23 @@ def transform_tasks(graph: LayoutGraph) -> list[tuple[dict, dict]]:
         edge = graph.layout_edge(producer, consumer)
         for _, _, src, dst in _layout_pairs(graph, producer, consumer):
             for value in edge.values:
-                workload = _transform_workload(value.shape, src, dst, edge.dtype)
+                workload = transform_workload(value.shape, src, dst, edge.dtype)
                 if workload is not None:
                     tasks.setdefault(task_key(workload, _NO_CANDIDATE), (workload, _NO_CANDIDATE))
     return list(tasks.values())
+
+
+def transform_edge_costs(graph: LayoutGraph,
+                         transform_costs: Mapping[str, float]) -> dict[tuple, np.ndarray]:
+    """Every edge's matrix from the costs of single transforms (keyed by
+    :func:`~layoutopt.tvm.cache.task_key` of their workload): 0 where the layouts agree, the sum of
+    the transforms of every tensor on the edge otherwise, ``inf`` where a block does not divide.
+
+    Example::
+
+        edges = transform_edge_costs(graph, meta["measured"])
+    """
+    return {(u, v): _edge_matrix(graph, u, v, transform_costs) for u, v in graph.edges}
 
 
 def _edge_matrix(graph: LayoutGraph, producer, consumer, transform_costs: Mapping) -> np.ndarray:
@@ -183,7 +205,7 @@ def _edge_matrix(graph: LayoutGraph, producer, consumer, transform_costs: Mappin
     for row, column, src, dst in _layout_pairs(graph, producer, consumer):
         total = 0.0
         for value in edge.values:  # every distinct tensor on this path is transformed separately
-            workload = _transform_workload(value.shape, src, dst, edge.dtype)
+            workload = transform_workload(value.shape, src, dst, edge.dtype)
             total += math.inf if workload is None else transform_costs[task_key(workload, _NO_CANDIDATE)]
         matrix[row, column] = total
     return matrix

@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from ..solution import Solution
 from ._tvm import import_tvm, resolve_target
 from .apply import apply_assignment, build, count_layout_transforms
 from .baselines import BEST_FIXED, BUILDS
+from .calibrate import Calibration
 from .graph import LayoutGraph
 from .kernels import describe_workload
 from .profile import Category, layer_times, profile_builds, time_breakdown
@@ -54,7 +55,8 @@ TUNED = "layoutopt"
 class Variant:
     """One build of the model: how its kernels were chosen, what the cost model predicts, what it took.
 
-    Times are in seconds; ``predicted`` is the layout problem's objective (kernel plus transform
+    ``module`` is the rewritten Relax module and ``executable`` its build (None for TVM's default
+    build). Times are in seconds; ``predicted`` is the layout problem's objective (kernel plus transform
     times; ops outside the problem, such as pooling, are not in it); ``measured`` the median latency
     over interleaved rounds, ``spread`` its 25th-75th percentiles. ``None`` when not applicable.
     """
@@ -68,11 +70,15 @@ class Variant:
     assignment: dict[Hashable, int] | None = None
     breakdown: list[Category] | None = None
     spread: tuple[float, float] | None = None
+    module: Any = field(default=None, repr=False)
+    executable: Any = field(default=None, repr=False)
 
 
 @dataclass
 class Layer:
-    """One problem node of the tuned model, with its choice and what it costs."""
+    """One problem node of the tuned model, with its choice and what it costs: ``kernel_time`` the
+    cost the solver used (calibrated in the network when calibration ran), ``isolated_time`` the
+    kernel measured alone, ``in_network`` the time of its call in the final profile."""
 
     node: Hashable
     op: str
@@ -85,6 +91,7 @@ class Layer:
     transform_time: float
     transforms_in: int
     in_network: float | None = None
+    isolated_time: float | None = None
 
 
 @dataclass
@@ -97,7 +104,9 @@ class TuneResult:
         module: the rewritten Relax ``IRModule`` it was built from.
         chosen: the name of the variant handed back (:data:`TUNED` or a baseline's).
         solution: the :class:`~layoutopt.Solution` of the layout problem.
-        graph, costs: the layout graph and its measured costs (seconds).
+        graph, costs: the layout graph and the costs the final solution was chosen with (seconds):
+            the measured ones calibrated in the network (see ``calibrate``), or the measured ones.
+        isolated_costs: the costs as measured kernel by kernel, before calibration.
         tuned: the tuned :class:`Variant` (predicted and measured latency, transforms, error).
         baselines: name -> :class:`Variant` for each baseline built.
         layers: per-layer table (:class:`Layer`), in graph order.
@@ -117,6 +126,7 @@ class TuneResult:
     meta: Any = None
     target: str = ""
     chosen: str = TUNED
+    isolated_costs: Costs | None = None
 
     def variants(self) -> list[Variant]:
         """The tuned variant, then the baselines."""
@@ -200,6 +210,7 @@ def tune_and_build(
     repeat: int = 5,
     fuse: bool = True,
     profile: bool = True,
+    calibrate: int = 2,
     progress: bool | Callable[[str], None] = False,
 ) -> TuneResult:
     """Extract, measure, solve, apply and build ``mod``; verify the outputs and time the build.
@@ -229,6 +240,12 @@ def tune_and_build(
         profile: time every call of each build inside the running network
             (:func:`~layoutopt.tvm.profile.profile_calls`): the variants' ``breakdown`` (predicted vs
             in-network time per category of op) and the layers' ``in_network`` kernel times.
+        calibrate: rounds of in-network calibration (0: none). Every build is profiled in the
+            network and the costs calibrated with what it ran (:mod:`layoutopt.tvm.calibrate`); the
+            problem is solved again, and a new assignment built and profiled, until the one chosen
+            was profiled already or the rounds run out. The tuned variant's ``predicted`` is then
+            the calibrated objective; the first solution, when it differs, is kept as the variant
+            ``layoutopt_isolated``.
         progress: True to print stage messages (measurement shows its own progress bar), or a
             callable receiving them.
 
@@ -256,12 +273,10 @@ def tune_and_build(
         graph, costs, meta = build_problem(mod, target=target, candidates=candidates, cache=cache,
                                            runner=runner, progress=bool(progress) or None, prepared=True,
                                            fuse=fuse)
-    problem = Problem.from_graph(graph, costs)
-    say(f"solving ({len(problem.nodes)} nodes, {len(problem.edges)} edges, method {method!r}) ...")
+    isolated = costs
+    say(f"solving ({graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges, method {method!r}) ...")
     with _stage(timings, "solve"):
-        solution = solve(graph, costs, method=method, time_limit=time_limit)
-    if not solution.assignment or not math.isfinite(solution.objective):
-        raise ProblemError(f"the layout problem has no feasible solution: {solution.message}")
+        solution = _solve(graph, costs, method, time_limit)
 
     reference = None
     if check or "default" in names:
@@ -270,9 +285,6 @@ def tune_and_build(
             default_ex = import_tvm().compile(mod, target=target)
             reference = run(default_ex, inputs) if check else None
 
-    executables: dict[str, Any] = {}
-    modules: dict[str, Any] = {}
-
     def make_variant(name: str, description: str, assignment: Mapping[Hashable, int]) -> Variant:
         new_mod = apply_assignment(mod, graph, assignment)
         executable = build(new_mod, target, fuse=fuse)
@@ -280,10 +292,9 @@ def tune_and_build(
         if error is not None and not error <= rtol:
             raise ProblemError(f"the {name} build's outputs differ from the untouched model's by {error:.3g} "
                                f"(relative), above rtol={rtol:g}: a layout rewrite bug, please report it")
-        executables[name], modules[name] = executable, new_mod
-        return Variant(name, description, problem.evaluate([assignment[n] for n in problem.nodes]),
-                       transforms=count_layout_transforms(new_mod), max_relative_error=error,
-                       assignment=dict(assignment))
+        return Variant(name, description, None, transforms=count_layout_transforms(new_mod),
+                       max_relative_error=error, assignment=dict(assignment), module=new_mod,
+                       executable=executable)
 
     say("applying the solution, building and checking ...")
     with _stage(timings, "build"):
@@ -299,8 +310,41 @@ def tune_and_build(
                 latency = measure_latency(default_ex, inputs, repeat=1, min_repeat_ms=0)
                 variants[name] = Variant(name, description, None, latency, 0, 0.0 if check else None)
             else:
-                assignment = get_baseline(name).function(graph, problem, None)
+                assignment = get_baseline(name).function(graph, Problem.from_graph(graph, isolated), None)
                 variants[name] = make_variant(name, description, assignment)
+
+    if calibrate:
+        say("calibrating the costs with every build's in-network profile ...")
+        with _stage(timings, "calibrate"):
+            calibration = Calibration(graph, isolated, meta["measured"], target)
+            builds = [tuned, *(v for v in variants.values() if v.executable is not None)]
+            profiles = profile_builds({v.name: v.executable for v in builds}, inputs)
+            for variant in builds:
+                calibration.observe(variant.assignment, profiles[variant.name])
+            first = tuned
+            for _ in range(calibrate):
+                costs = calibration.costs()
+                solution = _solve(graph, costs, method, time_limit)
+                if calibration.observed(solution.assignment):
+                    break
+                say("the calibrated costs choose another assignment: building and profiling it ...")
+                latest = make_variant(TUNED, "", solution.assignment)
+                latest.predicted = solution.objective  # predicted before its own profile
+                calibration.observe(latest.assignment,
+                                    profile_builds({TUNED: latest.executable}, inputs)[TUNED])
+                builds.append(latest)
+            final = next(v for v in reversed(builds) if v.assignment == solution.assignment)
+            tuned = replace(final, name=TUNED, description=f"layoutopt, method {method!r}, costs calibrated "
+                            "in the network")
+            if first.assignment != solution.assignment:
+                variants["layoutopt_isolated"] = replace(
+                    first, name="layoutopt_isolated", description="layoutopt on the isolated measurements")
+    problem = Problem.from_graph(graph, costs)
+    for variant in [tuned, *variants.values()]:
+        if variant.assignment is not None and variant.predicted is None:
+            variant.predicted = problem.evaluate([variant.assignment[n] for n in problem.nodes])
+
+    executables = {v.name: v.executable for v in [tuned, *variants.values()] if v.executable is not None}
     say("timing the builds side by side ...")
     with _stage(timings, "time"):
         samples = time_builds(executables, inputs, repeat)
@@ -313,16 +357,15 @@ def tune_and_build(
         fastest = aliases["best_fixed"] = min(BEST_FIXED, key=lambda member: variants[member].measured)
         variants["best_fixed"] = Variant(**{**variants[fastest].__dict__, "name": "best_fixed",
                                             "description": f"{BUILDS['best_fixed']}: {fastest}"})
-        executables["best_fixed"], modules["best_fixed"] = executables[fastest], modules[fastest]
     chosen = TUNED
     if guard and variants["best_fixed"].measured < tuned.measured:
         chosen = "best_fixed"
         say(f"the best fixed layout measured faster than the tuned build: handing back {chosen}")
-    layers = layer_table(graph, problem, solution.assignment)
+    layers = layer_table(graph, problem, solution.assignment, isolated)
     if profile:
         say("profiling the builds: each call's time in the network ...")
         with _stage(timings, "profile"):
-            profiles = profile_builds({n: ex for n, ex in executables.items() if n not in aliases}, inputs)
+            profiles = profile_builds(executables, inputs)
             for variant in [tuned, *variants.values()]:
                 calls = profiles.get(aliases.get(variant.name, variant.name))
                 if calls:
@@ -330,12 +373,22 @@ def tune_and_build(
             in_network = layer_times(profiles[TUNED], graph, solution.assignment, target)
             for layer in layers:
                 layer.in_network = in_network.get(layer.node)
-    return TuneResult(executables[chosen], modules[chosen], solution, graph, costs, tuned, variants, layers,
-                      timings, meta, str(target), chosen)
+    handed_back = tuned if chosen == TUNED else variants[chosen]
+    return TuneResult(handed_back.executable, handed_back.module, solution, graph, costs, tuned, variants,
+                      layers, timings, meta, str(target), chosen, isolated)
 
 
-def layer_table(graph: LayoutGraph, problem: Problem, assignment: Mapping[Hashable, int]) -> list[Layer]:
-    """Per problem node: choice, kernel time, fastest kernel, transforms on its inputs.
+def _solve(graph: LayoutGraph, costs: Costs, method: str, time_limit: float | None) -> Solution:
+    solution = solve(graph, costs, method=method, time_limit=time_limit)
+    if not solution.assignment or not math.isfinite(solution.objective):
+        raise ProblemError(f"the layout problem has no feasible solution: {solution.message}")
+    return solution
+
+
+def layer_table(graph: LayoutGraph, problem: Problem, assignment: Mapping[Hashable, int],
+                isolated: Costs | None = None) -> list[Layer]:
+    """Per problem node: choice, kernel time (and its isolated measurement), fastest kernel,
+    transforms on its inputs.
 
     Target and multi-input ops always have a row; boundary and output nodes only when a transform
     feeds them.
@@ -359,7 +412,9 @@ def layer_table(graph: LayoutGraph, problem: Problem, assignment: Mapping[Hashab
             transforms += cost > 0
         if not node.decides and not transforms:
             continue
+        alone = float(np.asarray(isolated.nodes[name])[k]) if isolated is not None else None
         layers.append(Layer(name, node.op, node.kind, describe_workload(node.workload), node.labels[k],
                             float(problem.node_costs[i][k]), node.labels[best],
-                            float(problem.node_costs[i][best]), transform_time, transforms))
+                            float(problem.node_costs[i][best]), transform_time, transforms,
+                            isolated_time=alone))
     return layers

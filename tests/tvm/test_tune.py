@@ -42,7 +42,7 @@ def test_tuned_build_matches_the_untouched_model_and_its_prediction(tuned):
     assert result.tuned.max_relative_error < 1e-4
     # the predicted latency is the problem's objective for the applied assignment
     assert math.isclose(result.tuned.predicted, solution.objective, rel_tol=1e-12)
-    assert result.tuned.transforms == count_layout_transforms(result.module)
+    assert result.tuned.transforms == count_layout_transforms(result.tuned.module)
     assert result.tuned.transforms == expected_transforms(graph, solution.assignment)
     assert result.tuned.measured > 0
     # an exact solution is never predicted slower than a baseline's assignment
@@ -136,7 +136,10 @@ def test_a_rerun_with_the_cache_measures_nothing(tuned):
     result, cache = tuned
     again = tune_and_build(models.residual(channels=16, size=8), method="pbqp", cache=cache,
                            candidates=CANDIDATES, baselines=(), repeat=1)
-    assert again.solution.assignment == result.solution.assignment
+    # the same measurements, from the cache (the calibrated solution may differ: profiles are noisy)
+    assert again.meta["stats"]["measured"] == 0
+    for node, vector in result.isolated_costs.nodes.items():
+        assert np.array_equal(again.isolated_costs.nodes[node], vector)
     assert again.timings["measure"] < result.timings["measure"]
 
 

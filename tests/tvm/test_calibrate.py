@@ -1,0 +1,91 @@
+"""In-network calibration: observed kernels cost what they cost in the network, the rest is scaled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+
+from layoutopt.problem import Costs
+from layoutopt.tvm import extract_layout_graph, models
+from layoutopt.tvm.cache import task_key
+from layoutopt.tvm.calibrate import Calibration, transform_calls
+from layoutopt.tvm.kernels import build_kernel, layout_shape
+from layoutopt.tvm.problem import transform_edge_costs, transform_tasks
+from layoutopt.tvm.profile import Call
+
+pytestmark = pytest.mark.tvm
+
+
+@pytest.fixture(scope="module")
+def chain():
+    """conv1 (8->16) -> conv2 (16->16) with blocks 8 and 16, fake isolated costs: every kernel 1 ms,
+    every transform 0.1 ms."""
+    graph = extract_layout_graph(models.chain((16, 16), in_channels=8, size=8), [8, 16])
+    measured = {task_key(workload, {}): 1e-4 for workload, _ in transform_tasks(graph)}
+    nodes = {node.name: np.full(len(node.choices), 1e-3 if node.kind == "target" else 0.0)
+             for node in graph.layout_nodes()}
+    return graph, Costs(nodes, transform_edge_costs(graph, measured)), measured
+
+
+def _index(graph, node, label):
+    return graph.layout_node(node).labels.index(label)
+
+
+def _calls(graph, assignment, seconds, transform_seconds):
+    """The profile of the build of ``assignment``: each conv's call, then each transform's."""
+    calls = []
+    for name, value in seconds.items():
+        node = graph.layout_node(name)
+        shapes = build_kernel(node.workload, dict(node.choices[assignment[name]].candidate)).arg_shapes
+        calls.append(Call("fused_conv2d_NCHWc_add_relu", tuple(shapes), value))
+    for (shape, src, dst), value in transform_seconds.items():
+        calls.append(Call("te_layout_transform", (layout_shape(shape, src), layout_shape(shape, dst)), value))
+    return calls
+
+
+def test_observed_kernels_cost_what_they_cost_in_the_network_and_the_rest_is_scaled(chain):
+    graph, costs, measured = chain
+    calibration = Calibration(graph, costs, measured)
+    assignment = {"data": 0, "conv1": _index(graph, "conv1", "NCHW8c->NCHW16c"),
+                  "conv2": _index(graph, "conv2", "NCHW16c->NCHW16c"), "output:gv": 0}
+    image_in = ((1, 8, 8, 8), "NCHW", "NCHW8c")
+    calibration.observe(assignment, _calls(graph, assignment, {"conv1": 3e-3, "conv2": 1.5e-3},
+                                           {image_in: 4e-4}))
+    assert calibration.observed(assignment) and not calibration.observed({**assignment, "conv1": 0})
+    calibrated = calibration.costs()
+    conv1, conv2 = calibrated.nodes["conv1"], calibrated.nodes["conv2"]
+    # observed: the in-network time; the node's other choices: isolated x the node's ratio (3x, 1.5x)
+    assert conv1[assignment["conv1"]] == pytest.approx(3e-3)
+    assert conv2[assignment["conv2"]] == pytest.approx(1.5e-3)
+    assert np.allclose(np.delete(conv1, assignment["conv1"]), 3e-3)
+    assert np.allclose(np.delete(conv2, assignment["conv2"]), 1.5e-3)
+    # the observed transform costs what it cost (4x); the others are scaled by that ratio
+    image = calibrated.edges["data", "conv1"]
+    assert image[0, assignment["conv1"]] == pytest.approx(4e-4)
+    assert np.allclose(image[image > 0], 4e-4)
+    between = calibrated.edges["conv1", "conv2"]
+    assert np.allclose(between[between > 0], 4e-4)
+    assert calibration.isolated is costs and np.allclose(costs.nodes["conv1"], 1e-3)  # left alone
+
+
+def test_a_node_never_observed_takes_its_kinds_ratio(chain):
+    graph, costs, measured = chain
+    calibration = Calibration(graph, costs, measured)
+    assignment = {"data": 0, "conv1": 0, "conv2": 0, "output:gv": 0}
+    calibration.observe(assignment, _calls(graph, assignment, {"conv1": 2e-3}, {}))
+    calibrated = calibration.costs()
+    assert np.allclose(calibrated.nodes["conv2"], 2e-3)  # no call matched conv2: conv2d's ratio, 2x
+    assert np.array_equal(calibrated.edges["conv1", "conv2"], costs.edges["conv1", "conv2"])  # none seen
+
+
+def test_transform_calls_are_matched_by_their_shapes(chain):
+    graph, _, _ = chain
+    assignment = {"data": 0, "conv1": _index(graph, "conv1", "NCHW8c->NCHW8c"),
+                  "conv2": _index(graph, "conv2", "NCHW16c->NCHW16c"), "output:gv": 0}
+    calls = _calls(graph, assignment, {}, {((1, 16, 8, 8), "NCHW8c", "NCHW16c"): 5e-5,
+                                           ((1, 16, 8, 8), "NCHW4c", "NCHW16c"): 9.0})
+    found = transform_calls(calls, graph, assignment)
+    # only the transform the assignment implies (8c -> 16c between the convs) is matched
+    assert list(found.values()) == [[5e-5]]
