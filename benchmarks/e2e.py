@@ -4,32 +4,30 @@ Batch 1, float32, ``TVM_NUM_THREADS`` threads (2 unless set; PyTorch and ONNX Ru
 Per network, in one child process, side by side:
 
 * (a) TVM's default Relax build for llvm (no schedules), timed once (it is ~100x slower);
-* (b) TVM, NCHW16c everywhere (nearest block where 16 does not divide the channels), default schedules;
-* (b') the same layouts, each conv in its faster measured loop order (the schedule knob of
-  ``layoutopt.tvm.kernels.CONV2D_SCHEDULE_KNOBS``): what schedule tuning alone gives;
+* (b8), (b16) TVM with NCHW8c / NCHW16c everywhere (nearest block where it does not divide the
+  channels), and (b*) the faster of the two as measured: the best single fixed layout on the host;
 * (c) TVM, each op's fastest kernel ignoring transforms (greedy / "history best");
-* (d) TVM, layouts chosen by layoutopt (an exact method); (b)-(d) fuse each conv's elementwise
-  epilogue into it (finished in the register tile for output blocks of one vector, after the conv
-  otherwise: see ``layoutopt.tvm.kernels``), and (d') is (d)'s layouts built unfused (one kernel
-  per op, exactly the kernels the costs were measured on);
+* (d0) TVM, kernels chosen by layoutopt on the kernels' isolated measurements, and (d) after
+  in-network calibration (``layoutopt.tvm.calibrate``; (d0) appears when the two differ); (b)-(d)
+  fuse each conv's elementwise epilogue into it;
 * (e) PyTorch eager on the CPU (``OMP_WAIT_POLICY=PASSIVE``; without it OpenMP spinning breaks on
   2-vCPU VMs);
 * (f) ONNX Runtime on the CPU (all graph optimisations).
 
 Networks are torchvision architectures with seeded random weights (no download), exported to ONNX
 once; TVM imports that ONNX file (``relax.frontend.onnx``) and ONNX Runtime runs it, so (a)-(d) and (f)
-run the same graph. PyTorch and ONNX Runtime are timed in subprocesses so that their thread pools
-cannot disturb TVM's timings. Needs torch and torchvision (see notes/tvm.md section 4): run it with a
-Python that has them, e.g. a separate benchmark venv with layoutopt installed.
+run the same graph. ONNX Runtime runs in a subprocess (its threads idle while TVM runs) that times
+in the same interleaved rounds as the TVM builds; PyTorch is timed after, in a subprocess too. Needs
+torch, torchvision and onnxruntime: ``bash scripts/setup-bench-venv.sh`` creates ``.venv-bench``.
 
-Usage (``/work/benchvenv`` is such a venv: torch 2.13, torchvision, layoutopt editable)::
+Usage::
 
-    python -m benchmarks.e2e --networks resnet50_v1 --cache ~/.cache/layoutopt/e2e.jsonl
-    python -m benchmarks.e2e --networks resnet50_v1,vgg19_bn,inception_v3,densenet201,ssd_resnet50_512 \
-        --blocks 8,16,32,64 --orders oc,rows       # the run behind results/e2e.md
+    .venv-bench/bin/python -m benchmarks.e2e --networks resnet50_v1 --cache ~/.cache/layoutopt/e2e.jsonl
+    .venv-bench/bin/python -m benchmarks.e2e \
+        --networks resnet50_v1,vgg19_bn,inception_v3,densenet201,ssd_resnet50_512 --blocks 8,16,32,64
 
 A cost cache holds kernel times for one schedule: after a change to the kernels' schedules
-(``layoutopt/tvm/kernels.py``), measure into a fresh ``--cache`` file.
+(``layoutopt/tvm/kernels/``), measure into a fresh ``--cache`` file.
 
 Writes ``benchmarks/results/e2e.md``, ``e2e.csv`` and ``e2e.png``, and per-network tune reports
 ``e2e-<network>.md/.png``. A run measures the networks of ``--networks`` and keeps the other rows of
@@ -59,11 +57,12 @@ from benchmarks.networks import MODEL_SNIPPET, NETWORKS, export_onnx, input_shap
 
 VARIANTS = [
     ("default", "(a) TVM default build"),
-    ("nchw16c", "(b) TVM NCHW16c everywhere"),
-    ("nchw16c_tuned", "(b') NCHW16c, tuned schedules"),
+    ("nchw8c", "(b8) TVM NCHW8c everywhere"),
+    ("nchw16c", "(b16) TVM NCHW16c everywhere"),
+    ("best_fixed", "(b*) best fixed layout"),
     ("greedy", "(c) TVM per-op fastest (greedy)"),
-    ("layoutopt", "(d) TVM + layoutopt (exact)"),
-    ("layoutopt_unfused", "(d') same layouts, no epilogue fusion"),
+    ("layoutopt_isolated", "(d0) layoutopt, isolated costs"),
+    ("layoutopt", "(d) layoutopt, calibrated"),
     ("torch", "(e) PyTorch eager"),
     ("onnxruntime", "(f) ONNX Runtime"),
 ]
@@ -108,6 +107,55 @@ print(json.dumps({"seconds": float(np.median(times)), "onnxruntime": ort.__versi
 """
 
 
+_ORT_SERVER = r"""
+import json, sys, time
+import numpy as np, onnxruntime as ort
+path, size, threads = json.loads(sys.argv[1])
+options = ort.SessionOptions()
+options.intra_op_num_threads = threads
+options.inter_op_num_threads = 1
+options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+data = np.random.default_rng(0).standard_normal((1, 3, size, size)).astype("float32")
+x = {session.get_inputs()[0].name: data}
+for _ in range(3):
+    session.run(None, x)
+print(json.dumps({"onnxruntime": ort.__version__}), flush=True)
+for line in sys.stdin:  # one request per round: run for min_seconds, answer the mean of the runs
+    runs, start = 0, time.perf_counter()
+    while time.perf_counter() - start < float(line):
+        session.run(None, x); runs += 1
+    print((time.perf_counter() - start) / runs, flush=True)
+"""
+
+
+def time_with_onnxruntime(executables: dict, inputs: list, onnx_path: Path, size: int, threads: int,
+                          rounds: int, min_seconds: float = 0.1) -> tuple[dict[str, list[float]], dict]:
+    """Latency samples of TVM builds and ONNX Runtime in the same interleaved rounds (one sample of each
+    per round; ORT in a subprocess, idle while TVM runs), and ORT's version."""
+    from layoutopt.tvm.timing import time_builds
+
+    payload = json.dumps([str(onnx_path), size, threads])
+    server = subprocess.Popen([sys.executable, "-c", _ORT_SERVER, payload],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+    assert server.stdin is not None and server.stdout is not None
+    info = json.loads(server.stdout.readline())
+    samples: dict[str, list[float]] = {name: [] for name in [*executables, "onnxruntime"]}
+    try:
+        for _ in range(rounds):
+            for name, values in time_builds(executables, inputs, repeat=1,
+                                            min_repeat_ms=int(min_seconds * 1e3)).items():
+                samples[name] += values
+            server.stdin.write(f"{min_seconds}\n")
+            server.stdin.flush()
+            samples["onnxruntime"].append(float(server.stdout.readline()))
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+    return samples, info
+
+
 def _subprocess_json(snippet: str, payload: list, timeout: float = 3600) -> dict:
     done = subprocess.run(
         [sys.executable, "-c", snippet, json.dumps(payload)],
@@ -128,10 +176,12 @@ def _subprocess_json(snippet: str, payload: list, timeout: float = 3600) -> dict
 
 
 def run_network(network: str, args: argparse.Namespace) -> dict:
+    import numpy as np
+
     from layoutopt.machine import stamp
-    from layoutopt.tvm import build, load_model, tune_and_build
+    from layoutopt.tvm import load_model, tune_and_build
     from layoutopt.tvm.report import write_report
-    from layoutopt.tvm.timing import measure_latencies, random_inputs
+    from layoutopt.tvm.timing import random_inputs
 
     size = input_shape(network)[-1]
     threads = int(os.environ["TVM_NUM_THREADS"])  # the count actually set, for TVM, PyTorch and ORT alike
@@ -145,40 +195,43 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
         method=args.method,
         cache=args.cache,
         candidates={"blocks": args.blocks, "orders": args.orders.split(",")},
-        baselines=("nchw16c", "nchw16c_tuned", "greedy", *(("default",) if not args.skip_default else ())),
+        baselines=("greedy", *(("default",) if not args.skip_default else ())),
         repeat=args.repeat,
-        progress=True,
+        progress=print,
         time_limit=args.time_limit,
     )
     row["tune_seconds"] = time.perf_counter() - start
-    row["layoutopt"] = result.tuned.measured
-    row["layoutopt_predicted"] = result.tuned.predicted
-    row["layoutopt_transforms"] = result.tuned.transforms
-    row["max_relative_error"] = max(
-        v.max_relative_error or 0.0 for v in [result.tuned, *result.baselines.values()]
-    )
+    row["chosen"] = result.chosen
+    row["max_relative_error"] = max(v.max_relative_error or 0.0 for v in result.variants())
     row["solver"] = f"{result.solution.method}/{result.solution.stats.get('engine', result.solution.method)}"
     row["status"] = result.solution.status
-    for name, variant in result.baselines.items():
-        row[name] = variant.measured
-        row[f"{name}_predicted"] = variant.predicted
-        row[f"{name}_transforms"] = variant.transforms
     row["timings"] = {k: round(v, 1) for k, v in result.timings.items()}
+    for variant in result.variants():
+        row[f"{variant.name}_predicted"] = variant.predicted
+        row[f"{variant.name}_transforms"] = variant.transforms
+        if variant.breakdown:  # predicted vs in-network for what the problem models (kernels, transforms)
+            modelled = [c.measured for c in variant.breakdown if c.predicted is not None]
+            row[f"{variant.name}_in_network"] = sum(modelled)
     # where each build's time goes, every call timed in the network (layoutopt.tvm.profile)
     row["breakdown"] = {variant.name: [dataclasses.asdict(c) for c in variant.breakdown]
-                        for variant in [result.tuned, *result.baselines.values()] if variant.breakdown}
-    # the same layouts built without epilogue fusion: what fusion is worth, and the kernels as measured
-    # (timed in rounds interleaved with the fused build; reported scaled to (d)'s own measurement)
-    unfused = build(result.module, result.target, fuse=False)
-    pair = measure_latencies({"fused": result.executable, "unfused": unfused}, random_inputs(result.module),
-                             repeat=args.repeat)
-    row["layoutopt_unfused"] = result.tuned.measured * pair["unfused"] / pair["fused"]
+                        for variant in result.variants() if variant.breakdown}
+    row["layers"] = [dataclasses.asdict(layer) for layer in result.layers]
+    # every TVM build and ONNX Runtime side by side, in the same interleaved rounds
+    builds = {v.name: v.executable for v in result.variants()
+              if v.executable is not None and v.name != "best_fixed"}
+    samples, ort_info = time_with_onnxruntime(builds, random_inputs(result.module), onnx_path, size, threads,
+                                              args.repeat)
+    for name, values in samples.items():
+        row[name] = float(np.median(values))
+        row[f"{name}_spread"] = [float(np.percentile(values, 25)), float(np.percentile(values, 75))]
+    fixed = result.baselines["best_fixed"].description.rsplit(": ", 1)[-1]
+    row["best_fixed"], row["best_fixed_is"] = row[fixed], fixed
+    if "default" in result.baselines:
+        row["default"] = result.baselines["default"].measured
     write_report(result, args.out, name=f"e2e-{network}", model=network)
     ctor, kwargs, _ = NETWORKS[network]
     torch_info = _subprocess_json(_TORCH_SNIPPET, [ctor, kwargs, size, args.repeat_eager, threads])
     row["torch"] = torch_info["seconds"]
-    ort_info = _subprocess_json(_ORT_SNIPPET, [str(onnx_path), size, args.repeat_eager, threads])
-    row["onnxruntime"] = ort_info["seconds"]
     row["load_after"] = os.getloadavg()[0]
     row["versions"] = {
         "torch": torch_info["torch"],
@@ -225,9 +278,10 @@ def write_outputs(rows: list[dict], out: Path) -> None:
                 "network",
                 *[name for name, _ in VARIANTS],
                 "layoutopt_predicted",
+                "layoutopt_in_network",
                 "layoutopt_transforms",
-                "nchw16c_transforms",
-                "greedy_transforms",
+                "best_fixed_is",
+                "chosen",
                 "max_relative_error",
                 "solver",
                 "status",
@@ -243,63 +297,62 @@ def write_outputs(rows: list[dict], out: Path) -> None:
                     row["network"],
                     *[row.get(name) for name, _ in VARIANTS],
                     row.get("layoutopt_predicted"),
+                    row.get("layoutopt_in_network"),
                     row.get("layoutopt_transforms"),
-                    row.get("nchw16c_transforms"),
-                    row.get("greedy_transforms"),
+                    row.get("best_fixed_is"),
+                    row.get("chosen"),
                     row.get("max_relative_error"),
                     row.get("solver"),
                     row.get("status"),
                     *_measured(row),
                 ]
             )
-    header = (
-        "| network | "
-        + " | ".join(label for _, label in VARIANTS)
-        + " | (d) vs (b) | (d) vs (b') | (d) vs (c) | (d) vs (e) "
-        "| (d) vs (f) |"
-    )
+    header = ("| network | " + " | ".join(label for _, label in VARIANTS)
+              + " | handed back | (d) vs (b*) | (d) vs (d0) | (d) vs (f) |")
     lines = [
         f"# End-to-end latency, batch 1, float32, {_threads(rows)} (ms, median)",
         "",
         "Produced by `benchmarks/e2e.py`, each network in its own child process; a run keeps the rows of",
         "the networks it did not measure, so rows may come from different runs, days and machines: each",
-        "row's date, machine, thread count and versions are in the last table. Every TVM build's outputs",
-        "were checked against TVM's default build of the untouched model (max relative error in e2e.csv).",
-        "Speed-ups are (other) / (d): above 1 means layoutopt's build is faster. The machine is shared:",
-        "the load average (2 cores) around each network is in the second table; kernel costs measured",
-        "under load are noisy, and an exact solution of noisy costs is only as good as they are.",
+        "row's date, machine, thread count and versions are in the last table. Within a row, every TVM",
+        "build and ONNX Runtime were timed side by side in the same interleaved rounds (PyTorch after",
+        "them). Every TVM build's outputs were checked against TVM's default build of the untouched",
+        "model (max relative error in e2e.csv). (b*) is the faster of (b8) and (b16), measured; (d0) is",
+        "layoutopt on the kernels' isolated measurements, (d) after in-network calibration; 'handed",
+        "back' is the build `tune_and_build` returns (the faster of (d) and (b*)). Speed-ups are",
+        "(other) / (d): above 1 means layoutopt's build is faster.",
         "",
         header,
-        "|---" * (len(VARIANTS) + 6) + "|",
+        "|---" * (len(VARIANTS) + 5) + "|",
     ]
     for row in rows:
         tuned = row.get("layoutopt")
-        ratios = [
-            f"{row[o] / tuned:.2f}x" if row.get(o) and tuned else "-"
-            for o in ("nchw16c", "nchw16c_tuned", "greedy", "torch", "onnxruntime")
-        ]
-        lines.append(
-            f"| {row['network']} | "
-            + " | ".join(_ms(row.get(name)) for name, _ in VARIANTS)
-            + " | "
-            + " | ".join(ratios)
-            + " |"
-        )
+        ratios = [f"{row[o] / tuned:.2f}x" if row.get(o) and tuned else "-"
+                  for o in ("best_fixed", "layoutopt_isolated", "onnxruntime")]
+        lines.append(f"| {row['network']} | " + " | ".join(_ms(row.get(name)) for name, _ in VARIANTS)
+                     + f" | {row.get('chosen', '-')} | " + " | ".join(ratios) + " |")
     lines += [
         "",
-        "Predicted (layout problem objective) vs measured, transforms inserted:",
+        "Predicted vs in network: the layout problem's objective for each build's assignment (the",
+        "costs calibrated in the network for (d); the same costs priced for the others) beside the sum",
+        "of the build's modelled calls (kernels and transforms) timed inside the running network:",
         "",
-        "| network | (d) predicted | (d) measured | (d) transforms | (b) predicted | (b) transforms "
-        "| (c) predicted | (c) transforms | solver | blocks | tune time (s) | load avg before / after |",
-        "|---" * 12 + "|",
+        "| network | (d) predicted | (d) in network | (d) in network / predicted | (d0) predicted "
+        "| (d0) in network | (b*) predicted | (b*) in network | (b*) is | transforms (d) / (b*) "
+        "| solver | tune time (s) | load avg before / after |",
+        "|---" * 13 + "|",
     ]
     for row in (r for r in rows if not r.get("error")):  # failures: listed below
+        predicted, in_network = row.get("layoutopt_predicted"), row.get("layoutopt_in_network")
+        ratio = f"{in_network / predicted:.3f}" if predicted and in_network else "-"
+        fixed = row.get("best_fixed_is", "nchw16c")
         lines.append(
-            f"| {row['network']} | {_ms(row.get('layoutopt_predicted'))} | {_ms(row.get('layoutopt'))} "
-            f"| {row.get('layoutopt_transforms')} | {_ms(row.get('nchw16c_predicted'))} "
-            f"| {row.get('nchw16c_transforms')} | {_ms(row.get('greedy_predicted'))} "
-            f"| {row.get('greedy_transforms')} | {row.get('solver')} ({row.get('status')}) "
-            f"| {row.get('blocks', '-')} | {row.get('tune_seconds', 0):.0f} | {_load(row)} |"
+            f"| {row['network']} | {_ms(predicted)} | {_ms(in_network)} | {ratio} "
+            f"| {_ms(row.get('layoutopt_isolated_predicted'))} "
+            f"| {_ms(row.get('layoutopt_isolated_in_network'))} "
+            f"| {_ms(row.get(f'{fixed}_predicted'))} | {_ms(row.get(f'{fixed}_in_network'))} | {fixed} "
+            f"| {row.get('layoutopt_transforms')} / {row.get(f'{fixed}_transforms')} "
+            f"| {row.get('solver')} ({row.get('status')}) | {row.get('tune_seconds', 0):.0f} | {_load(row)} |"
         )
     lines += _breakdown_table(rows)
     lines += ["", "When and where each row was measured:", "",
@@ -332,7 +385,8 @@ def _breakdown_table(rows: list[dict]) -> list[str]:
         "|---" * 12 + "|",
     ]
     for row in profiled:
-        for build, label in (("layoutopt", "(d)"), ("nchw16c", "(b)"), ("nchw16c_tuned", "(b')")):
+        for build, label in (("layoutopt", "(d)"), ("layoutopt_isolated", "(d0)"), ("nchw8c", "(b8)"),
+                             ("nchw16c", "(b16)")):
             categories = {c["category"]: c for c in row["breakdown"].get(build, [])}
             if not categories:
                 continue
@@ -412,8 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", default="auto", help="exact layoutopt method (default auto)")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "layoutopt" / "e2e.jsonl"))
     parser.add_argument("--blocks", default=None, help="channel blocks (default 4,8,16,32,64 + C<8)")
-    parser.add_argument("--orders", default="oc,rows",
-                        help="loop orders of blocked convs, each a choice (default oc,rows: both, for (b'))")
+    parser.add_argument("--orders", default="oc",
+                        help="loop orders of blocked convs, each a choice (default oc; oc,rows: both)")
     parser.add_argument("--repeat", type=int, default=10, help="TVM timing repeats")
     parser.add_argument("--repeat-eager", type=int, default=30, help="PyTorch / ONNX Runtime runs")
     parser.add_argument("--time-limit", type=float, default=600.0)
