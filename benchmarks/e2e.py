@@ -87,26 +87,6 @@ print(json.dumps({"seconds": float(np.median(times)), "torch": torch.__version__
                   "torchvision": torchvision.__version__}))
 """
 
-_ORT_SNIPPET = r"""
-import json, sys, time
-import numpy as np, onnxruntime as ort
-path, size, repeat, threads = json.loads(sys.argv[1])
-options = ort.SessionOptions()
-options.intra_op_num_threads = threads
-options.inter_op_num_threads = 1
-options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-data = np.random.default_rng(0).standard_normal((1, 3, size, size)).astype("float32")
-x = {session.get_inputs()[0].name: data}
-for _ in range(3):
-    session.run(None, x)
-times = []
-for _ in range(repeat):
-    start = time.perf_counter(); session.run(None, x); times.append(time.perf_counter() - start)
-print(json.dumps({"seconds": float(np.median(times)), "onnxruntime": ort.__version__}))
-"""
-
-
 _ORT_SERVER = r"""
 import json, sys, time
 import numpy as np, onnxruntime as ort
