@@ -9,6 +9,8 @@ transform what it costs. :class:`Calibration` gathers those observations; :meth:
 turns them into costs for the solver:
 
 - an observed (node, choice) costs what was observed (the median over the builds that ran it);
+  a multi-input op that runs as a kernel of its own (a concat: an add is fused into a conv) is
+  observed too, although measured at 0: its other layouts take the median of its observed ones;
 - another choice of a node with observations costs its isolated time scaled by the node's
   observed in-network / isolated ratio (the median ratio of its observed choices);
 - a node with no observation, and a transform never observed, is scaled by the median ratio of
@@ -41,7 +43,7 @@ from .kernels import layout_shape
 from .problem import transform_edge_costs, transform_workload
 from .profile import Call, call_category, layer_times
 
-__all__ = ["Calibration", "transform_calls"]
+__all__ = ["Calibration", "multi_input_times", "transform_calls"]
 
 
 def transform_calls(calls: Sequence[Call], graph: LayoutGraph,
@@ -73,6 +75,36 @@ def transform_calls(calls: Sequence[Call], graph: LayoutGraph,
             if key is not None:
                 found[key].append(call.seconds)
     return dict(found)
+
+
+def multi_input_times(calls: Sequence[Call], graph: LayoutGraph,
+                      assignment: Mapping[Hashable, int]) -> dict[Hashable, float]:
+    """In-network seconds of the multi-input ops (concat) that ran as kernels of their own in the build
+    of ``assignment``, matched by their inputs' and output's shapes in the chosen layout.
+
+    Example::
+
+        multi_input_times(profile_calls(ex, inputs), graph, assignment)    # {'concat': 0.0012, ...}
+    """
+    remaining = [(call, sorted(call.shapes)) for call in calls if call_category(call.symbol) == "concat"]
+    times = {}
+    for node in graph.layout_nodes():
+        shapes = node.workload.get("shapes") or []
+        if node.kind != "multi" or node.workload.get("op") != "concat" or not shapes:
+            continue
+        if any(shape is None or len(shape) != 4 for shape in shapes):
+            continue
+        axis = node.workload.get("axis", 1)
+        out = list(shapes[0])
+        out[axis] = sum(shape[axis] for shape in shapes)
+        layout = node.choices[assignment[node.name]].out_layout
+        wanted = sorted(layout_shape(shape, layout) for shape in [*shapes, out])
+        for i, (call, have) in enumerate(remaining):
+            if have == wanted:
+                times[node.name] = call.seconds
+                del remaining[i]
+                break
+    return times
 
 
 def _median_ratio(pairs: Sequence[tuple[float, float]]) -> float | None:
@@ -107,6 +139,8 @@ class Calibration:
         """Record the profile ``calls`` of the build of ``assignment``."""
         for node, seconds in layer_times(calls, self.graph, assignment, self.target).items():
             self.kernels[node, assignment[node]].append(seconds)
+        for node, seconds in multi_input_times(calls, self.graph, assignment).items():
+            self.kernels[node, assignment[node]].append(seconds)
         for key, seconds in transform_calls(calls, self.graph, assignment).items():
             self.transforms[key].append(float(np.median(seconds)))
         self.assignments.append(dict(assignment))
@@ -131,6 +165,9 @@ class Calibration:
             op = self.graph.layout_node(node).workload.get("op", "")
             ratio = node_ratio.get(node) or kind_ratio.get(op) or 1.0
             calibrated = np.array(vector, dtype=float) * ratio
+            seen = [observed[node, k] for k in range(len(calibrated)) if (node, k) in observed]
+            if seen and not np.any(calibrated):  # measured at 0 (a concat): its observed median
+                calibrated[:] = float(np.median(seen))
             for k in range(len(calibrated)):
                 if (node, k) in observed:
                     calibrated[k] = observed[node, k]

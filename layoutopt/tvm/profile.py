@@ -144,8 +144,9 @@ def time_breakdown(calls: Sequence[Call], graph: LayoutGraph, costs: Any,
                    assignment: Mapping[Hashable, int]) -> list[Category]:
     """Predicted vs in-network time per category of op, for the build of ``assignment``.
 
-    Predicted: the chosen kernels' costs (conv2d, dense) and the transforms on the edges
-    (layout_transform); the other categories are outside the layout problem (``None``).
+    Predicted: the chosen kernels' costs (conv2d, dense), the transforms on the edges
+    (layout_transform) and, once calibrated in the network, the concats; the other categories are
+    outside the layout problem (``None``).
 
     Example::
 
@@ -156,8 +157,9 @@ def time_breakdown(calls: Sequence[Call], graph: LayoutGraph, costs: Any,
     predicted: dict[str, float] = defaultdict(float)
     for node in graph.layout_nodes():
         op = node.workload.get("op")
-        if node.kind == "target" and op in ("conv2d", "dense"):
-            predicted[op] += float(problem.node_costs[index[node.name]][assignment[node.name]])
+        cost = float(problem.node_costs[index[node.name]][assignment[node.name]])
+        if (node.kind == "target" and op in ("conv2d", "dense")) or (op == "concat" and cost > 0):
+            predicted[op] += cost  # a concat is costed once calibrated in the network
     for producer, consumer in graph.edges:
         edge = problem.edge(index[producer], index[consumer])
         predicted["layout_transform"] += float(edge[assignment[producer], assignment[consumer]])
@@ -168,7 +170,7 @@ def time_breakdown(calls: Sequence[Call], graph: LayoutGraph, costs: Any,
         measured[category] += call.seconds
         counts[category] += 1
     order = [name for name, _ in _CATEGORY_RULES] + [OTHER]
-    return [Category(name, predicted.get(name) if name in ("conv2d", "dense", "layout_transform") else None,
+    return [Category(name, predicted.get(name),
                      measured.get(name, 0.0), counts.get(name, 0))
             for name in order if name in measured or name in predicted]
 

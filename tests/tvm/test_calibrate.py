@@ -89,3 +89,23 @@ def test_transform_calls_are_matched_by_their_shapes(chain):
     found = transform_calls(calls, graph, assignment)
     # only the transform the assignment implies (8c -> 16c between the convs) is matched
     assert list(found.values()) == [[5e-5]]
+
+
+def test_a_concat_running_as_its_own_kernel_is_observed_and_costed():
+    from layoutopt.tvm.calibrate import multi_input_times
+
+    graph = extract_layout_graph(models.concat3((8, 16, 8), in_channels=8, size=8), [8, 16])
+    concat = graph.layout_node("concat")
+    assignment = {node.name: 0 for node in graph.layout_nodes()}
+    layout = concat.choices[0].out_layout  # NCHW8c
+    inputs = [layout_shape(shape, layout) for shape in concat.workload["shapes"]]
+    calls = [Call("fused_concatenate", (*inputs, layout_shape((1, 32, 8, 8), layout)), 7e-4),
+             Call("fused_concatenate", ((1, 1, 8, 8, 8), (1, 1, 8, 8, 8)), 1.0)]  # no such concat
+    assert multi_input_times(calls, graph, assignment) == {"concat": 7e-4}
+    nodes = {node.name: np.full(len(node.choices), 1e-3 if node.kind == "target" else 0.0)
+             for node in graph.layout_nodes()}
+    measured = {task_key(workload, {}): 1e-4 for workload, _ in transform_tasks(graph)}
+    calibration = Calibration(graph, Costs(nodes, transform_edge_costs(graph, measured)), measured)
+    calibration.observe(assignment, calls)
+    # measured at 0 alone, observed at 0.7 ms: every layout of the concat now costs its observed time
+    assert np.allclose(calibration.costs().nodes["concat"], 7e-4)
