@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import MissingExtraError, ProblemError
+from ..machine import usable_cores
 
 __all__ = ["first_line", "import_tvm", "one_blas_thread", "resolve_target", "target_key", "tvm_version"]
 
@@ -29,7 +30,7 @@ def import_tvm():
         tvm.__version__     # '0.27.0.post1'
     """
     if "TVM_NUM_THREADS" not in os.environ:
-        os.environ["TVM_NUM_THREADS"] = str(_usable_cores())
+        os.environ["TVM_NUM_THREADS"] = str(usable_cores())
     try:
         import tvm
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -59,13 +60,6 @@ def one_blas_thread() -> Iterator[None]:
 def tvm_version() -> str:
     """The installed TVM version string (part of every cache key)."""
     return str(import_tvm().__version__)
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def resolve_target(target: Any = None):

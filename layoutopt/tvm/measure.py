@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ProblemError
+from ..machine import usable_cores
 from ._tvm import first_line
 from .cache import CostCache, record_cost
 from .kernels import SCHEDULE_VERSION, validate_candidate, validate_workload
@@ -505,7 +506,7 @@ class _Worker:
 
 
 def _warn_if_busy() -> None:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     load = os.getloadavg()[0]
     if load > cores / 2:
         logger.warning(

@@ -15,13 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..machine import stamp_line
-from .tune import TuneResult
+from .tune import TuneResult, ms
 
 __all__ = ["layer_markdown", "summary_markdown", "write_report"]
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
 
 
 def summary_markdown(result: TuneResult) -> str:
@@ -35,7 +31,7 @@ def summary_markdown(result: TuneResult) -> str:
         speedup = result.speedup(variant.name) if variant is not result.tuned else 1.0
         error = "-" if variant.max_relative_error is None else f"{variant.max_relative_error:.1e}"
         lines.append(
-            f"| {variant.name} | {variant.description} | {_ms(variant.predicted)} | {_ms(variant.measured)} "
+            f"| {variant.name} | {variant.description} | {ms(variant.predicted)} | {ms(variant.measured)} "
             f"| {variant.transforms if variant.transforms is not None else '-'} | {error} "
             f"| {'-' if speedup is None else f'{speedup:.2f}x'} |"
         )
@@ -58,11 +54,11 @@ def breakdown_markdown(result: TuneResult) -> str:
         for variant in variants:
             row = next((r for r in variant.breakdown if r.category == category), None)
             cells.append("- | - | -" if row is None
-                         else f"{_ms(row.predicted)} | {_ms(row.measured)} | {row.calls}")
+                         else f"{ms(row.predicted)} | {ms(row.measured)} | {row.calls}")
         lines.append(f"| {category} | {' | '.join(cells)} |")
     totals = [
-        f"{_ms(sum(r.predicted for r in v.breakdown if r.predicted is not None))} "
-        f"| {_ms(sum(r.measured for r in v.breakdown))} | {sum(r.calls for r in v.breakdown)}"
+        f"{ms(sum(r.predicted for r in v.breakdown if r.predicted is not None))} "
+        f"| {ms(sum(r.measured for r in v.breakdown))} | {sum(r.calls for r in v.breakdown)}"
         for v in variants
     ]
     lines.append(f"| total | {' | '.join(totals)} |")
@@ -91,15 +87,16 @@ def _breakdown_section(result: TuneResult) -> list[str]:
 def layer_markdown(result: TuneResult) -> str:
     """The per-layer table: chosen layouts, kernel time, fastest kernel, transforms paid on the inputs."""
     lines = [
-        "| # | layer | op | workload | chosen | kernel (ms) | in network (ms) | fastest kernel "
-        "| fastest (ms) | transforms in | transform (ms) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| # | layer | op | workload | chosen | kernel alone (ms) | kernel costed (ms) | in network (ms) "
+        "| fastest kernel | fastest (ms) | transforms in | transform (ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for number, layer in enumerate(result.layers, start=1):
         lines.append(
             f"| {number} | {layer.node} | {layer.op.rsplit('.', 1)[-1]} | {layer.workload} | {layer.choice} "
-            f"| {_ms(layer.kernel_time)} | {_ms(layer.in_network)} | {layer.best_choice} "
-            f"| {_ms(layer.best_kernel_time)} | {layer.transforms_in} | {_ms(layer.transform_time)} |"
+            f"| {ms(layer.isolated_time)} | {ms(layer.kernel_time)} | {ms(layer.in_network)} "
+            f"| {layer.best_choice} "
+            f"| {ms(layer.best_kernel_time)} | {layer.transforms_in} | {ms(layer.transform_time)} |"
         )
     return "\n".join(lines)
 
@@ -133,7 +130,7 @@ def plot(result: TuneResult, path: str | Path) -> Path:
     ax.set_xticklabels([str(layer.node) for layer in layers], rotation=90, fontsize=6)
     ax.set_ylabel("time (ms)")
     tuned = result.tuned
-    ax.set_title(f"layoutopt: predicted {_ms(tuned.predicted)} ms, measured {_ms(tuned.measured)} ms, "
+    ax.set_title(f"layoutopt: predicted {ms(tuned.predicted)} ms, measured {ms(tuned.measured)} ms, "
                  f"{tuned.transforms} transforms")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -165,11 +162,15 @@ def write_report(result: TuneResult, directory: str | Path, name: str = "report"
         "",
         summary_markdown(result),
         "",
-        "Predicted = the layout problem's objective (measured kernel and transform times); ops that run in",
-        "any layout (relu, bias, pooling) are not in it, so measured latency is higher.",
+        f"Handed back: **{result.chosen}** (the faster, measured side by side, of the tuned build and the "
+        "best fixed layout).",
+        "",
+        "Predicted = the layout problem's objective: kernel and transform times, calibrated in the network",
+        "when calibration ran (see `layoutopt.tvm.calibrate`); ops that run in any layout (relu, bias,",
+        "pooling) are not in it, so measured latency is higher.",
         "",
         f"Solver: {solution.method} ({solution.stats.get('engine', solution.method)}), status "
-        f"{solution.status}, objective {_ms(solution.objective)} ms, solved in {solution.solve_time:.3f} s.",
+        f"{solution.status}, objective {ms(solution.objective)} ms, solved in {solution.solve_time:.3f} s.",
         f"Time per stage: {timings}.",
         "",
         *_breakdown_section(result),
