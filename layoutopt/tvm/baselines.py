@@ -1,11 +1,14 @@
 """The TVM side's baselines: fixed layouts everywhere, registered in :mod:`layoutopt.baselines`.
 
 Registered here (beside the library's ``greedy`` and ``tvm-dp``): ``nchw8c``, ``nchw16c`` (one
-layout everywhere, TVM's default heuristic) and ``nchw16c_tuned`` (the same layouts, each kernel in
-its fastest measured schedule). :func:`~layoutopt.tvm.tune_and_build` also knows two builds that are
-not assignments of the layout problem: ``default`` (TVM's unscheduled default build) and
-``best_fixed`` (b*: the faster, *measured*, of ``nchw8c`` and ``nchw16c``, the best single fixed
-layout on the host and the guard the tuned build must beat to be handed back).
+layout everywhere, TVM's default heuristic), ``nchw16c_tuned`` (the same layouts, each kernel in
+its fastest measured schedule) and ``winograd_nchw8c`` / ``winograd_nchw16c`` (the fixed rule:
+Winograd wherever a conv offers it, the fixed layout everywhere).
+:func:`~layoutopt.tvm.tune_and_build` also knows builds that are not assignments of the layout
+problem: ``default`` (TVM's unscheduled default build) and the :data:`COMPOSITES`, each the faster,
+*measured*, of its members: ``winograd_fixed`` (the faster fixed rule) and ``best_fixed`` (b*, the
+faster of ``nchw8c`` and ``nchw16c``: the best single fixed layout on the host, and the guard the
+tuned build must beat to be handed back).
 
 Example::
 
@@ -25,21 +28,26 @@ from ..problem import Problem
 from .graph import LayoutGraph
 from .kernels import layout_block
 
-__all__ = ["BEST_FIXED", "BUILDS", "fixed_layout_assignment"]
+__all__ = ["BEST_FIXED", "BUILDS", "COMPOSITES", "fixed_layout_assignment"]
 
 #: the fixed-layout baselines ``best_fixed`` (b*) picks from, by their measured latency
 BEST_FIXED = ("nchw8c", "nchw16c")
+
+#: builds that are the faster, measured, of registered baselines: name -> members
+COMPOSITES = {"best_fixed": BEST_FIXED, "winograd_fixed": ("winograd_nchw8c", "winograd_nchw16c")}
 
 #: builds :func:`~layoutopt.tvm.tune_and_build` knows beyond the registered baselines: name -> description
 BUILDS = {
     "default": "TVM's default Relax build for llvm (no schedules)",
     "best_fixed": "the faster, measured here, of NCHW8c and NCHW16c everywhere (b*)",
+    "winograd_fixed": "the faster, measured here, of Winograd wherever it applies with NCHW8c or NCHW16c "
+                      "everywhere else (the fixed rule)",
 }
 
 
 def fixed_layout_assignment(
     graph: LayoutGraph, layout: str = "NCHW16c", problem: Problem | None = None,
-    algorithms: Sequence[str] = ("direct",),
+    algorithms: Sequence[str] = ("direct",), prefer: Sequence[str] = (),
 ) -> dict[Hashable, int]:
     """For every node, the choice closest to running in ``layout`` throughout.
 
@@ -48,7 +56,8 @@ def fixed_layout_assignment(
     "one layout everywhere" heuristic. Only choices of the given ``algorithms`` count (direct
     convolution by default), unless a node has none. Among choices of the same layouts (schedule
     knobs, such as a conv's loop order), the first, the default schedule, is taken; or, given the
-    measured ``problem``, the cheapest.
+    measured ``problem``, the cheapest. ``prefer``: algorithms (e.g. ``("winograd",)``) taken
+    instead wherever a node offers one in the same layouts (the cheapest measured among them).
 
     Example::
 
@@ -66,11 +75,15 @@ def fixed_layout_assignment(
         allowed = [k for k, c in enumerate(choices) if c.candidate.get("algorithm", "direct") in algorithms]
         cost = (problem.node_costs[problem.index[node.name]] if problem is not None
                 else np.zeros(len(choices)))
-        assignment[node.name] = min(
+        chosen = min(
             allowed or range(len(choices)),
             key=lambda k: (distance(layout_block(choices[k].out_layout)),
                            distance(layout_block(choices[k].in_layout)), cost[k]),
         )
+        layouts = (choices[chosen].in_layout, choices[chosen].out_layout)
+        preferred = [k for k, c in enumerate(choices) if c.candidate.get("algorithm") in prefer
+                     and (c.in_layout, c.out_layout) == layouts]
+        assignment[node.name] = min(preferred, key=lambda k: cost[k]) if preferred else chosen
     return assignment
 
 
@@ -90,6 +103,22 @@ def nchw16c_tuned(graph: LayoutGraph, problem: Problem,
     return fixed_layout_assignment(graph, "NCHW16c", problem)
 
 
+def winograd_nchw8c(graph: LayoutGraph, problem: Problem,
+                    time_limit: float | None = None) -> dict[Hashable, int]:
+    """NCHW8c everywhere, Winograd wherever a conv offers it in those layouts (its fastest tile)."""
+    return fixed_layout_assignment(graph, "NCHW8c", problem, prefer=("winograd",))
+
+
+def winograd_nchw16c(graph: LayoutGraph, problem: Problem,
+                     time_limit: float | None = None) -> dict[Hashable, int]:
+    """NCHW16c everywhere, Winograd wherever a conv offers it in those layouts (its fastest tile)."""
+    return fixed_layout_assignment(graph, "NCHW16c", problem, prefer=("winograd",))
+
+
+register_baseline("winograd_nchw8c", winograd_nchw8c, replace=True,
+                  description="Winograd wherever it applies, NCHW8c everywhere (the fixed rule)")
+register_baseline("winograd_nchw16c", winograd_nchw16c, replace=True,
+                  description="Winograd wherever it applies, NCHW16c everywhere (the fixed rule)")
 register_baseline("nchw8c", nchw8c, replace=True,
                   description="one fixed layout everywhere: NCHW8c (nearest block where 8 does not divide)")
 register_baseline("nchw16c", nchw16c, replace=True,

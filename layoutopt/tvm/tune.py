@@ -38,7 +38,7 @@ from ..problem import Costs, Problem
 from ..solution import Solution
 from ._tvm import import_tvm, resolve_target
 from .apply import apply_assignment, build, count_layout_transforms
-from .baselines import BEST_FIXED, BUILDS
+from .baselines import BUILDS, COMPOSITES
 from .calibrate import Calibration
 from .graph import LayoutGraph
 from .kernels import describe_workload
@@ -187,9 +187,10 @@ def _baseline_names(baselines: Sequence[str], guard: bool) -> list[str]:
     if unknown:
         raise ProblemError(f"unknown baseline(s) {unknown}; known: {', '.join(known)}")
     names = list(dict.fromkeys([*baselines, *(["best_fixed"] if guard else [])]))
-    if "best_fixed" in names:
-        names.remove("best_fixed")
-        names += [*BEST_FIXED, "best_fixed"]
+    for composite, members in COMPOSITES.items():
+        if composite in names:
+            names.remove(composite)
+            names += [*members, composite]
     return list(dict.fromkeys(names))
 
 
@@ -301,7 +302,7 @@ def tune_and_build(
         tuned = make_variant(TUNED, f"layoutopt, method {method!r}", solution.assignment)
     variants: dict[str, Variant] = {}
     for name in names:
-        if name == "best_fixed":
+        if name in COMPOSITES:
             continue  # picked from its members once they are timed
         description = BUILDS.get(name) or get_baseline(name).description
         say(f"baseline {name}: {description} ...")
@@ -352,11 +353,12 @@ def tune_and_build(
         if variant.name in samples:
             latency = Latency.of(samples[variant.name])
             variant.measured, variant.spread = latency.median, (latency.low, latency.high)
-    aliases: dict[str, str] = {}  # b* -> the member build it is
-    if "best_fixed" in names:  # b*: the faster of its members, as measured
-        fastest = aliases["best_fixed"] = min(BEST_FIXED, key=lambda member: variants[member].measured)
-        variants["best_fixed"] = Variant(**{**variants[fastest].__dict__, "name": "best_fixed",
-                                            "description": f"{BUILDS['best_fixed']}: {fastest}"})
+    aliases: dict[str, str] = {}  # b* (and the like) -> the member build it is
+    for composite in (name for name in names if name in COMPOSITES):  # the faster member, as measured
+        members = COMPOSITES[composite]
+        fastest = aliases[composite] = min(members, key=lambda member: variants[member].measured)
+        variants[composite] = replace(variants[fastest], name=composite,
+                                      description=f"{BUILDS[composite]}: {fastest}")
     chosen = TUNED
     if guard and variants["best_fixed"].measured < tuned.measured:
         chosen = "best_fixed"
