@@ -244,9 +244,9 @@ def tune_and_build(
         calibrate: rounds of in-network calibration (0: none). Every build is profiled in the
             network and the costs calibrated with what it ran (:mod:`layoutopt.tvm.calibrate`); the
             problem is solved again, and a new assignment built and profiled, until the one chosen
-            was profiled already or the rounds run out. The tuned variant's ``predicted`` is then
-            the calibrated objective; the first solution, when it differs, is kept as the variant
-            ``layoutopt_isolated``.
+            was profiled already or the rounds run out. Every variant's ``predicted`` is then its
+            objective under the calibrated costs (checked by the final profile, a fresh run); the
+            first solution, when it differs, is kept as the variant ``layoutopt_isolated``.
         progress: True to print stage messages (measurement shows its own progress bar), or a
             callable receiving them.
 
@@ -330,7 +330,6 @@ def tune_and_build(
                     break
                 say("the calibrated costs choose another assignment: building and profiling it ...")
                 latest = make_variant(TUNED, "", solution.assignment)
-                latest.predicted = solution.objective  # predicted before its own profile
                 calibration.observe(latest.assignment,
                                     profile_builds({TUNED: latest.executable}, inputs)[TUNED])
                 builds.append(latest)
