@@ -13,7 +13,7 @@ imported only on use.
 from __future__ import annotations
 
 from .api import methods, solve, solve_problem
-from .errors import MissingExtraError, ProblemError
+from .errors import InternalError, MissingExtraError, ProblemError
 from .problem import Costs, Problem, evaluate
 from .solution import Solution
 
@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Costs",
+    "InternalError",
     "MissingExtraError",
     "Problem",
     "ProblemError",

@@ -1,8 +1,9 @@
-"""The one entry point: :func:`solve`, plus :func:`methods`."""
+"""The one entry point: :func:`solve` (:func:`solve_problem` for a built Problem), and :func:`methods`."""
 
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -10,11 +11,11 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from .errors import ProblemError
+from .errors import InternalError, ProblemError
 from .problem import Costs, Problem
-from .solution import Solution
+from .solution import OPTIMALITY_TOLERANCE, Solution
 from .solvers import get_solver, registered
-from .solvers.base import SolverResult
+from .solvers.base import Deadline, Solver, SolverResult
 
 __all__ = ["methods", "solve", "solve_problem"]
 
@@ -30,13 +31,24 @@ def methods() -> list[str]:
 
 
 def _check_time_limit(time_limit: Any) -> float | None:
+    """Seconds, or None for no limit (``inf`` is no limit too)."""
     if time_limit is None:
         return None
-    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float, np.number)):
+    if isinstance(time_limit, (bool, np.bool_)) or not isinstance(time_limit, numbers.Real):
         raise ProblemError(f"time_limit must be a number of seconds or None, not {time_limit!r}")
-    if not time_limit > 0 or math.isnan(time_limit):
+    if not time_limit > 0:  # also NaN
         raise ProblemError(f"time_limit must be positive, got {time_limit!r}")
-    return float(time_limit)
+    return None if time_limit == math.inf else float(time_limit)
+
+
+def _prepare(method: Any, time_limit: Any, options: Mapping[str, Any]) -> tuple[type[Solver], float | None,
+                                                                                dict[str, Any]]:
+    """Check the call's arguments, once, before any work: the method, its options, the time limit."""
+    solver_cls = get_solver(method)
+    time_limit = _check_time_limit(time_limit)
+    resolved = solver_cls.resolve_options(options)
+    solver_cls.check_available()
+    return solver_cls, time_limit, resolved
 
 
 def solve(
@@ -55,11 +67,13 @@ def solve(
         costs: ``{"nodes": {node: vector}, "edges": {(u, v): matrix}}`` or a
             :class:`~layoutopt.Costs`; ``None`` reads the ``"cost"`` node and edge attributes.
             ``edges[(u, v)]`` has shape ``(len(nodes[u]), len(nodes[v]))``; ``(v, u)`` with
-            the transposed matrix is accepted too. ``+inf`` forbids a choice or pair.
+            the transposed matrix is accepted too. Costs are finite reals (negative ones too);
+            ``+inf`` forbids a choice or pair.
         method: a name from :func:`methods` (``"auto"``, ``"pbqp"``, ``"dp"``, ``"cpsat"``,
             ``"mip"``, ``"greedy"``, ``"bruteforce"``, ``"toulbar2"``).
-        time_limit: wall-clock budget in seconds, or None.
-        **options: method-specific options (unknown ones raise ProblemError).
+        time_limit: wall-clock budget in seconds for the whole call (validation and model
+            building included), or None (or ``inf``) for none.
+        **options: method-specific options (unknown ones and bad values raise ProblemError).
 
     Returns:
         A :class:`~layoutopt.Solution`; ``objective`` is recomputed from ``costs``.
@@ -77,61 +91,50 @@ def solve(
         ({'conv1': 'NCHW16c', 'conv2': 'NCHW8c'}, 2.2, 'optimal')
     """
     start = time.perf_counter()
-    solver_cls = get_solver(method)
-    time_limit = _check_time_limit(time_limit)
-    _check_options(solver_cls, options)
+    solver_cls, time_limit, resolved = _prepare(method, time_limit, options)
     problem = Problem.from_graph(graph, costs)
-    return solve_problem(problem, method, time_limit, _start=start, **options)
-
-
-def _check_options(solver_cls: type, options: Mapping[str, Any]) -> None:
-    unknown = set(options) - set(solver_cls.options)
-    if unknown:
-        accepted = ", ".join(sorted(solver_cls.options)) or "none"
-        raise ProblemError(
-            f"unknown option(s) {', '.join(sorted(unknown))} for method {solver_cls.name!r}; "
-            f"accepted: {accepted}"
-        )
-    solver_cls.validate_options({**solver_cls.options, **options})
+    return _run(problem, solver_cls, Deadline(time_limit, start), resolved, start)
 
 
 def solve_problem(
     problem: Problem,
     method: str = "auto",
     time_limit: float | None = None,
-    *,
-    _start: float | None = None,
     **options: Any,
 ) -> Solution:
-    """Like :func:`solve`, on an already validated :class:`~layoutopt.Problem`.
+    """Like :func:`solve`, on a :class:`~layoutopt.Problem` built (and so validated) once.
 
-    Useful to run several methods on one instance without validating it each time.
+    The way to run several methods, or several solves, on one instance without validating its
+    costs each time.
 
     Example:
         >>> import networkx as nx
         >>> p = Problem.from_graph(nx.path_graph(2), {"nodes": {0: [1, 2], 1: [3, 1]},
         ...                                           "edges": {(0, 1): [[0, 5], [5, 0]]}})
-        >>> solve_problem(p, "bruteforce").objective
-        3.0
+        >>> solve_problem(p, "bruteforce").objective, solve_problem(p, "pbqp").objective
+        (3.0, 3.0)
     """
-    start = time.perf_counter() if _start is None else _start
-    solver_cls = get_solver(method)
-    time_limit = _check_time_limit(time_limit)
-    _check_options(solver_cls, options)
-    solver_cls.check_available()
-    options = {**solver_cls.options, **options}
+    start = time.perf_counter()
+    if not isinstance(problem, Problem):
+        raise ProblemError(f"solve_problem takes a layoutopt.Problem (see Problem.from_graph), "
+                           f"not {type(problem).__name__}; layoutopt.solve takes a graph and costs")
+    solver_cls, time_limit, resolved = _prepare(method, time_limit, options)
+    return _run(problem, solver_cls, Deadline(time_limit, start), resolved, start)
 
+
+def _run(problem: Problem, solver_cls: type[Solver], deadline: Deadline, options: dict[str, Any],
+         start: float) -> Solution:
     culprit = problem.infeasibility_culprit()
     if culprit is not None:
         result = SolverResult(None, "infeasible", math.inf, culprit)
     else:
-        remaining = None if time_limit is None else max(time_limit - (time.perf_counter() - start), 1e-3)
-        result = solver_cls().solve(problem, remaining, **options)
-    return _finish(problem, result, method, solver_cls.exact, start)
+        result = solver_cls().solve(problem, deadline, options)
+    return _finish(problem, result, solver_cls.name, start)
 
 
-def _finish(problem: Problem, result: SolverResult, method: str, exact: bool, start: float) -> Solution:
-    """Recompute the objective from the original costs and make the status honest."""
+def _finish(problem: Problem, result: SolverResult, method: str, start: float) -> Solution:
+    """Recompute the objective from the original costs and decide the status from the bound, for
+    every method alike: ``"optimal"`` exactly when the certified bound is within the tolerance."""
     if result.assignment is None:
         lower = result.lower_bound if result.lower_bound is not None else -math.inf
         return Solution({}, {}, math.inf, lower, "infeasible", method,
@@ -139,24 +142,27 @@ def _finish(problem: Problem, result: SolverResult, method: str, exact: bool, st
 
     index = [int(k) for k in result.assignment]
     objective = problem.evaluate(index)
-    status = result.status
     lower = -math.inf if result.lower_bound is None else float(result.lower_bound)
     message = result.message
     if not math.isfinite(objective):
         status = "infeasible"
         if lower < math.inf:
             message = message or "no allowed assignment was found (infeasibility not proven)"
-    elif status == "optimal":
-        if not exact and lower < objective:
-            status = "feasible"  # a heuristic's "optimal" must come with a matching bound
+    else:
+        tolerance = OPTIMALITY_TOLERANCE * problem.magnitude(index)
+        if lower > objective:
+            if lower - objective > tolerance:  # a solver bug, never user error: refuse to hide it
+                raise InternalError(
+                    f"method {method!r} reported lower bound {lower!r} above its objective {objective!r}"
+                )
+            lower = objective  # an exact float engine's rounding (its sums run in another order)
+        if objective - lower <= tolerance:
+            status, message = "optimal", ""
         else:
-            lower = objective
-    elif status == "infeasible":
-        status = "feasible"
-    if math.isfinite(objective) and lower > objective + 1e-9 * max(1.0, abs(objective)):
-        raise AssertionError(  # a solver bug, never user error: refuse to hide it
-            f"method {method!r} reported lower bound {lower} above its objective {objective}"
-        )
+            status = "feasible"
+            if result.status == "optimal" and not message:
+                message = (f"{method}'s proof leaves a certified gap of {objective - lower:.3g}, above the "
+                           f"optimality tolerance ({tolerance:.3g})")
     assignment = dict(zip(problem.nodes, index, strict=True))
     labels = {n: problem.label(i, k) for i, (n, k) in enumerate(assignment.items())}
     return Solution(assignment, labels, objective, lower, status, method,

@@ -19,12 +19,14 @@
       ]
     }
 
-- A cost is a JSON number or the string ``"inf"`` (forbidden); ``NaN``, negative numbers
-  and the bare ``Infinity`` token are rejected. Floats are written with Python's shortest
-  round-trip ``repr``, so costs are read back bit for bit.
+- A cost is a finite JSON number (negative ones too) or the string ``"inf"`` (forbidden);
+  ``NaN``, the bare ``Infinity`` token and numbers beyond float64's range (``1e400``) are
+  rejected. Floats are written with Python's shortest round-trip ``repr``, so costs are read
+  back bit for bit.
 - Node ids are JSON strings or integers (not booleans); ``read_json`` gives back the same
   type, so ``"3"`` and ``3`` stay distinct. Other ids (tuples...) are refused on write.
-- Labels are JSON scalars: strings, integers, finite floats, booleans or null.
+- Labels are JSON scalars: strings, integers, finite floats, booleans or null (on write and
+  on read).
 - ``attrs`` keeps the node attributes that are JSON-serialisable (others are skipped on
   write); ``metadata`` defaults to the JSON-serialisable entries of ``graph.graph``.
 - Edges keep their direction; one entry per node pair (parallel or opposite edges of the
@@ -32,8 +34,9 @@
 
 **Integer exports** for outside solvers, written from the same instance:
 
-- :func:`write_wcsp`: toulbar2's ``.wcsp`` (costs are integers; ``+inf`` becomes the upper
-  bound ``UB``, toulbar2's "forbidden").
+- :func:`write_wcsp`: toulbar2's ``.wcsp`` (costs are non-negative integers, made by the
+  solvers' own scaling, :func:`layoutopt.solvers.scaling.scale_costs`; ``+inf`` becomes the
+  upper bound ``UB``, toulbar2's "forbidden").
 - :func:`write_uai`: the UAI ``MARKOV`` format for MAP solvers (potentials
   ``exp(-(cost - m) / T)`` per factor, with ``m`` the factor's least finite cost; 0 for
   ``+inf``; the MAP assignment is the least-cost one).
@@ -71,7 +74,6 @@ __all__ = ["FORMAT", "VERSION", "read_json", "write_json", "write_uai", "write_w
 FORMAT = "layoutopt-problem"
 VERSION = 1
 _INF = "inf"
-_MAX_INT_COST = 2**53  # integer formats stay exact in float64 and int64 below this
 
 
 def _as_problem(graph: nx.Graph | Problem, costs: Costs | Mapping | None) -> Problem:
@@ -180,7 +182,10 @@ def _decode_cost(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a cost")
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond float64
+            raise ValueError(f"{value} is beyond the float64 range; write \"inf\" to forbid") from None
     if value in ("inf", "+inf"):
         return math.inf
     raise ValueError(f"{value!r} is not a number or 'inf'")
@@ -188,6 +193,13 @@ def _decode_cost(value: Any) -> float:
 
 def _reject_constant(token: str) -> Any:
     raise ValueError(f"bare {token} is not allowed; write infinity as the string \"inf\"")
+
+
+def _parse_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):  # 1e400 would silently become inf, which means "forbidden"
+        raise ValueError(f"the number {token} is beyond the float64 range; write \"inf\" to forbid")
+    return value
 
 
 def read_json(path: str | os.PathLike) -> tuple[nx.DiGraph, Costs]:
@@ -214,10 +226,12 @@ def read_json(path: str | os.PathLike) -> tuple[nx.DiGraph, Costs]:
     name = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as handle:
-            document = json.load(handle, parse_constant=_reject_constant)
+            document = json.load(handle, parse_constant=_reject_constant, parse_float=_parse_float)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}"
         raise ProblemError(f"{name}: not valid JSON ({where}: {exc.msg})") from None
+    except RecursionError:
+        raise ProblemError(f"{name}: JSON nested too deeply to read (not a layoutopt problem file)") from None
     except ValueError as exc:
         raise ProblemError(f"{name}: {exc}") from None
     except OSError as exc:
@@ -233,7 +247,8 @@ def read_json(path: str | os.PathLike) -> tuple[nx.DiGraph, Costs]:
     if not isinstance(metadata, dict):
         raise ProblemError(f"{name}: \"metadata\" must be an object")
 
-    graph = nx.DiGraph(**metadata)
+    graph = nx.DiGraph()
+    graph.graph.update(metadata)  # as attributes only: DiGraph(**metadata) would read some keys as data
     node_costs: dict[Hashable, np.ndarray] = {}
     for k, entry in enumerate(document["nodes"]):
         where = f"{name}: nodes[{k}]"
@@ -260,7 +275,10 @@ def read_json(path: str | os.PathLike) -> tuple[nx.DiGraph, Costs]:
         if "labels" in entry:
             if not isinstance(entry["labels"], list):
                 raise ProblemError(f"{where}: \"labels\" must be a list")
-            graph.nodes[node]["choices"] = entry["labels"]
+            try:  # what write_json refuses is refused here too
+                graph.nodes[node]["choices"] = [_check_label(node, label) for label in entry["labels"]]
+            except ProblemError as exc:
+                raise ProblemError(f"{name}: {exc}") from None
 
     edge_costs: dict[tuple, np.ndarray] = {}
     for k, entry in enumerate(document["edges"]):
@@ -287,83 +305,60 @@ def read_json(path: str | os.PathLike) -> tuple[nx.DiGraph, Costs]:
         edge_costs[(u, v)] = matrix.reshape(len(rows), len(rows[0]) if rows else 0)
     costs = Costs(node_costs, edge_costs)
     try:
-        Problem.from_graph(graph, costs)  # the model's own checks: shapes, NaN, negatives, labels
+        Problem.from_graph(graph, costs)  # the model's own checks: shapes, NaN, overflow, labels
     except ProblemError as exc:
         raise ProblemError(f"{name}: {exc}") from None
     return graph, costs
 
 
-# --- integer exports ------------------------------------------------------------------------
-
-
-def _finite_values(problem: Problem):
-    for vec in problem.node_costs:
-        yield vec[np.isfinite(vec)]
-    for mat in problem.edges.values():
-        yield mat[np.isfinite(mat)]
-
-
-def _integer_scale(problem: Problem, scale: float | None) -> tuple[float, int]:
-    """The cost multiplier and the scaled upper bound (sum of every factor's largest finite cost + 1)."""
-    worst = math.fsum(float(v.max()) if v.size else 0.0 for v in _finite_values(problem))
-    if scale is None:
-        integral = all(np.array_equal(v, np.round(v)) for v in _finite_values(problem))
-        scale = 1.0
-        if not integral:  # the most decimal digits that keep every scaled sum exact
-            while scale < 1e9 and (worst + 1) * scale * 10 < _MAX_INT_COST:
-                scale *= 10
-    if not scale > 0 or not math.isfinite(scale):
-        raise ProblemError(f"scale must be a positive finite number, got {scale!r}")
-    upper = round(worst * scale) + len(problem.node_costs) + len(problem.edges) + 1
-    if upper >= _MAX_INT_COST:
-        raise ProblemError(f"scale {scale:g} makes the scaled costs reach {upper:.3g}, beyond 2^53; lower it")
-    return scale, upper
-
-
-def _scaled(values: np.ndarray, scale: float, upper: int) -> np.ndarray:
-    out = np.full(values.shape, upper, dtype=np.int64)
-    finite = np.isfinite(values)
-    out[finite] = np.round(values[finite] * scale).astype(np.int64)
-    return out
+# --- exports for outside solvers ---------------------------------------------------------------
 
 
 def write_wcsp(
     path: str | os.PathLike,
     graph: nx.Graph | Problem,
     costs: Costs | Mapping | None = None,
-    scale: float | None = None,
 ) -> dict[str, Any]:
     """Export an instance to toulbar2's ``.wcsp`` format (one variable per node, in order).
 
-    Costs become the integers ``round(cost * scale)``; ``+inf`` becomes the upper bound
-    ``UB`` (forbidden for toulbar2). With ``scale=None`` the scale is 1 when every finite
-    cost is an integer (exact; the generators' nanosecond costs are), else the largest
-    power of ten (at most 1e9) keeping every sum below 2**53: an objective read back as
-    ``wcsp_cost / scale`` is then off by at most ``0.5 / scale`` per node and edge.
+    Costs become non-negative integers by the solvers' own scaling
+    (:func:`layoutopt.solvers.scaling.scale_costs`): each node's and edge's table shifted by its
+    least entry, times ``scale`` (a power of two: 1 when every cost is an integer, as the
+    generators' nanosecond costs are), rounded. ``+inf`` becomes the upper bound ``UB``
+    (forbidden for toulbar2). An objective reads back as ``offset + wcsp_cost / scale``, off by at
+    most ``rounding_error`` (0 when the scaling is exact).
 
     Returns:
-        ``{"scale": s, "upper_bound": UB, "variables": [node, ...]}``; the value of
-        variable ``i`` is the choice index of ``variables[i]``.
+        ``{"scale": s, "offset": o, "rounding_error": e, "upper_bound": UB, "variables": [node, ...]}``;
+        the value of variable ``i`` is the choice index of ``variables[i]``.
 
     Example:
         >>> import networkx as nx, tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "tiny.wcsp")
-        >>> write_wcsp(path, nx.path_graph(2), {"nodes": {0: [1, 2], 1: [3, 1]},
+        >>> write_wcsp(path, nx.path_graph(2), {"nodes": {0: [1, 2], 1: [3, -1]},
         ...                                     "edges": {(0, 1): [[0, 5], [5, float("inf")]]}})
-        {'scale': 1.0, 'upper_bound': 14, 'variables': [0, 1]}
+        {'scale': 1.0, 'offset': 0.0, 'rounding_error': 0.0, 'upper_bound': 11, 'variables': [0, 1]}
     """
+    from .solvers.scaling import scale_costs
+
     problem = _as_problem(graph, costs)
-    scale, upper = _integer_scale(problem, scale)
+    scaled = scale_costs(problem)
+    tables = [*scaled.node_costs, *scaled.edges.values()]
+    upper = int(math.fsum(float(t[np.isfinite(t)].max(initial=0.0)) for t in tables)) + 1
     sizes = problem.sizes
     lines = [f"layoutopt {len(sizes)} {max(sizes, default=1)} {len(sizes) + len(problem.edges)} {upper}",
              " ".join(map(str, sizes))]
-    for i, vec in enumerate(problem.node_costs):
-        values = _scaled(vec, scale, upper)
+
+    def integers(values: np.ndarray) -> np.ndarray:
+        return np.where(np.isfinite(values), values, upper).astype(np.int64)
+
+    for i, vec in enumerate(scaled.node_costs):
+        values = integers(vec)
         entries = [f"{k} {c}" for k, c in enumerate(values.tolist()) if c]
         lines.append(f"1 {i} 0 {len(entries)}")
         lines.extend(entries)
-    for (i, j), mat in problem.edges.items():
-        values = _scaled(mat, scale, upper)
+    for (i, j), mat in scaled.edges.items():
+        values = integers(mat)
         rows, cols = np.nonzero(values)
         lines.append(f"2 {i} {j} 0 {rows.size}")
         entries = zip(rows.tolist(), cols.tolist(), values[rows, cols].tolist(), strict=True)
@@ -371,7 +366,8 @@ def write_wcsp(
     with open(path, "w", encoding="ascii") as handle:
         handle.write("\n".join(lines))
         handle.write("\n")
-    return {"scale": scale, "upper_bound": upper, "variables": list(problem.nodes)}
+    return {"scale": scaled.scale, "offset": scaled.offset, "rounding_error": scaled.rounding_error,
+            "upper_bound": upper, "variables": list(problem.nodes)}
 
 
 def write_uai(
@@ -452,9 +448,19 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(run=_run_solve)
 
 
+def _check_writable(path: str) -> None:
+    """Refuse an output path that cannot be written, before the solve rather than after it."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+        raise ProblemError(f"--output {path}: cannot write there (no such directory, not writable, "
+                           f"or a directory)")
+
+
 def _run_solve(args) -> int:
     import layoutopt
 
+    if args.output:
+        _check_writable(args.output)
     graph, costs = read_json(args.file)
     solution = layoutopt.solve(graph, costs, method=args.method, time_limit=args.time_limit)
     print(f"{args.file}: {graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges")
@@ -481,7 +487,11 @@ def _run_solve(args) -> int:
                 {"id": n, "choice": k, "label": solution.labels[n]} for n, k in solution.assignment.items()
             ],
         }
-        with open(args.output, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=1)
-            handle.write("\n")
+        try:
+            with open(args.output, "w", encoding="utf-8") as handle:
+                json.dump(document, handle, indent=1)
+                handle.write("\n")
+        except OSError as exc:
+            raise ProblemError(
+                f"--output {args.output}: cannot write the solution ({exc.strerror or exc})") from None
     return 0 if solution.status != "infeasible" else 1

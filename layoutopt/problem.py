@@ -7,6 +7,7 @@ index-based :class:`Problem` that every solver receives. Solvers never see raw i
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ import numpy as np
 
 from .errors import ProblemError
 
-__all__ = ["Costs", "Problem", "evaluate"]
+__all__ = ["MAX_COST_TOTAL", "Costs", "Problem", "evaluate", "sum_down"]
 
 
 @dataclass
@@ -50,22 +51,39 @@ def _as_costs(costs: Costs | Mapping | None, graph: nx.Graph) -> Costs:
     if costs is None:
         return Costs.from_graph(graph)
     if isinstance(costs, Costs):
-        return costs
-    if isinstance(costs, Mapping):
+        parts = {"nodes": costs.nodes, "edges": costs.edges}
+    elif isinstance(costs, Mapping):
         unknown = set(costs) - {"nodes", "edges"}
         if unknown:
             raise ProblemError(
                 f"costs has unknown keys {sorted(map(str, unknown))}; expected 'nodes' and 'edges'"
             )
-        return Costs(dict(costs.get("nodes", {})), dict(costs.get("edges", {})))
+        parts = {"nodes": costs.get("nodes", {}), "edges": costs.get("edges", {})}
+    else:
+        parts = None
+    if parts is not None:
+        for part, value in parts.items():
+            if not isinstance(value, Mapping):
+                raise ProblemError(
+                    f"costs {part!r} must be a mapping from {part[:-1]} to its costs, "
+                    f"not {type(value).__name__}"
+                )
+        return costs if isinstance(costs, Costs) else Costs(dict(parts["nodes"]), dict(parts["edges"]))
     raise ProblemError(
         f"costs must be a layoutopt.Costs, a mapping {{'nodes': ..., 'edges': ...}} or None, "
         f"not {type(costs).__name__}"
     )
 
 
+def _refuse_complex(value: Any, where: str) -> None:
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and dtype.kind == "c":  # numpy would drop the imaginary part with a warning
+        raise ProblemError(f"{where}: cost is complex ({dtype}); costs are real numbers")
+
+
 def _as_vector(node: Hashable, value: Any) -> np.ndarray:
     """``value`` as a 1-D float64 array (no copy when it already is one); values checked later."""
+    _refuse_complex(value, f"node {node!r}")
     try:
         vec = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -79,19 +97,24 @@ def _as_vector(node: Hashable, value: Any) -> np.ndarray:
 
 def _check_values(arr: np.ndarray, where: str) -> None:
     # One vectorised test on the common path; the slow diagnosis runs only on failure.
-    if (arr >= 0).all():
+    if arr.min() > -math.inf:  # False for NaN too
         return
     if np.isnan(arr).any():
         raise ProblemError(f"{where}: cost contains NaN")
-    if np.isneginf(arr).any():
-        raise ProblemError(f"{where}: cost contains -inf (only +inf, meaning forbidden, is allowed)")
-    raise ProblemError(f"{where}: cost contains a negative value ({arr.min():g}); costs are times, >= 0")
+    raise ProblemError(f"{where}: cost contains -inf (only +inf, meaning forbidden, is allowed)")
+
+
+#: Largest allowed sum, over every node and edge, of its largest finite cost in absolute value:
+#: every objective then stays finite in float64, and so does every difference of two costs of one
+#: table (which the solvers form when they normalise a table by its least entry).
+MAX_COST_TOTAL = sys.float_info.max / 2
 
 
 def _as_matrix(edge: tuple, value: Any, shape: tuple[int, int]) -> np.ndarray:
     """``value`` as a float64 matrix of ``shape`` (no copy when it already is one); values checked later."""
     if type(value) is np.ndarray and value.dtype == np.float64 and value.shape == shape:
         return value  # the common case, without the conversion machinery
+    _refuse_complex(value, f"edge {edge!r}")
     try:
         mat = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -117,36 +140,71 @@ class _Packed:
     node_size: np.ndarray
     node_min: np.ndarray
     node_max: np.ndarray
+    node_magnitude: np.ndarray  # largest finite |cost| of each node (0 if none)
     edge_flat: np.ndarray
     edge_start: np.ndarray  # aligned with the order of Problem.edges
     edge_min: np.ndarray
     edge_max: np.ndarray
+    edge_magnitude: np.ndarray
     edge_i: np.ndarray
     edge_j: np.ndarray
     edge_cols: np.ndarray  # K_j of each edge
 
 
-def _flatten(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One read-only copy of ``arrays`` (C order each), the start of each, and each one's min and max."""
+def _flatten(arrays: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """One read-only copy of ``arrays`` (C order each), the start of each, and each one's min, max
+    and largest finite absolute value."""
     if not arrays:
         empty = np.zeros(0)
-        return empty, np.zeros(0, dtype=np.int64), empty, empty
+        return empty, np.zeros(0, dtype=np.int64), empty, empty, empty
     flat = np.concatenate(arrays, axis=None)  # a copy: the caller's arrays are never shared
     sizes = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
     start = np.zeros(len(arrays), dtype=np.int64)
     np.cumsum(sizes[:-1], out=start[1:])
     flat.flags.writeable = False
-    # minimum propagates NaN, so one comparison of the minima finds NaN, -inf and negatives
-    return flat, start, np.minimum.reduceat(flat, start), np.maximum.reduceat(flat, start)
+    magnitude = np.abs(flat)
+    magnitude[~(magnitude < math.inf)] = 0.0  # inf (forbidden) and NaN (refused anyway) count as 0
+    # minimum propagates NaN, so one comparison of the minima finds NaN and -inf
+    return (flat, start, np.minimum.reduceat(flat, start), np.maximum.reduceat(flat, start),
+            np.maximum.reduceat(magnitude, start))
 
 
 def _pack(node_costs: Sequence[np.ndarray], edges: Mapping[tuple[int, int], np.ndarray]) -> _Packed:
-    node_flat, node_start, node_min, node_max = _flatten(list(node_costs))
-    edge_flat, edge_start, edge_min, edge_max = _flatten(list(edges.values()))
+    node_flat, node_start, node_min, node_max, node_magnitude = _flatten(list(node_costs))
+    edge_flat, edge_start, edge_min, edge_max, edge_magnitude = _flatten(list(edges.values()))
     pairs = np.array(list(edges), dtype=np.int64).reshape(-1, 2)
     sizes = np.fromiter((c.size for c in node_costs), dtype=np.int64, count=len(node_costs))
-    return _Packed(node_flat, node_start, sizes, node_min, node_max, edge_flat, edge_start, edge_min,
-                   edge_max, pairs[:, 0], pairs[:, 1], sizes[pairs[:, 1]])
+    return _Packed(node_flat, node_start, sizes, node_min, node_max, node_magnitude, edge_flat, edge_start,
+                   edge_min, edge_max, edge_magnitude, pairs[:, 0], pairs[:, 1], sizes[pairs[:, 1]])
+
+
+def sum_down(values: Sequence[float]) -> float:
+    """The sum of ``values`` rounded down to a float: never above the exact sum (a certified bound).
+
+    Example:
+        >>> sum_down([0.1, 0.2]) <= 0.30000000000000004, sum_down([1.0, 2.0])
+        (True, 3.0)
+    """
+    values = list(values)
+    total = math.fsum(values)  # correctly rounded, so at most half an ulp away, either way
+    if math.isfinite(total) and math.fsum([*values, -total]) < 0:  # the exact residual's sign
+        total = math.nextafter(total, -math.inf)
+    return total
+
+
+def _check_total(packed: _Packed, nodes: Sequence[Hashable], edge_keys: Sequence[tuple]) -> None:
+    """Refuse finite costs so large that an objective could overflow (see :data:`MAX_COST_TOTAL`)."""
+    with np.errstate(over="ignore"):  # inf is a fine answer here
+        running = np.cumsum(np.concatenate([packed.node_magnitude, packed.edge_magnitude]))
+    if not running.size or running[-1] <= MAX_COST_TOTAL:
+        return
+    first = int(np.argmax(running > MAX_COST_TOTAL))
+    where = f"node {nodes[first]!r}" if first < len(nodes) else f"edge {edge_keys[first - len(nodes)]!r}"
+    raise ProblemError(
+        f"{where}: the costs are too large: the largest finite costs of the nodes and edges up to this "
+        f"one add up to more than {MAX_COST_TOTAL:.3g}, so an objective could overflow float64 "
+        f"(use inf, not a huge number, to forbid a choice)"
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -257,25 +315,38 @@ class Problem:
             if pair in matrices:  # parallel or opposite edges: check each before summing
                 _check_values(mat, f"edge {key!r}")
                 _check_values(matrices[pair], f"edge {given_key[pair]!r}")
-                matrices[pair] = matrices[pair] + mat
+                with np.errstate(over="ignore"):
+                    total = matrices[pair] + mat
+                if (np.isinf(total) & np.isfinite(mat) & np.isfinite(matrices[pair])).any():
+                    raise ProblemError(f"edge {key!r}: its cost plus that of edge {given_key[pair]!r} "
+                                       f"(the same node pair) overflows float64")
+                matrices[pair] = total
             else:
                 matrices[pair] = mat
                 edge_names[pair] = (u, v)
                 given_key[pair] = key
         if len(used) != len(given.edges):
             extra = next(k for k in given.edges if k not in used)
+            if isinstance(extra, tuple) and len(extra) in (2, 3):
+                mirror = (extra[1], extra[0], *extra[2:])
+                if mirror in used and graph.has_edge(*extra[:2]) and not directed:
+                    raise ProblemError(
+                        f"edge {mirror!r} is given twice, as {mirror!r} and as {extra!r}; an undirected "
+                        f"edge takes one matrix (give {extra!r} only in a directed graph)"
+                    )
             raise ProblemError(f"cost given for edge {extra!r}, which is not in the graph")
 
         # Copy everything into two flat read-only buffers (the user's arrays are never shared,
         # so never mutated) and check all values with a few vectorised reductions.
         packed = _pack(vectors, matrices)
-        bad = np.flatnonzero(~(packed.node_min >= 0))
+        bad = np.flatnonzero(~(packed.node_min > -math.inf))
         if bad.size:
             _check_values(vectors[bad[0]], f"node {nodes[bad[0]]!r}")
-        bad = np.flatnonzero(~(packed.edge_min >= 0))
+        bad = np.flatnonzero(~(packed.edge_min > -math.inf))
         if bad.size:
             pair = list(matrices)[bad[0]]
             _check_values(matrices[pair], f"edge {given_key[pair]!r}")
+        _check_total(packed, nodes, [given_key[pair] for pair in matrices])
         flat, start = packed.node_flat, packed.node_start.tolist()
         node_costs = tuple(flat[s:s + v.size] for s, v in zip(start, vectors, strict=True))
         flat, start = packed.edge_flat, packed.edge_start.tolist()
@@ -294,6 +365,9 @@ class Problem:
         if multigraph:
             if edge in given:
                 return edge, False
+            mirror = (v, u, edge[2])  # the same key given the other way round
+            if mirror in given and not (directed and graph.has_edge(*mirror)):
+                return mirror, True
             if graph.number_of_edges(u, v) > 1 and (u, v) in given:
                 raise ProblemError(
                     f"edge {(u, v)!r} has parallel edges: give each one's cost as (u, v, key) "
@@ -335,12 +409,47 @@ class Problem:
             (choice >= 0).all() and (choice < packed.node_size).all()
         ):
             raise ValueError(f"not {len(self.nodes)} in-range choice indices: {assignment!r}")
-        # fsum of the gathered terms: exactly rounded, whatever the order
-        total = math.fsum(packed.node_flat[packed.node_start + choice].tolist())
-        if packed.edge_i.size:
-            flat_index = packed.edge_start + choice[packed.edge_i] * packed.edge_cols + choice[packed.edge_j]
-            total += math.fsum(packed.edge_flat[flat_index].tolist())
-        return total
+        return math.fsum(self._terms(choice).tolist())  # exactly rounded, whatever the order
+
+    def _terms(self, choice: np.ndarray) -> np.ndarray:
+        """The cost of each node and each edge at ``choice`` (already checked)."""
+        packed = self._packing
+        nodes = packed.node_flat[packed.node_start + choice]
+        if not packed.edge_i.size:
+            return nodes
+        flat_index = packed.edge_start + choice[packed.edge_i] * packed.edge_cols + choice[packed.edge_j]
+        return np.concatenate([nodes, packed.edge_flat[flat_index]])
+
+    def magnitude(self, assignment: Sequence[int]) -> float:
+        """Sum of the absolute values of the terms of :meth:`evaluate` (the scale of its rounding error).
+
+        The optimality tolerance is relative to it, so that it does not depend on the unit of the costs.
+
+        Example:
+            >>> import networkx as nx
+            >>> p = Problem.from_graph(nx.path_graph(2), {"nodes": {0: [1, -2], 1: [3, 1]},
+            ...                                           "edges": {(0, 1): [[0, 5], [5, 0]]}})
+            >>> p.evaluate([1, 1]), p.magnitude([1, 1])
+            (-1.0, 3.0)
+        """
+        return math.fsum(np.abs(self._terms(np.asarray(assignment, dtype=np.int64))).tolist())
+
+    def trivial_lower_bound(self) -> float:
+        """The sum of every node's and edge's least cost: a bound on the optimum with no search
+        (``inf`` when a node or edge forbids everything).
+
+        Example:
+            >>> import networkx as nx
+            >>> p = Problem.from_graph(nx.path_graph(2), {"nodes": {0: [1, -2], 1: [3, 1]},
+            ...                                           "edges": {(0, 1): [[0, 5], [5, 0]]}})
+            >>> p.trivial_lower_bound()
+            -1.0
+        """
+        packed = self._packing
+        least = np.concatenate([packed.node_min, packed.edge_min])
+        if (least == math.inf).any():
+            return math.inf
+        return sum_down(least.tolist())
 
     def infeasibility_culprit(self) -> str | None:
         """A cheap certificate of infeasibility, or None.
@@ -377,6 +486,11 @@ class Problem:
 
     def assignment_from(self, assignment: Mapping[Hashable, Any]) -> list[int]:
         """Turn a node -> index (or label) mapping into an index list, validating it."""
+        if not isinstance(assignment, Mapping):
+            raise ProblemError(
+                f"an assignment must be a mapping node -> choice index (or label), not "
+                f"{type(assignment).__name__} (a Solution's .assignment is one)"
+            )
         result = []
         for i, n in enumerate(self.nodes):
             if n not in assignment:

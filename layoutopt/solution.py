@@ -9,6 +9,12 @@ from typing import Any, Literal
 
 Status = Literal["optimal", "feasible", "infeasible"]
 
+#: A solution is ``"optimal"`` when ``objective - lower_bound`` is at most this fraction of the sum of
+#: the absolute values of its objective's terms (each node's and edge's cost at the chosen choices):
+#: for non-negative costs, a relative gap of at most 1e-9. Relative, so that the status does not
+#: depend on the unit of the costs (seconds or nanoseconds), and far above float64's rounding.
+OPTIMALITY_TOLERANCE = 1e-9
+
 
 @dataclass
 class Solution:
@@ -21,12 +27,14 @@ class Solution:
             index when the node has no labels.
         objective: total cost of ``assignment``, recomputed in float64 from the original
             costs (``inf`` when the assignment uses a forbidden entry).
-        lower_bound: a proven lower bound on the optimum; equal to ``objective`` when the
-            solution is proven optimal, ``inf`` when the problem is proven infeasible, and
-            ``-inf`` when the method proves nothing (heuristics).
-        status: ``"optimal"`` (proven), ``"feasible"`` (finite objective, optimality not
-            proven) or ``"infeasible"`` (the returned assignment is forbidden; infeasibility of
-            the *problem* is proven exactly when ``lower_bound == inf``).
+        lower_bound: a certified lower bound on the optimum: within the optimality tolerance
+            (:data:`OPTIMALITY_TOLERANCE`) of ``objective`` when the solution is optimal (equal
+            to it when the method's arithmetic is exact, e.g. integer costs), ``inf`` when the
+            problem is proven infeasible, and ``-inf`` when the method proves nothing.
+        status: ``"optimal"`` (proven: ``objective - lower_bound`` within the tolerance),
+            ``"feasible"`` (finite objective, optimality not proven) or ``"infeasible"`` (the
+            returned assignment is forbidden; infeasibility of the *problem* is proven exactly
+            when ``lower_bound == inf``).
         method: the method that produced the solution (``auto`` reports what it ran in
             ``stats["engine"]``).
         solve_time: wall time of the whole ``solve`` call, in seconds.

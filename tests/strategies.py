@@ -15,13 +15,15 @@ from hypothesis import strategies as st
 
 @st.composite
 def cost_arrays(draw, shape: tuple[int, ...], inf_share: float = 0.15) -> np.ndarray:
-    """Non-negative costs of ``shape``: small integers (ties are common, and ties are where solvers
-    disagree), sometimes non-dyadic floats (exercising the integer scaling), with some ``inf``."""
+    """Costs of ``shape``: small integers (ties are common, and ties are where solvers disagree),
+    sometimes non-dyadic floats (exercising the integer scaling), negative about a third of the time
+    (PBQP is defined over the reals), with some ``inf``."""
     size = math.prod(shape)
+    low = draw(st.sampled_from([0, 0, -1]))  # -1: negative values allowed
     if draw(st.booleans()):
-        values = draw(st.lists(st.integers(0, 9), min_size=size, max_size=size))
+        values = draw(st.lists(st.integers(9 * low, 9), min_size=size, max_size=size))
     else:
-        values = draw(st.lists(st.floats(0, 100, allow_nan=False, allow_infinity=False),
+        values = draw(st.lists(st.floats(100 * low, 100, allow_nan=False, allow_infinity=False),
                                min_size=size, max_size=size))
     array = np.array(values, dtype=float).reshape(shape)
     # A seeded mask: hypothesis-drawn floats cluster at 0 and would forbid nearly everything.

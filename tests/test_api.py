@@ -237,10 +237,17 @@ def test_negative_infinity(where):
         layoutopt.solve(graph, bad)
 
 
-def test_negative_cost():
+@pytest.mark.parametrize("method", layoutopt.methods())
+def test_negative_costs_are_accepted_by_every_method(method):
+    """Issue 13: PBQP is defined over the reals (register allocation's coalescing preferences, energy
+    models); every negative value used to be refused."""
     graph, costs = chain()
-    with raises(r"node 'conv2': cost contains a negative value \(-1\)"):
-        layoutopt.solve(graph, with_(costs, nodes={"conv2": [-1.0, 1.0]}))
+    costs = with_(costs, nodes={"conv2": [-1.0, 1.0]}, edges={("conv2", "relu"): [[-2.5, 2.0], [2.0, -1e-3]]})
+    sol = layoutopt.solve(graph, costs, method=method)
+    # conv1=1 (1) + 0.5 + conv2=0 (-1) + -2.5 + relu=0 (1) = -1.0 beats every other choice
+    assert sol.objective == -1.0 and sol.assignment == {"conv1": 1, "conv2": 0, "relu": 0}
+    if get_solver(method).exact:  # -1e-3 is no multiple of a power of two: integer back-ends round it
+        assert sol.status == "optimal" and sol.lower_bound == pytest.approx(-1.0, rel=1e-12)
 
 
 def test_empty_cost_vector():
@@ -322,3 +329,138 @@ def test_bad_option_value_is_reported_even_when_infeasibility_answers_first(meth
     costs = {"nodes": {0: [math.inf], 1: [1.0]}, "edges": {(0, 1): [[0.0]]}}
     with pytest.raises(layoutopt.ProblemError, match=fragment):
         layoutopt.solve(graph, costs, method=method, **options)
+
+
+# --- issue 13: options validated by type, containers, limits ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "options", "message"),
+    [
+        ("mip", {"backend": ["scip"]}, "option backend: unknown value \\['scip'\\]"),
+        ("greedy", {"max_repair_rounds": "x"}, "option max_repair_rounds must be an integer >= 0, not 'x'"),
+        ("greedy", {"max_repair_rounds": None}, "option max_repair_rounds must be an integer >= 0, not None"),
+        ("greedy", {"max_repair_rounds": -5}, "option max_repair_rounds must be an integer >= 0, not -5"),
+        ("greedy", {"max_repair_rounds": 2.5}, "option max_repair_rounds must be an integer"),
+        ("cpsat", {"hint": "no"}, "option hint must be True or False, not 'no'"),
+        ("pbqp", {"polish": "no"}, "option polish must be True or False, not 'no'"),
+        ("pbqp", {"polish": 0}, "option polish must be True or False, not 0"),
+        ("dp", {"max_table_size": math.nan}, "option max_table_size must be a number > 0"),
+        ("auto", {"dp_max_table": "big"}, "option dp_max_table must be a number >= 0"),
+    ],
+)
+def test_option_values_are_checked_by_type(method, options, message):
+    """Issue 13: backend=["scip"] raised TypeError, max_repair_rounds="x"/None a ValueError/TypeError,
+    -5 was accepted, hint="no" and polish="no" were read as true."""
+    graph, costs = chain()
+    with raises(message):
+        layoutopt.solve(graph, costs, method=method, **options)
+
+
+def test_bruteforce_refuses_an_astronomical_count_with_a_message():
+    """Issue 13: 16**300 assignments raised OverflowError while formatting the refusal."""
+    graph = nx.path_graph(300)
+    costs = {"nodes": {i: np.zeros(16) for i in graph}, "edges": {e: np.ones((16, 16)) for e in graph.edges}}
+    with raises(r"bruteforce refuses 10\^361.2 assignments"):
+        layoutopt.solve(graph, costs, method="bruteforce")
+
+
+@pytest.mark.parametrize(
+    ("costs", "message"),
+    [
+        ({"nodes": 5}, "costs 'nodes' must be a mapping from node to its costs, not int"),
+        ({"nodes": {}, "edges": None},
+         "costs 'edges' must be a mapping from edge to its costs, not NoneType"),
+        (Costs(nodes={}, edges=None), "costs 'edges' must be a mapping"),
+        (Costs(nodes=[1.0], edges={}), "costs 'nodes' must be a mapping"),
+    ],
+)
+def test_cost_containers_of_the_wrong_type(costs, message):
+    """Issue 13: these raised TypeError from deep inside the validation."""
+    with raises(message):
+        layoutopt.solve(nx.path_graph(2), costs)
+
+
+@pytest.mark.parametrize("where", ["node", "edge"])
+def test_complex_costs_are_refused(where):
+    """Issue 13: a complex numpy array silently lost its imaginary part."""
+    graph, costs = chain()
+    if where == "node":
+        bad, culprit = with_(costs, nodes={"relu": np.array([1 + 1j, 2.0])}), "node 'relu'"
+    else:
+        bad = with_(costs, edges={("conv2", "relu"): np.array([[0, 1j], [1, 0]])})
+        culprit = "edge ('conv2', 'relu')"
+    with raises(re.escape(culprit) + ": cost is complex"):
+        layoutopt.solve(graph, bad)
+
+
+def test_an_undirected_edge_given_both_ways_is_named_as_such():
+    """Issue 13: said "(1, 0), which is not in the graph"."""
+    graph = nx.Graph([(0, 1)])
+    matrix = [[0.0, 1.0], [1.0, 0.0]]
+    costs = {"nodes": {0: [0.0, 1.0], 1: [0.0, 1.0]}, "edges": {(0, 1): matrix, (1, 0): matrix}}
+    with raises(re.escape("edge (0, 1) is given twice, as (0, 1) and as (1, 0)")):
+        layoutopt.solve(graph, costs)
+
+
+def test_multigraph_keys_may_be_given_reversed():
+    """Issue 13: an undirected MultiGraph's (v, u, key) was refused."""
+    graph = nx.MultiGraph([("a", "b"), ("a", "b")])
+    nodes = {"a": [0.0, 1.0], "b": [0.0, 0.5, 2.0]}
+    forward = {("a", "b", 0): np.array([[0.0, 3.0, 1.0], [3.0, 0.0, 1.0]]),
+               ("a", "b", 1): np.full((2, 3), 4.0)}
+    mixed = {("b", "a", 0): forward[("a", "b", 0)].T, ("a", "b", 1): forward[("a", "b", 1)]}
+    one = layoutopt.solve(graph, {"nodes": nodes, "edges": forward}, method="bruteforce")
+    other = layoutopt.solve(graph, {"nodes": nodes, "edges": mixed}, method="bruteforce")
+    assert one.objective == other.objective == 4.0 and one.assignment == other.assignment
+
+
+def test_evaluate_asks_for_a_mapping():
+    """Issue 13: evaluate(g, c, [0, 0]) said "no choice for node 1"."""
+    graph, costs = chain()
+    with raises("an assignment must be a mapping node -> choice index"):
+        layoutopt.evaluate(graph, costs, [1, 0, 0])
+
+
+@pytest.mark.parametrize("method", layoutopt.methods())
+@pytest.mark.parametrize("limit", [math.inf, 1e30])
+def test_an_infinite_or_huge_time_limit_means_no_limit(method, limit):
+    """Issue 13: inf raised OverflowError in mip, toulbar2 and auto; 1e30 a TypeError in toulbar2."""
+    graph, costs = chain()
+    sol = layoutopt.solve(graph, costs, method=method, time_limit=limit)
+    assert sol.objective == 3.5
+    if method == "auto":  # a kernel for the exact engine, not only the reductions
+        clique = nx.complete_graph(4)
+        kernel = {"nodes": {i: [1.0, 2.0] for i in clique},
+                  "edges": {e: [[0, 1], [1, 0]] for e in clique.edges}}
+        sol = layoutopt.solve(clique, kernel, time_limit=limit, dp_max_table=0)
+        assert sol.objective == 4.0 and sol.status == "optimal"
+
+
+def test_validation_happens_once_and_solve_problem_takes_only_a_problem():
+    graph, costs = chain()
+    problem = layoutopt.Problem.from_graph(graph, costs)
+    assert layoutopt.solve_problem(problem, "dp", time_limit=5).objective == 3.5
+    with raises("solve_problem takes a layoutopt.Problem"):
+        layoutopt.solve_problem(graph, "dp")
+    with raises("time_limit must be positive"):
+        layoutopt.solve_problem(problem, "dp", time_limit=0)
+    with raises("unknown option"):
+        layoutopt.solve_problem(problem, "dp", polish=True)
+    import inspect
+
+    assert all(not name.startswith("_") for name in inspect.signature(layoutopt.solve_problem).parameters)
+
+
+def test_an_internal_failure_is_not_a_problem_error(monkeypatch):
+    """ProblemError blames the input; a solver reporting a bound above its own objective is layoutopt's
+    bug: InternalError."""
+    from layoutopt.solvers.base import SolverResult
+
+    solver = get_solver("bruteforce")
+    monkeypatch.setattr(solver, "solve", lambda self, problem, deadline, options: SolverResult(
+        [1, 0, 0], "optimal", 100.0))
+    graph, costs = chain()
+    with pytest.raises(layoutopt.InternalError, match=r"lower bound 100\.0 above its objective 3\.5"):
+        layoutopt.solve(graph, costs, method="bruteforce")
+    assert not issubclass(layoutopt.InternalError, ProblemError)

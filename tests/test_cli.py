@@ -94,3 +94,13 @@ def test_bundled_instances_are_the_generator_presets():
             assert (costs.nodes[n] == expected_costs.nodes[n]).all()
             assert graph.nodes[n]["choices"] == expected_graph.nodes[n]["choices"]
         assert all((costs.edges[e] == expected_costs.edges[e]).all() for e in expected_graph.edges)
+
+
+def test_an_unwritable_output_is_refused_before_solving(problem_file, tmp_path, capsys):
+    """Issue 13: `layoutopt solve --output` to an unwritable path printed a traceback after solving."""
+    missing = tmp_path / "no" / "such" / "dir" / "out.json"
+    assert main(["solve", str(problem_file), "--output", str(missing)]) == 2
+    captured = capsys.readouterr()
+    assert "cannot write there" in captured.err and "Traceback" not in captured.err
+    assert "status" not in captured.out  # refused before solving
+    assert main(["solve", str(problem_file), "--output", str(tmp_path)]) == 2  # a directory

@@ -12,6 +12,7 @@ import layoutopt
 from layoutopt import Problem, ProblemError
 from layoutopt.generators import generate
 from layoutopt.solvers import get_solver
+from layoutopt.solvers.base import Deadline
 from layoutopt.solvers.marginal import marginal_model
 
 
@@ -40,7 +41,8 @@ def test_forbidden_entries_get_no_variable_and_separable_edges_none_at_all():
 def test_the_bound_is_certified_for_float_costs(instance):
     problem = Problem.from_graph(*instance)
     reference = layoutopt.solve_problem(problem, "bruteforce")
-    result = get_solver("cpsat")().solve(problem, None, num_workers=1, hint=True)
+    cpsat = get_solver("cpsat")
+    result = cpsat().solve(problem, Deadline(None), cpsat.resolve_options({"num_workers": 1}))
     if reference.status == "infeasible":
         assert result.assignment is None and result.lower_bound == math.inf
         return

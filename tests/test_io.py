@@ -39,7 +39,7 @@ def test_round_trip_is_exact(tmp_path):
 
 
 def test_round_trip_awkward_floats_ids_and_labels(tmp_path):
-    awkward = [0.1 + 0.2, 5e-324, 1.7976931348623157e308, 1e-300, INF, 123456789.123456789, 0.0]
+    awkward = [0.1 + 0.2, 5e-324, 4.4e307, 1e-300, INF, -123456789.123456789, -0.0]  # node + edge < max/2
     graph = nx.Graph()
     graph.add_node(3, choices=["a", 7, 2.5, True, None, "NCHW16c", "é"])
     graph.add_node("3", choices=None)
@@ -102,8 +102,16 @@ def _document(**changes):
          r"edges\[0\] \('a' -> 'b'\): costs: rows have different lengths"),
         (json.dumps(_document(edges=[{"source": "a", "target": "b", "costs": [[0.0, 1.0]]}])),
          r"edge \('a', 'b'\): cost matrix has shape \(1, 2\), expected \(2, 1\)"),
-        (json.dumps(_document(nodes=[{"id": "a", "costs": [1.0, -2.0]}, {"id": "b", "costs": [3.0]}])),
-         r"node 'a': cost contains a negative value"),
+        ('{"format": "layoutopt-problem", "version": 1, "nodes": [{"id": "a", "costs": [1e400]}], '
+         '"edges": []}', r"the number 1e400 is beyond the float64 range"),
+        (json.dumps(_document(nodes=[{"id": "a", "costs": [10**400]}])),
+         r"nodes\[0\] .* beyond the float64 range"),
+        (json.dumps(_document(nodes=[{"id": "a", "costs": [5e307, 1.0]}, {"id": "b", "costs": [5e307]}])),
+         r"node 'b': the costs are too large"),
+        (json.dumps(_document(nodes=[{"id": "a", "costs": [1.0, 2.0], "labels": [["NCHW", 8], "x"]},
+                                     {"id": "b", "costs": [3.0]}])),
+         r"node 'a': label \['NCHW', 8\] is not a JSON scalar"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
         (json.dumps(_document(nodes=[{"id": "a", "costs": [1.0], "labels": ["x", "y"]},
                                      {"id": "b", "costs": [1]}], edges=[])),
          r"node 'a': 2 choice labels but 1 costs"),
@@ -149,10 +157,10 @@ def test_wcsp_export_solved_by_toulbar2_matches_exact_optimum(tmp_path, family, 
     expected = layoutopt.solve(graph, costs, method=_exact_method())
     assert expected.status == "optimal"
     info = write_wcsp(tmp_path / "p.wcsp", graph, costs)
-    assert info["scale"] == 1.0  # generator costs are integer ns: the export is exact
+    assert info["scale"] == 1.0 and info["rounding_error"] == 0.0  # integer ns: the export is exact
     solution, cost = _toulbar2(tmp_path / "p.wcsp")
     assignment = dict(zip(info["variables"], solution, strict=True))
-    assert cost == expected.objective
+    assert info["offset"] + cost == expected.objective
     assert layoutopt.evaluate(graph, costs, assignment) == expected.objective
 
 
@@ -194,16 +202,40 @@ def test_uai_export_solved_by_toulbar2_and_potentials_reproduce_costs(tmp_path):
             assert log_cost == pytest.approx(cost, rel=1e-9)
 
 
-def test_wcsp_scales_fractional_costs(tmp_path):
+def test_wcsp_scales_fractional_and_negative_costs(tmp_path):
     graph = nx.path_graph(3)
-    costs = {"nodes": {0: [0.25, 1.5], 1: [2.125, 0.5], 2: [1.0, INF]},
+    costs = {"nodes": {0: [0.25, 1.5], 1: [-2.125, 0.5], 2: [1.0, INF]},
              "edges": {(0, 1): [[0.0, 0.75], [0.75, 0.0]], (1, 2): [[0.0, 1.0], [1.0, 0.0]]}}
     info = write_wcsp(tmp_path / "f.wcsp", graph, costs)
-    assert info["scale"] >= 1000
+    assert info["scale"] == 8.0 and info["rounding_error"] == 0.0  # eighths: exact at scale 8
     text = (tmp_path / "f.wcsp").read_text().split("\n")
     header = text[0].split()
     assert header[1:4] == ["3", "2", "5"] and int(header[4]) == info["upper_bound"]
     solution, cost = _toulbar2(tmp_path / "f.wcsp")
     best = layoutopt.solve(graph, costs, method="bruteforce")
-    assert cost / info["scale"] == pytest.approx(best.objective, abs=5 * 0.5 / info["scale"])
+    assert info["offset"] + cost / info["scale"] == best.objective
     assert layoutopt.evaluate(graph, costs, dict(enumerate(solution))) == best.objective
+    rounded = write_wcsp(tmp_path / "g.wcsp", graph, {"nodes": {**costs["nodes"], 0: [0.1, 1 / 3]},
+                                                       "edges": costs["edges"]})
+    assert 0 < rounded["rounding_error"] < 1e-12  # not exact in binary: rounded, and the error measured
+
+
+def test_metadata_keys_stay_metadata(tmp_path):
+    """Issue 13: a metadata key `incoming_graph_data` added nodes on read (DiGraph(**metadata))."""
+    path = tmp_path / "meta.json"
+    path.write_text(json.dumps(_document(metadata={"incoming_graph_data": [["x", "y"]], "seed": 3})))
+    graph, _ = read_json(path)
+    assert list(graph.nodes) == ["a", "b"]
+    assert graph.graph == {"incoming_graph_data": [["x", "y"]], "seed": 3}
+
+
+def test_wcsp_export_of_huge_and_negative_costs(tmp_path):
+    """Issue 13: write_wcsp on 1e308 raised OverflowError. Costs up to the model's limit export, scaled
+    down by a power of two; the huge entry decides the scale, so the small ones round (and say so)."""
+    graph = nx.path_graph(2)
+    costs = {"nodes": {0: [4e307, -1.0], 1: [0.0, 2.0]}, "edges": {(0, 1): [[0.0, 1.0], [1.0, 0.0]]}}
+    info = write_wcsp(tmp_path / "huge.wcsp", graph, costs)
+    assert info["scale"] < 1e-250 and info["upper_bound"] < 2**53
+    _solution, cost = _toulbar2(tmp_path / "huge.wcsp")
+    best = layoutopt.solve(graph, costs, method="bruteforce")
+    assert abs(info["offset"] + cost / info["scale"] - best.objective) <= info["rounding_error"]

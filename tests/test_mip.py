@@ -51,7 +51,7 @@ def test_time_limit_returns_an_assignment_and_a_bound(backend):
 def test_unknown_backend_lists_the_valid_ones(backend):
     graph = nx.path_graph(2)
     costs = {"nodes": {0: [1.0], 1: [2.0]}, "edges": {(0, 1): [[0.0]]}}
-    expected = f"unknown mip backend {backend!r}; valid backends: scip, cbc, highs"
+    expected = f"option backend: unknown value {backend!r}; valid values: scip, cbc, highs"
     with pytest.raises(ProblemError, match=expected):
         layoutopt.solve(graph, costs, method="mip", backend=backend)
 
@@ -70,8 +70,10 @@ def test_proven_infeasibility_is_silent(backend, capfd):
 def test_a_node_without_allowed_choice_is_infeasible_when_called_directly(backend):
     # auto calls back-ends on reduced kernels, without the front end's culprit check
     from layoutopt.solvers import get_solver
+    from layoutopt.solvers.base import Deadline
 
     problem = Problem.from_graph(nx.path_graph(2), {"nodes": {0: [math.inf, math.inf], 1: [1.0]},
                                                     "edges": {(0, 1): [[0.0], [0.0]]}})
-    result = get_solver("mip")().solve(problem, None, backend=backend)
+    mip = get_solver("mip")
+    result = mip().solve(problem, Deadline(None), mip.resolve_options({"backend": backend}))
     assert result.assignment is None and result.status == "infeasible" and result.lower_bound == math.inf

@@ -12,6 +12,7 @@ from test_reductions import small_problems
 import layoutopt
 from layoutopt import Problem
 from layoutopt.generators import generate
+from layoutopt.solvers.base import Deadline
 from layoutopt.solvers.pbqp import feasible_assignment, icm
 
 
@@ -92,7 +93,7 @@ def test_small_kernel_is_solved_exactly_including_infeasibility():
 
 def test_feasibility_search_proves_infeasibility_when_rn_dead_ends():
     problem = colouring(7, 6)  # 6^7 tables: too wide for the small-kernel elimination, so RN runs
-    assert feasible_assignment(problem, 5.0) == (None, True)
+    assert feasible_assignment(problem, Deadline(5.0)) == (None, True)
     sol = layoutopt.solve_problem(problem, "pbqp")
     assert sol.status == "infeasible" and sol.lower_bound == math.inf
     assert sol.stats["feasibility_search"] and "kernel_dp" not in sol.stats

@@ -29,8 +29,11 @@ def test_costs_are_read_only_copies_of_the_users_arrays():
 def test_each_parallel_edge_is_checked_before_summing():
     graph = nx.MultiDiGraph([("a", "b"), ("a", "b")])
     costs = {"nodes": {"a": [1.0], "b": [1.0]},
-             "edges": {("a", "b", 0): [[-1.0]], ("a", "b", 1): [[5.0]]}}  # the sum, 4, is fine
-    with pytest.raises(ProblemError, match=r"edge \('a', 'b', 0\): cost contains a negative value"):
+             "edges": {("a", "b", 0): [[-INF]], ("a", "b", 1): [[INF]]}}  # the sum would be NaN
+    with pytest.raises(ProblemError, match=r"edge \('a', 'b', 0\): cost contains -inf"):
+        Problem.from_graph(graph, costs)
+    costs["edges"] = {("a", "b", 0): [[1e308]], ("a", "b", 1): [[1e308]]}  # the sum would be inf: forbidden
+    with pytest.raises(ProblemError, match=r"edge \('a', 'b', 1\): its cost plus that of edge .* overflows"):
         Problem.from_graph(graph, costs)
 
 

@@ -13,13 +13,11 @@ from layoutopt import Problem
 from layoutopt.generators import generate
 from layoutopt.solvers.reductions import WorkingGraph, reduce
 
-COST = st.one_of(st.integers(0, 9).map(float), st.just(math.inf))
-
 
 @st.composite
 def small_problems(draw, max_nodes=7, max_choices=3, inf_share=0.15):
     """Random small PBQP instances: inf entries, isolated nodes, K=1 nodes, disconnected
-    graphs, zero matrices, Graph or DiGraph."""
+    graphs, zero matrices, negative costs, Graph or DiGraph."""
     n = draw(st.integers(1, max_nodes))
     directed = draw(st.booleans())
     graph = nx.DiGraph() if directed else nx.Graph()
@@ -30,11 +28,13 @@ def small_problems(draw, max_nodes=7, max_choices=3, inf_share=0.15):
             graph.add_edge(*((v, u) if directed and draw(st.booleans()) else (u, v)))
     sizes = {i: draw(st.integers(1, max_choices)) for i in range(n)}
 
+    low = draw(st.sampled_from([0, -5]))  # negative costs too, in some instances
+
     def values(shape):
-        flat = draw(st.lists(st.integers(0, 9), min_size=math.prod(shape), max_size=math.prod(shape)))
+        flat = draw(st.lists(st.integers(low, 9), min_size=math.prod(shape), max_size=math.prod(shape)))
         arr = np.array(flat, dtype=float).reshape(shape)
         forbid = draw(st.lists(st.booleans(), min_size=arr.size, max_size=arr.size))
-        rng = np.random.default_rng(sum(flat))
+        rng = np.random.default_rng(abs(sum(flat)))
         arr[np.array(forbid).reshape(shape) & (rng.random(shape) < inf_share * 2)] = math.inf
         return arr
 

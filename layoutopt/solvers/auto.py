@@ -11,7 +11,11 @@ The plan, in order:
    ``cpsat``, with 90 % of the time left. When it stops early its best assignment (or, if
    it has none, its ``pbqp`` fallback, made before its search starts unless that is cheap)
    is returned as ``"feasible"`` with the engine's certified lower bound (or, when it has
-   none, the sum of the kernel's node minima, valid because costs are non-negative).
+   none, the sum of the kernel's node and edge minima).
+4. When the engine's integer scaling cannot represent the costs finely enough for a proof within
+   the optimality tolerance (costs spanning many orders of magnitude), the kernel goes to ``dp``
+   if its tables fit ``dp``'s default limit, which computes in float64; otherwise the message says
+   so.
 
 ``stats["engine"]`` names what ran (``"reductions"``, ``"dp"``, ``"toulbar2"`` or
 ``"cpsat"``); ``stats`` also holds the reduction counts and the time of each phase.
@@ -30,16 +34,17 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import ProblemError
 from ..problem import Problem
+from ..solution import OPTIMALITY_TOLERANCE
 from . import get_solver, register, registered
-from .base import Solver, SolverResult
-from .dp import TableTooLarge, eliminate, elimination_order
-from .reductions import reduce
+from .base import Deadline, Option, Solver, SolverResult
+from .dp import DP, OutOfTime, TableTooLarge, eliminate, elimination_order
+from .reductions import Reduction, reduce
 
 
 def exact_engine() -> str:
@@ -49,24 +54,25 @@ def exact_engine() -> str:
     return "cpsat"
 
 
+#: share of the time left that the engine gets: the expansion and the front end's recomputation of
+#: the objective run after its deadline
+ENGINE_SHARE = 0.95
+
+
 @register
 class Auto(Solver):
-    """Reductions, then dp or an exact engine on the kernel (see the module docstring).
-
-    Options:
-        dp_max_table: use variable elimination when its largest table has at most this
-            many entries; above, use the exact engine.
-    """
+    """Reductions, then dp or an exact engine on the kernel (see the module docstring)."""
 
     name = "auto"
     exact = True
-    options: ClassVar[dict[str, Any]] = {"dp_max_table": 1e5}
+    options: ClassVar[dict[str, Option]] = {
+        "dp_max_table": Option.number(
+            1e5, "use variable elimination when its largest table has at most this many entries; above, "
+            "the exact engine"),
+    }
 
-    def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
+    def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
         start = time.perf_counter()
-        cap = options.get("dp_max_table", 1e5)
-        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap >= 0:
-            raise ProblemError(f"dp_max_table must be a non-negative number of entries, got {cap!r}")
         reduction = reduce(problem)
         stats: dict[str, Any] = dict(reduction.stats)
         stats["reduce_time"] = time.perf_counter() - start
@@ -77,51 +83,62 @@ class Auto(Solver):
         if not len(kernel):
             stats["engine"] = "reductions"
             return SolverResult(reduction.expand([]), "optimal", reduction.constant, "", stats)
+        solved = _eliminate(reduction, options["dp_max_table"], deadline, stats)
+        if solved is not None:
+            return solved
+        return self._solve_kernel(reduction, deadline, stats)
 
-        try:
-            order, largest = elimination_order(kernel, cap)
-        except TableTooLarge:
-            pass
-        else:
-            stats["engine"] = "dp"
-            stats["largest_table"] = largest
-            phase = time.perf_counter()
-            choices, value = eliminate(kernel, order)
-            stats["engine_time"] = time.perf_counter() - phase
-            if choices is None:
-                return SolverResult(None, "infeasible", math.inf, "every assignment costs inf", stats)
-            return SolverResult(reduction.expand(choices), "optimal", reduction.lower_bound(value), "", stats)
-
-        return self._solve_kernel(problem, reduction, time_limit, start, stats)
-
-    def _solve_kernel(self, problem, reduction, time_limit, start, stats) -> SolverResult:
+    def _solve_kernel(self, reduction: Reduction, deadline: Deadline, stats: dict[str, Any]) -> SolverResult:
         kernel = reduction.kernel
         engine = exact_engine()
         stats["engine"] = engine
         solver_cls = get_solver(engine)
-        remaining = None
-        if time_limit is not None:
-            # Keep back a tenth of what is left: the engine's stop, the expansion and the
-            # recomputation of the objective run after its deadline.
-            remaining = max(0.9 * (time_limit - (time.perf_counter() - start)), 1e-3)
         phase = time.perf_counter()
-        result = solver_cls().solve(kernel, remaining, **solver_cls.options)
+        result = solver_cls().solve(kernel, deadline.share(ENGINE_SHARE), solver_cls.resolve_options())
         stats["engine_time"] = time.perf_counter() - phase
         stats["engine_stats"] = result.stats
-
-        if result.status == "optimal":  # the front end sets lower_bound to the recomputed objective
-            lower = None if result.lower_bound is None else reduction.lower_bound(result.lower_bound)
-            return SolverResult(reduction.expand(result.assignment), "optimal", lower, result.message, stats)
-        # Both engines return their pbqp fallback when the search found nothing in time.
-        candidates = [] if result.assignment is None else [np.asarray(result.assignment)]
-        values = [kernel.evaluate(a) for a in candidates]
         bound = result.lower_bound
-        if bound is None or not bound > -math.inf:
-            bound = math.fsum(float(c.min()) for c in kernel.node_costs)  # costs are >= 0
-        if not values or not math.isfinite(min(values)):
+        if result.assignment is None:
             if result.status == "infeasible" and bound == math.inf:
                 return SolverResult(None, "infeasible", math.inf, result.message, stats)
             message = result.message or f"{engine} found no allowed assignment within the time limit"
             return SolverResult(None, "infeasible", None, message, stats)
-        best = reduction.expand(candidates[0])
-        return SolverResult(best, "feasible", reduction.lower_bound(bound), result.message, stats)
+        assignment = np.asarray(result.assignment)
+        value = kernel.evaluate(assignment)
+        if bound is None or not bound > -math.inf:
+            bound = kernel.trivial_lower_bound()
+        message = result.message
+        tolerance = OPTIMALITY_TOLERANCE * kernel.magnitude(assignment)
+        if math.isfinite(value) and value - bound > tolerance and result.status == "optimal":
+            # the engine proved the optimum of its integer-rounded costs only: float64 elimination can do
+            # better when the tables fit
+            solved = _eliminate(reduction, DP.options["max_table_size"].default, deadline, stats)
+            if solved is not None:
+                stats["engine"] = "dp"
+                return solved
+            message = (f"{message + '; ' if message else ''}dp cannot take over (its tables would exceed "
+                       f"{DP.options['max_table_size'].default:.0e} entries)")
+        return SolverResult(reduction.expand(assignment), result.status, reduction.lower_bound(bound),
+                            message, stats)
+
+
+def _eliminate(reduction: Reduction, cap: float, deadline: Deadline,
+               stats: dict[str, Any]) -> SolverResult | None:
+    """Solve the kernel by variable elimination when its tables stay within ``cap`` entries (else
+    None; also None when the deadline stops it, so that the exact engine answers)."""
+    kernel = reduction.kernel
+    try:
+        order, largest = elimination_order(kernel, cap)
+    except TableTooLarge:
+        return None
+    phase = time.perf_counter()
+    try:
+        choices, value = eliminate(kernel, order, deadline)
+    except OutOfTime:
+        return None
+    stats["engine"] = "dp"
+    stats["largest_table"] = largest
+    stats["engine_time"] = time.perf_counter() - phase
+    if choices is None:
+        return SolverResult(None, "infeasible", math.inf, "every assignment costs inf", stats)
+    return SolverResult(reduction.expand(choices), "optimal", reduction.lower_bound(value), "", stats)

@@ -1,24 +1,41 @@
-"""The small interface every solver back-end implements.
+"""The small interface every solver back-end implements, and what back-ends share.
 
-A back-end is a class registered by name (like CVXPY's solver classes). It receives a
-validated :class:`~layoutopt.problem.Problem` and returns a :class:`SolverResult` holding
-index choices; :func:`layoutopt.solve` does validation, timing and the recomputation of the
-objective from the original costs, so back-ends stay small.
+A back-end is a class registered by name (like CVXPY's solver classes). It receives a validated
+:class:`~layoutopt.problem.Problem`, a :class:`Deadline` and its options, already checked against
+its :class:`Option` specs, and returns a :class:`SolverResult` holding index choices.
+:func:`layoutopt.solve` does validation, timing and the recomputation of the objective from the
+original costs, so back-ends stay small.
+
+Also here, for every back-end that needs them: :func:`heuristic_assignment` (a warm start and a
+fallback for the exact engines) and :func:`available_cores`.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
+import numbers
+import os
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import MissingExtraError
+from ..errors import MissingExtraError, ProblemError
 from ..problem import Problem
 from ..solution import Status
+
+__all__ = [
+    "Deadline",
+    "Option",
+    "Solver",
+    "SolverResult",
+    "available_cores",
+    "heuristic_assignment",
+]
 
 
 @dataclass
@@ -26,9 +43,9 @@ class SolverResult:
     """What a back-end returns.
 
     ``assignment`` is one choice index per node (``None`` when the back-end proved the
-    problem infeasible or found nothing). ``lower_bound`` is a proven bound on the optimum
+    problem infeasible or found nothing). ``lower_bound`` is a certified bound on the optimum
     (``None`` when the back-end proves nothing). ``status`` is the back-end's claim; the
-    front end downgrades it if the recomputed objective disagrees.
+    front end checks it against the recomputed objective and the bound.
     """
 
     assignment: np.ndarray | list[int] | None
@@ -38,21 +55,137 @@ class SolverResult:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+class Deadline:
+    """A wall-clock budget that runs out at one instant (``None``: no limit).
+
+    Back-ends receive one and check :meth:`expired` between their steps, so that the whole call,
+    model building included, stays within the user's ``time_limit``.
+
+    Example:
+        >>> Deadline(None).remaining() is None, Deadline(60).remaining() > 59
+        (True, True)
+        >>> Deadline(0.0).expired()
+        True
+    """
+
+    __slots__ = ("at",)
+
+    def __init__(self, seconds: float | None, start: float | None = None) -> None:
+        #: the ``time.perf_counter()`` instant the budget runs out, or None
+        self.at = None if seconds is None else (time.perf_counter() if start is None else start) + seconds
+
+    def remaining(self) -> float | None:
+        """Seconds left (0 when expired), or None without a limit."""
+        return None if self.at is None else max(self.at - time.perf_counter(), 0.0)
+
+    def expired(self) -> bool:
+        return self.at is not None and time.perf_counter() >= self.at
+
+    def share(self, fraction: float) -> Deadline:
+        """A deadline ``fraction`` of the remaining time from now (for a step that must leave time)."""
+        remaining = self.remaining()
+        return Deadline(None if remaining is None else fraction * remaining)
+
+    def later(self, seconds: float) -> Deadline:
+        """A deadline ``seconds`` after this one."""
+        later = Deadline(None)
+        later.at = None if self.at is None else self.at + seconds
+        return later
+
+
+# --- options ------------------------------------------------------------------------------------
+
+
+def _boolean(name: str, value: Any) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ProblemError(f"option {name} must be True or False, not {value!r}")
+
+
+def _integer(minimum: int, allow_none: bool = False) -> Callable[[str, Any], int | None]:
+    def check(name: str, value: Any) -> int | None:
+        if value is None and allow_none:
+            return None
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < minimum:
+            kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise ProblemError(
+                f"option {name} must be {kind}{' or None' if allow_none else ''}, not {value!r}")
+        return int(value)
+
+    return check
+
+
+def _number(minimum: float, inclusive: bool) -> Callable[[str, Any], float]:
+    def check(name: str, value: Any) -> float:
+        if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)
+                or math.isnan(value) or not (value >= minimum if inclusive else value > minimum)):
+            relation = ">=" if inclusive else ">"
+            raise ProblemError(f"option {name} must be a number {relation} {minimum:g}, not {value!r}")
+        return float(value)
+
+    return check
+
+
+def _one_of(*allowed: str) -> Callable[[str, Any], str]:
+    def check(name: str, value: Any) -> str:
+        if isinstance(value, str) and value in allowed:
+            return value
+        raise ProblemError(f"option {name}: unknown value {value!r}; valid values: {', '.join(allowed)}")
+
+    return check
+
+
+@dataclass(frozen=True)
+class Option:
+    """One keyword option of a back-end: its default, the check its values must pass, what it does.
+
+    ``check(name, value)`` returns the value to use or raises :class:`~layoutopt.ProblemError`
+    naming the option. Build the common ones with the constructors below.
+
+    Example:
+        >>> Option.boolean(True, "warm start").check("hint", False)
+        False
+        >>> Option.integer(20, "sweeps", minimum=0).check("max_repair_rounds", -5)
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: option max_repair_rounds must be an integer >= 0, not -5
+    """
+
+    default: Any
+    check: Callable[[str, Any], Any]
+    doc: str = ""
+
+    @classmethod
+    def boolean(cls, default: bool, doc: str) -> Option:
+        return cls(default, _boolean, doc)
+
+    @classmethod
+    def integer(cls, default: int | None, doc: str, minimum: int = 1, allow_none: bool = False) -> Option:
+        return cls(default, _integer(minimum, allow_none), doc)
+
+    @classmethod
+    def number(cls, default: float, doc: str, minimum: float = 0.0, inclusive: bool = True) -> Option:
+        return cls(default, _number(minimum, inclusive), doc)
+
+    @classmethod
+    def one_of(cls, default: str, allowed: tuple[str, ...], doc: str) -> Option:
+        return cls(default, _one_of(*allowed), doc)
+
+
 class Solver(ABC):
     """Base class of the solver back-ends.
 
-    Subclasses set ``name``, ``exact`` (whether a returned ``"optimal"`` is a proof),
+    Subclasses set ``name``, ``exact`` (whether the back-end proves optimality),
     ``requires`` (import names of optional packages, with the pip extra that brings them)
-    and ``options`` (accepted keyword options with their defaults), and implement
-    :meth:`solve`.
+    and ``options`` (name -> :class:`Option`), and implement :meth:`solve`.
     """
 
     name: ClassVar[str]
     exact: ClassVar[bool]
     #: (import name, extra) pairs; the back-end is unavailable when one is missing.
     requires: ClassVar[tuple[tuple[str, str], ...]] = ()
-    #: accepted options and their defaults; anything else is a ProblemError.
-    options: ClassVar[Mapping[str, Any]] = {}
+    #: accepted options: their defaults and checks; anything else is a ProblemError.
+    options: ClassVar[Mapping[str, Option]] = {}
 
     @classmethod
     def is_available(cls) -> bool:
@@ -65,13 +198,67 @@ class Solver(ABC):
                 raise MissingExtraError(module, extra, f"method {cls.name!r}")
 
     @classmethod
-    def validate_options(cls, options: Mapping[str, Any]) -> None:
-        """Check option *values* (names are checked by the front end) before any work starts.
+    def resolve_options(cls, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Every option's value: the checked ``given`` one, else its default.
 
-        Raise :class:`~layoutopt.ProblemError` naming the option at fault. The default accepts all.
+        Raises:
+            ProblemError: an unknown option, or a value its check refuses.
         """
-        return None
+        given = given or {}
+        unknown = set(given) - set(cls.options)
+        if unknown:
+            accepted = ", ".join(sorted(cls.options)) or "none"
+            raise ProblemError(
+                f"unknown option(s) {', '.join(sorted(map(str, unknown)))} for method {cls.name!r}; "
+                f"accepted: {accepted}"
+            )
+        return {name: spec.check(name, given[name]) if name in given else spec.default
+                for name, spec in cls.options.items()}
 
     @abstractmethod
-    def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
-        """Solve ``problem`` within ``time_limit`` seconds (None: no limit)."""
+    def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
+        """Solve ``problem`` before ``deadline``; ``options`` come from :meth:`resolve_options`."""
+
+
+# --- shared by several back-ends ------------------------------------------------------------------
+
+
+def available_cores() -> int:
+    """Cores this process may run on (CPU affinity when the platform reports it).
+
+    Example:
+        >>> available_cores() >= 1
+        True
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+#: seconds the fallback heuristic may run past the deadline (a fallback is worth that much of the
+#: slack a time limit allows, ``limit * 1.1 + 0.1`` s)
+FALLBACK_GRACE = 0.05
+
+
+def heuristic_assignment(problem: Problem, deadline: Deadline | None = None) -> np.ndarray | None:
+    """A quick allowed assignment, to warm-start the exact engines and to fall back on: ``pbqp``
+    (which cuts corners past ``deadline`` plus :data:`FALLBACK_GRACE`).
+
+    Returns None when it finds no assignment of finite cost (or runs out of time).
+
+    Example:
+        >>> import networkx as nx
+        >>> p = Problem.from_graph(nx.path_graph(2), {"nodes": {0: [1, 2], 1: [3, 1]},
+        ...                                           "edges": {(0, 1): [[0, 5], [5, 0]]}})
+        >>> heuristic_assignment(p).tolist()
+        [1, 1]
+    """
+    from . import get_solver
+
+    pbqp = get_solver("pbqp")
+    result = pbqp().solve(problem, (deadline or Deadline(None)).later(FALLBACK_GRACE), pbqp.resolve_options())
+    if result.assignment is None:
+        return None
+    assignment = np.asarray(result.assignment, dtype=np.int64)
+    return assignment if math.isfinite(problem.evaluate(assignment)) else None

@@ -2,9 +2,11 @@
 
 The encoding (:mod:`~layoutopt.solvers.marginal`) has a Boolean per allowed node choice and per
 finite edge entry; forbidden entries get no variable, never a big-M. CP-SAT needs integer costs:
-they are scaled by a power of two and rounded (:mod:`~layoutopt.solvers.scaling`), and the bound
+they are shifted, scaled by a power of two and rounded (:mod:`~layoutopt.solvers.scaling`; with the
+``pbqp`` incumbent pruning entries when the costs span too many orders of magnitude), and the bound
 reported is certified for the original float costs (the scaled bound minus the largest possible
-rounding error).
+rounding error). Under a time limit the model build stops at the deadline too, and the ``pbqp``
+assignment is returned with the trivial bound.
 
 Parameters: CP-SAT's default portfolio stalls on 2 cores (its only full-problem worker's LP misses
 the exactly-one constraints presolve creates, and the bound never closes on the ResNet-50 and
@@ -16,65 +18,28 @@ with more workers it is added in front of CP-SAT's default portfolio.
 from __future__ import annotations
 
 import math
-import os
 import time
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import ProblemError
+from ..errors import InternalError
 from ..problem import Problem
-from . import get_solver, register, registered
-from .base import Solver, SolverResult
+from . import register
+from .base import Deadline, Option, Solver, SolverResult, available_cores, heuristic_assignment
 from .marginal import marginal_model
-from .scaling import scale_costs, status_from_bound
+from .scaling import scale_costs
 
-__all__ = ["CpSat", "available_cores", "heuristic_assignment"]
+__all__ = ["CpSat"]
 
-
-def available_cores() -> int:
-    """Cores this process may run on (CPU affinity when the platform reports it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def heuristic_assignment(problem: Problem) -> np.ndarray | None:
-    """A quick allowed assignment to warm-start exact solvers: ``pbqp`` when registered, else ``greedy``.
-
-    Returns None when the heuristic finds no assignment of finite cost.
-
-    Example:
-        >>> import networkx as nx
-        >>> p = Problem.from_graph(nx.path_graph(2), {"nodes": {0: [1, 2], 1: [3, 1]},
-        ...                                           "edges": {(0, 1): [[0, 5], [5, 0]]}})
-        >>> heuristic_assignment(p).tolist() in ([0, 0], [1, 1])
-        True
-    """
-    name = "pbqp" if "pbqp" in registered() else "greedy"
-    result = get_solver(name)().solve(problem, None, **get_solver(name).options)
-    if result.assignment is None:
-        return None
-    assignment = np.asarray(result.assignment, dtype=np.int64)
-    return assignment if math.isfinite(problem.evaluate(assignment)) else None
-
-
-def _positive_int_or_none(name: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ProblemError(f"option {name} must be a positive integer or None, not {value!r}")
-    return int(value)
+#: constraints added between two looks at the clock while building the model
+_CHECK_EVERY = 2000
 
 
 @register
 class CpSat(Solver):
-    """OR-Tools CP-SAT, warm-started from a heuristic solution.
-
-    Options:
-        num_workers: CP-SAT worker threads (default: every available core).
-        hint: warm-start from the ``pbqp`` (or ``greedy``) solution (default True).
+    """OR-Tools CP-SAT, warm-started from the ``pbqp`` solution.
 
     Example:
         >>> import networkx as nx, layoutopt
@@ -86,37 +51,55 @@ class CpSat(Solver):
 
     name = "cpsat"
     exact = True
-    options: ClassVar[dict[str, Any]] = {"num_workers": None, "hint": True}
+    options: ClassVar[dict[str, Option]] = {
+        "num_workers": Option.integer(None, "CP-SAT worker threads (None: every available core)",
+                                      allow_none=True),
+        "hint": Option.boolean(True, "warm-start from the pbqp solution"),
+    }
 
-    @classmethod
-    def validate_options(cls, options: dict[str, Any]) -> None:
-        _positive_int_or_none("num_workers", options["num_workers"])
-
-    def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
+    def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
         from ortools.sat.python import cp_model
 
         start = time.perf_counter()
-        workers = _positive_int_or_none("num_workers", options.get("num_workers")) or available_cores()
+        workers = options["num_workers"] or available_cores()
         scaled = scale_costs(problem)
-        encoding = marginal_model(scaled.node_costs, scaled.edges)
+        incumbent = None
+        if options["hint"] or scaled.coarse:
+            incumbent = heuristic_assignment(problem, deadline)
+        if scaled.coarse and incumbent is not None:
+            scaled = scale_costs(problem, incumbent=incumbent)
+        stats: dict[str, Any] = {"exponent": scaled.exponent, "rounding_error": scaled.rounding_error,
+                                 "pruned": scaled.pruned, "workers": workers}
 
+        def out_of_time(where: str) -> SolverResult:
+            stats["build_time"] = time.perf_counter() - start
+            if incumbent is None:
+                return SolverResult(None, "infeasible", None,
+                                    f"time limit reached {where}, before any assignment was found", stats)
+            return SolverResult(incumbent, "feasible", problem.trivial_lower_bound(),
+                                f"time limit reached {where}; the assignment is pbqp's, lower_bound the "
+                                "sum of the least costs", stats)
+
+        encoding = marginal_model(scaled.node_costs, scaled.edges)
         model = cp_model.CpModel()
         x = [model.new_bool_var("") for _ in range(encoding.literal_node.size)]
         y = [model.new_bool_var("") for _ in range(encoding.pair_first.size)]
-        for literals in encoding.node_literals:
+        for count, literals in enumerate(encoding.node_literals):
             model.add_exactly_one([x[t] for t in literals])
-        for literal, pairs in encoding.marginals:
+            if count % _CHECK_EVERY == 0 and deadline.expired():
+                return out_of_time("while building the cpsat model")
+        for count, (literal, pairs) in enumerate(encoding.marginals):
             model.add(cp_model.LinearExpr.sum([y[p] for p in pairs]) == x[literal])
+            if count % _CHECK_EVERY == 0 and deadline.expired():
+                return out_of_time("while building the cpsat model")
         # Objective and hint go straight into the proto, in bulk: the per-variable Python API costs
         # about a second on DenseNet-121-sized models. Variable t of the proto is x[t], then the y's.
         costs = np.concatenate([encoding.literal_cost, encoding.pair_cost]).astype(np.int64)
         used = np.flatnonzero(costs)
         model.proto.objective.vars.extend(used.tolist())
         model.proto.objective.coeffs.extend(costs[used].tolist())
-
-        hint = heuristic_assignment(problem) if options.get("hint", True) else None
-        if hint is not None:
-            x_values, y_values = encoding.literal_values(hint)
+        if incumbent is not None and options["hint"]:
+            x_values, y_values = encoding.literal_values(incumbent)
             model.proto.solution_hint.vars.extend(range(len(x) + len(y)))
             model.proto.solution_hint.values.extend(np.concatenate([x_values, y_values]).tolist())
 
@@ -127,42 +110,36 @@ class CpSat(Solver):
         else:
             solver.parameters.extra_subsolvers.append("max_lp")
         solver.parameters.cp_model_probing_level = 0
-        build_time = time.perf_counter() - start
-        if time_limit is not None:
-            solver.parameters.max_time_in_seconds = max(time_limit - build_time, 1e-3)
+        stats["build_time"] = time.perf_counter() - start
+        stats["variables"] = len(x) + len(y)
+        remaining = deadline.remaining()
+        if remaining is not None:
+            if remaining <= 0:
+                return out_of_time("after building the cpsat model")
+            solver.parameters.max_time_in_seconds = remaining
         status = solver.solve(model)
+        stats["cpsat_status"] = solver.status_name(status)
+        stats["cpsat_wall_time"] = solver.wall_time
 
-        stats = {
-            "build_time": build_time,
-            "cpsat_status": solver.status_name(status),
-            "cpsat_wall_time": solver.wall_time,
-            "variables": len(x) + len(y),
-            "scale": scaled.scale,
-            "rounding_error": scaled.rounding_error,
-            "workers": workers,
-        }
         if status == cp_model.INFEASIBLE:
             return SolverResult(None, "infeasible", math.inf,
                                 "cpsat proved that every assignment uses a forbidden (inf) entry", stats)
         if status == cp_model.MODEL_INVALID:  # a bug in this module, not user error
-            raise RuntimeError(f"cpsat built an invalid model: {model.validate()}")
+            raise InternalError(f"cpsat built an invalid model: {model.validate()}")
         lower = scaled.lower_bound(solver.best_objective_bound)
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             values = np.array(solver.response_proto.solution, dtype=np.int64)[: len(x)]
             assignment = encoding.assignment(values)
         else:  # UNKNOWN: the time ran out before a first solution
-            assignment = hint
+            assignment = incumbent
         if assignment is None:
             return SolverResult(None, "infeasible", lower,
                                 "cpsat found no allowed assignment within the time limit "
                                 "(infeasibility not proven)", stats)
-        objective = problem.evaluate(assignment)
-        lower = min(lower, objective)
-        result_status = status_from_bound(objective, lower)  # a bound meeting the incumbent is a proof
-        if result_status == "optimal":
-            message = ""
-        elif status == cp_model.OPTIMAL:
-            message = "optimal for the integer-rounded costs; lower_bound accounts for the rounding"
-        else:
-            message = "time limit reached; lower_bound is cpsat's best bound"
-        return SolverResult(assignment, result_status, lower, message, stats)
+        if status == cp_model.OPTIMAL:
+            message = "" if not scaled.rounding_error else (
+                f"optimal for the integer-rounded costs; lower_bound accounts for their rounding "
+                f"(at most {scaled.rounding_error:.3g})")
+            return SolverResult(assignment, "optimal", lower, message, stats)
+        return SolverResult(assignment, "feasible", lower,
+                            "time limit reached; lower_bound is cpsat's best bound", stats)

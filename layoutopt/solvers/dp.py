@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from functools import reduce as fold
 from typing import Any, ClassVar
 
@@ -31,12 +32,12 @@ import numpy as np
 from networkx.algorithms.approximation.treewidth import MinDegreeHeuristic, min_fill_in_heuristic
 
 from ..errors import ProblemError
-from ..problem import Problem
-from . import register
-from .base import Solver, SolverResult
+from ..problem import Problem, sum_down
+from . import get_solver, register
+from .base import Deadline, Option, Solver, SolverResult
 from .reductions import reduce
 
-__all__ = ["DP", "TableTooLarge", "eliminate", "elimination_order"]
+__all__ = ["DP", "OutOfTime", "TableTooLarge", "eliminate", "elimination_order"]
 
 #: kernels with more nodes use the (heap-based) min-degree order instead of min-fill
 MIN_FILL_LIMIT = 100
@@ -103,22 +104,48 @@ def _aligned(scope: tuple[int, ...], table: np.ndarray, target: dict[int, int], 
     return table.transpose(order).reshape(shape)
 
 
-def eliminate(problem: Problem, order: list[int]) -> tuple[list[int] | None, float]:
+class OutOfTime(Exception):
+    """The deadline passed during :func:`eliminate`; ``lower_bound`` is what it had proved."""
+
+    def __init__(self, lower_bound: float, eliminated: int) -> None:
+        super().__init__(f"time limit reached after eliminating {eliminated} nodes")
+        self.lower_bound = lower_bound
+        self.eliminated = eliminated
+
+
+#: seconds per table entry and factor of one elimination step (measured: ~1 ns; generous), to stop
+#: before a step that cannot finish by the deadline
+_SECONDS_PER_ENTRY = 5e-9
+
+
+def eliminate(problem: Problem, order: list[int], deadline: Deadline | None = None) -> tuple[list[int] | None,
+                                                                                             float]:
     """Bucket elimination of ``problem`` along ``order``: ``(optimal assignment, optimum)``.
 
     Returns ``(None, inf)`` when every assignment is forbidden.
+
+    Raises:
+        OutOfTime: the deadline passes first (or the next step would not finish by it), with the
+            bound proved so far: the eliminated part's value plus the least entry of every factor left.
     """
     rank = {v: r for r, v in enumerate(order)}
+    sizes = problem.sizes
     buckets: list[list[tuple[tuple[int, ...], np.ndarray]]] = [[] for _ in order]
     for v, c in enumerate(problem.node_costs):
         buckets[rank[v]].append(((v,), c))
     for (i, j), m in problem.edges.items():
         buckets[min(rank[i], rank[j])].append(((i, j), m))
-    constant = 0.0
+    constants: list[float] = []
     steps = []
     for r, v in enumerate(order):
         factors = buckets[r]
         others = sorted({u for scope, _ in factors for u in scope if u != v}, key=rank.__getitem__)
+        if deadline is not None and deadline.at is not None:
+            work = len(factors) * sizes[v] * math.prod(sizes[u] for u in others) * _SECONDS_PER_ENTRY
+            remaining = deadline.remaining()
+            if remaining is not None and work > remaining:
+                left = [float(t.min()) for bucket in buckets[r:] for _, t in bucket]
+                raise OutOfTime(sum_down([*constants, *left]), r)
         target = {v: 0, **{u: a + 1 for a, u in enumerate(others)}}
         total = fold(np.add, (_aligned(scope, t, target, len(target)) for scope, t in factors))
         arg = total.argmin(axis=0)
@@ -127,7 +154,8 @@ def eliminate(problem: Problem, order: list[int]) -> tuple[list[int] | None, flo
         if others:
             buckets[rank[others[0]]].append((tuple(others), best))
         else:
-            constant += float(best)
+            constants.append(float(best))
+    constant = math.fsum(constants) if all(map(math.isfinite, constants)) else math.inf
     if not math.isfinite(constant):
         return None, math.inf
     choices = [0] * len(order)
@@ -140,27 +168,36 @@ def eliminate(problem: Problem, order: list[int]) -> tuple[list[int] | None, flo
 class DP(Solver):
     """Exact: PBQP reductions, then variable elimination of the kernel (see the module docstring).
 
-    Options:
-        max_table_size: largest elimination table allowed, in entries (8 bytes each);
-            beyond it a ProblemError is raised before allocating.
+    Under a time limit, when the elimination cannot finish in time, it returns ``greedy``'s
+    assignment with the bound the elimination had proved.
     """
 
     name = "dp"
     exact = True
-    options: ClassVar[dict[str, Any]] = {"max_table_size": 2e7}
+    options: ClassVar[dict[str, Option]] = {
+        "max_table_size": Option.number(
+            2e7, "largest elimination table allowed, in entries (8 bytes each); beyond it a ProblemError is "
+            "raised before allocating", inclusive=False),
+    }
 
-    def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
-        cap = options.get("max_table_size", 2e7)
-        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0:
-            raise ProblemError(f"max_table_size must be a positive number of entries, got {cap!r}")
+    def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
         reduction = reduce(problem)
         stats: dict[str, Any] = dict(reduction.stats)
         if reduction.infeasible is not None:
             return SolverResult(None, "infeasible", math.inf, reduction.infeasible, stats)
         kernel = reduction.kernel
-        order, largest = elimination_order(kernel, cap)
+        order, largest = elimination_order(kernel, options["max_table_size"])
         stats["largest_table"] = largest
-        choices, value = eliminate(kernel, order)
+        try:
+            choices, value = eliminate(kernel, order, deadline)
+        except OutOfTime as stop:
+            stats["eliminated"] = stop.eliminated
+            fallback = get_solver("greedy")
+            result = fallback().solve(problem, Deadline(None), fallback.resolve_options())
+            return SolverResult(result.assignment, "feasible", reduction.lower_bound(stop.lower_bound),
+                                f"dp stopped at the time limit after eliminating {stop.eliminated} of "
+                                f"{len(order)} kernel nodes; the assignment is greedy's, lower_bound is what "
+                                f"the elimination proved", stats)
         if choices is None:
             return SolverResult(None, "infeasible", math.inf, "every assignment costs inf", stats)
         assignment = reduction.expand(choices)

@@ -2,17 +2,25 @@
 
 This is the "per-operator best kernel" (TVM's *history best*) baseline: it ignores
 transform costs except where they are forbidden (``inf``).
+
+Example:
+    >>> import networkx as nx, layoutopt
+    >>> sol = layoutopt.solve(nx.path_graph(2), {"nodes": {0: [1, 2], 1: [3, 1]},
+    ...                                          "edges": {(0, 1): [[0, 5], [5, 0]]}}, method="greedy")
+    >>> sol.assignment, sol.objective, sol.status
+    ({0: 0, 1: 1}, 7.0, 'feasible')
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..problem import Problem
 from . import register
-from .base import Solver, SolverResult
+from .base import Deadline, Option, Solver, SolverResult
 
 
 def local_costs(problem: Problem, i: int, assignment: np.ndarray) -> np.ndarray:
@@ -26,24 +34,27 @@ def local_costs(problem: Problem, i: int, assignment: np.ndarray) -> np.ndarray:
 @register
 class Greedy(Solver):
     """Per-node argmin, then repair: while a node sits on a forbidden entry, move it to its
-    locally cheapest choice (at most ``max_repair_rounds`` sweeps)."""
+    locally cheapest choice (at most ``max_repair_rounds`` sweeps, and no sweep after the time limit)."""
 
     name = "greedy"
     exact = False
-    options: ClassVar[dict[str, Any]] = {"max_repair_rounds": 20}
+    options: ClassVar[dict[str, Option]] = {
+        "max_repair_rounds": Option.integer(20, "sweeps of the repair of forbidden pairs", minimum=0),
+    }
 
-    def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
-        rounds = int(options.get("max_repair_rounds", 20))
+    def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
+        packed = problem._packing
         assignment = np.array([int(np.argmin(c)) for c in problem.node_costs], dtype=np.int64)
         repairs = 0
-        for _ in range(rounds):
-            bad = {
-                n for (i, j), m in problem.edges.items() if not np.isfinite(m[assignment[i], assignment[j]])
-                for n in (i, j)
-            }
-            if not bad:
+        pairs = np.stack([packed.edge_i, packed.edge_j])
+        for _ in range(options["max_repair_rounds"]):
+            if deadline.expired():
                 break
-            for i in sorted(bad):
+            rows, cols = assignment[packed.edge_i], assignment[packed.edge_j]
+            forbidden = packed.edge_flat[packed.edge_start + rows * packed.edge_cols + cols] == np.inf
+            if not forbidden.any():
+                break
+            for i in np.unique(pairs[:, forbidden]).tolist():
                 best = int(np.argmin(local_costs(problem, i, assignment)))
                 if best != assignment[i]:
                     assignment[i] = best

@@ -5,16 +5,19 @@ choice, continuous ``y`` in ``[0, 1]`` per finite edge entry (integral ``x`` for
 variable for forbidden entries. The local-polytope LP is nearly tight on layout problems, so a MIP
 run is essentially "LP + proof".
 
-MIP solvers use *absolute* tolerances, so the objective is multiplied by a power of two (exact in
-float64) that brings its largest possible value to about 10**6 (:func:`~.scaling.cost_scale`). The
-relative MIP gap is set to 0 (pywraplp's default is 1e-4). The reported bound is the MIP solver's
-best bound, valid up to its numerical tolerances (not certified like ``cpsat``'s and ``toulbar2``'s).
+MIP solvers use *absolute* tolerances, so each table is shifted by its least entry and multiplied by
+a power of two (exact in float64) that brings the largest possible objective to about 10**6
+(:func:`~.scaling.scale_costs` without rounding). The relative MIP gap is set to 0 (pywraplp's default
+is 1e-4). The reported bound is the MIP solver's best bound, valid up to its numerical tolerances (not
+certified like ``cpsat``'s and ``toulbar2``'s). Under a time limit the model build stops at the
+deadline too, and the ``pbqp`` warm start is returned with the trivial bound.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,10 +25,9 @@ import numpy as np
 from ..errors import ProblemError
 from ..problem import Problem
 from . import register
-from .base import Solver, SolverResult
-from .cpsat import heuristic_assignment
+from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment
 from .marginal import marginal_model
-from .scaling import cost_scale, status_from_bound
+from .scaling import scale_costs
 
 __all__ = ["BACKENDS", "Mip"]
 
@@ -35,12 +37,16 @@ BACKENDS = {"scip": "SCIP", "cbc": "CBC", "highs": "HIGHS"}
 #: Largest possible objective after scaling: a magnitude at which 1e-6-ish tolerances are negligible.
 MIP_OBJECTIVE_BUDGET = 2.0**20
 
+#: the largest time limit pywraplp takes (milliseconds, int64) and HiGHS' (seconds, double), rounded down
+_MAX_SECONDS = 1e12
 
-def _create_solver(backend: Any):
+#: coefficients set between two looks at the clock while building the model
+_CHECK_EVERY = 5000
+
+
+def _create_solver(backend: str):
     from ortools.linear_solver import pywraplp
 
-    if backend not in BACKENDS:
-        raise ProblemError(f"unknown mip backend {backend!r}; valid backends: {', '.join(BACKENDS)}")
     solver = pywraplp.Solver.CreateSolver(BACKENDS[backend])
     if solver is None:
         available = [name for name, sid in BACKENDS.items() if pywraplp.Solver.CreateSolver(sid) is not None]
@@ -90,36 +96,52 @@ class Mip(Solver):
 
     name = "mip"
     exact = True
-    options: ClassVar[dict[str, Any]] = {"backend": "scip"}
+    options: ClassVar[dict[str, Option]] = {
+        "backend": Option.one_of("scip", tuple(BACKENDS), "the MIP solver pywraplp runs"),
+    }
 
-    @classmethod
-    def validate_options(cls, options: dict[str, Any]) -> None:
-        if options["backend"] not in BACKENDS:
-            raise ProblemError(
-                f"unknown mip backend {options['backend']!r}; valid backends: {', '.join(BACKENDS)}"
-            )
-
-    def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
+    def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
         from ortools.linear_solver import pywraplp
 
         start = time.perf_counter()
-        backend = options.get("backend", "scip")
+        backend = options["backend"]
         solver = _create_solver(backend)
-        scale = cost_scale(problem, MIP_OBJECTIVE_BUDGET)
-        encoding = marginal_model([c * scale for c in problem.node_costs],
-                                  {key: m * scale for key, m in problem.edges.items()})
+        hint = heuristic_assignment(problem, deadline)
+        scaled = scale_costs(problem, MIP_OBJECTIVE_BUDGET, incumbent=hint, integral=False)
+        encoding = marginal_model(scaled.node_costs, scaled.edges)
+        stats: dict[str, Any] = {"backend": backend, "exponent": scaled.exponent}
+
+        def out_of_time() -> SolverResult:
+            stats["build_time"] = time.perf_counter() - start
+            if hint is None:
+                return SolverResult(None, "infeasible", None, f"time limit reached while building the mip "
+                                    f"({backend}) model, before any assignment was found", stats)
+            return SolverResult(hint, "feasible", problem.trivial_lower_bound(),
+                                f"time limit reached while building the mip ({backend}) model; the "
+                                "assignment is pbqp's, lower_bound the sum of the least costs", stats)
 
         x = [solver.BoolVar("") for _ in range(encoding.literal_node.size)]
         y = [solver.NumVar(0.0, 1.0, "") for _ in range(encoding.pair_first.size)]
+        count = 0
         for literals in encoding.node_literals:
             row = solver.Constraint(1.0, 1.0)
             for t in literals:
                 row.SetCoefficient(x[t], 1.0)
+            count += len(literals)
+            if count > _CHECK_EVERY:
+                count = 0
+                if deadline.expired():
+                    return out_of_time()
         for literal, pairs in encoding.marginals:
             row = solver.Constraint(0.0, 0.0)
             row.SetCoefficient(x[literal], -1.0)
             for p in pairs:
                 row.SetCoefficient(y[p], 1.0)
+            count += len(pairs)
+            if count > _CHECK_EVERY:
+                count = 0
+                if deadline.expired():
+                    return out_of_time()
         objective = solver.Objective()
         for var, cost in zip(x + y, np.concatenate([encoding.literal_cost, encoding.pair_cost]).tolist(),
                              strict=True):
@@ -127,9 +149,12 @@ class Mip(Solver):
                 objective.SetCoefficient(var, cost)
         objective.SetMinimization()
 
-        hint = heuristic_assignment(problem)
         build_time = time.perf_counter() - start
-        remaining = None if time_limit is None else max(time_limit - build_time, 1e-3)
+        remaining = deadline.remaining()
+        if remaining is not None:
+            if remaining <= 0:
+                return out_of_time()
+            remaining = min(remaining, _MAX_SECONDS)
         if backend == "highs":
             status, x_values, bound = _solve_highs(solver, x, remaining)
         else:
@@ -146,28 +171,28 @@ class Mip(Solver):
             x_values = np.array([v.solution_value() for v in x]) if solved else None
             bound = objective.BestBound() if solved else -math.inf
 
-        stats = {"backend": backend, "build_time": build_time, "mip_status": status,
-                 "variables": len(x) + len(y), "constraints": solver.NumConstraints(), "scale": scale}
+        stats.update(build_time=build_time, mip_status=status, variables=len(x) + len(y),
+                     constraints=solver.NumConstraints())
         if status == pywraplp.Solver.INFEASIBLE:
             return SolverResult(None, "infeasible", math.inf,
                                 f"mip ({backend}) proved that every assignment uses a forbidden (inf) entry",
                                 stats)
+        limited = "time limit reached" if remaining is not None else "stopped early"
         if status in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
             assignment = encoding.assignment(x_values)
-            lower = bound / scale
-            message = ""
+            lower = scaled.lower_bound(bound)
+            message = "" if status == pywraplp.Solver.OPTIMAL else (
+                f"{limited}; lower_bound is the {backend} best bound")
         else:  # NOT_SOLVED (time limit before a first solution) or ABNORMAL
-            assignment, lower = hint, -math.inf
-            message = f"mip ({backend}) stopped without a solution (status {status}); using the warm start"
+            assignment, lower = hint, problem.trivial_lower_bound()
+            message = (f"mip ({backend}) {limited} without a solution (status {status}); using the warm "
+                       "start, lower_bound is the sum of the least costs")
         if assignment is None:
-            return SolverResult(None, "infeasible", lower,
-                                f"mip ({backend}) found no allowed assignment within the time limit "
-                                f"(infeasibility not proven)", stats)
+            return SolverResult(None, "infeasible", None,
+                                f"mip ({backend}) found no allowed assignment (infeasibility not proven)",
+                                stats)
         value = problem.evaluate(assignment)
+        # the MIP's bound is only as good as its tolerances: never above the incumbent it proved
         lower = min(lower, value)
-        result_status = status_from_bound(value, lower)  # a bound meeting the incumbent is a proof
-        if result_status == "optimal":
-            message = ""
-        elif not message:
-            message = f"time limit reached; lower_bound is the {backend} best bound"
-        return SolverResult(assignment, result_status, lower, message, stats)
+        claim = "optimal" if status == pywraplp.Solver.OPTIMAL else "feasible"
+        return SolverResult(assignment, claim, lower, message, stats)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
+from collections.abc import Mapping
 from itertools import accumulate
 from typing import Any, ClassVar
 
@@ -44,7 +44,7 @@ import numpy as np
 
 from ..problem import Problem
 from . import register
-from .base import Solver, SolverResult
+from .base import Deadline, Option, Solver, SolverResult
 from .dp import TableTooLarge, eliminate, elimination_order
 from .reductions import Infeasible, WorkingGraph, kernel_problem
 
@@ -92,11 +92,13 @@ def _solve_small_kernel(graph: WorkingGraph) -> tuple[list[int] | None, dict[str
     return graph.backpropagate(choices), graph.counts, None
 
 
-def run_pbqp(problem: Problem, prune: bool = False) -> tuple[list[int] | None, dict[str, Any], str | None]:
+def run_pbqp(problem: Problem, prune: bool = False, deadline: Deadline | None = None
+             ) -> tuple[list[int] | None, dict[str, Any], str | None]:
     """Reductions + RN + back-propagation on ``problem``.
 
     With ``prune``, forbidden choices are removed (arc consistency) before and after each
-    RN step; that costs time and is only needed after a dead end.
+    RN step; that costs time and is only needed after a dead end. Past ``deadline``, RN stops
+    re-estimating the nodes a step touched (each step then costs only its reductions).
 
     Returns ``(assignment or None, stats, infeasibility message)``; the assignment is None
     when the reductions proved infeasibility (message set) or when an RN choice ran into a
@@ -112,7 +114,7 @@ def run_pbqp(problem: Problem, prune: bool = False) -> tuple[list[int] | None, d
         if graph.n_alive and prune:
             graph.prune_all()
             graph.reduce_exact()
-        _reduce_by_rn(graph)
+        _reduce_by_rn(graph, deadline or Deadline(None))
     except Infeasible as exc:
         if graph.counts["RN"] == 0:  # only exact steps so far: a proof
             return None, graph.counts, str(exc)
@@ -121,7 +123,7 @@ def run_pbqp(problem: Problem, prune: bool = False) -> tuple[list[int] | None, d
     return choices, graph.counts, None
 
 
-def _reduce_by_rn(graph: WorkingGraph) -> None:
+def _reduce_by_rn(graph: WorkingGraph, deadline: Deadline) -> None:
     """RN until the graph is empty: fix the most confident node, then the exact reductions again.
 
     The confidences live in a lazy max-heap: a node whose estimate may have changed (it or a
@@ -148,11 +150,14 @@ def _reduce_by_rn(graph: WorkingGraph) -> None:
         priority, y = heapq.heappop(heap)
         if not alive[y] or priority != key[y]:
             continue  # removed, or an outdated entry
-        if stale[y]:
+        if stale[y] and not deadline.expired():
             stale[y] = False
             push(y)
             continue
-        graph.fix(y, int(estimates[y].argmin()), "RN")
+        estimate = estimates[y]
+        if estimate.size != graph.vec[y].size:  # a stale estimate, past the deadline: the vector shrank
+            estimate = _rn_estimate(graph, y)
+        graph.fix(y, int(estimate.argmin()), "RN")
         graph.reduce_exact()
         # y's estimate reads its vector, its matrices and its neighbours' vectors
         for x in graph.changed:
@@ -192,8 +197,10 @@ def _local_costs(problem: Problem, assignment: np.ndarray) -> list[np.ndarray]:
     return [flat[s:s + n] for s, n in zip(packed.node_start.tolist(), packed.node_size.tolist(), strict=True)]
 
 
-def icm(problem: Problem, assignment: np.ndarray, max_sweeps: int = 10) -> int:
-    """Iterated conditional modes: move nodes to their best reply until none improves.
+def icm(problem: Problem, assignment: np.ndarray, max_sweeps: int = 10,
+        deadline: Deadline | None = None) -> int:
+    """Iterated conditional modes: move nodes to their best reply until none improves (or the
+    deadline passes: checked after each sweep).
 
     Works in place; returns the number of moves. Never makes the objective worse.
     """
@@ -229,12 +236,12 @@ def icm(problem: Problem, assignment: np.ndarray, max_sweeps: int = 10) -> int:
                 for j in row:
                     local[j] = None
                     pending[j] = node_costs[j].size > 1
-        if not changed:
+        if not changed or (deadline is not None and deadline.expired()):
             break
     return moves
 
 
-def feasible_assignment(problem: Problem, time_limit: float | None) -> tuple[list[int] | None, bool]:
+def feasible_assignment(problem: Problem, deadline: Deadline) -> tuple[list[int] | None, bool]:
     """An allowed (finite) assignment by a CP-SAT feasibility search.
 
     Returns ``(assignment, proven)``: ``(None, True)`` when CP-SAT proved that none exists,
@@ -253,8 +260,11 @@ def feasible_assignment(problem: Problem, time_limit: float | None) -> tuple[lis
             model.AddAllowedAssignments([variables[i], variables[j]], pairs)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
-    if time_limit is not None:
-        solver.parameters.max_time_in_seconds = time_limit
+    remaining = deadline.remaining()
+    if remaining is not None:
+        if remaining <= 0:
+            return None, False
+        solver.parameters.max_time_in_seconds = remaining
     status = solver.Solve(model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return [int(solver.Value(v)) for v in variables], True
@@ -271,13 +281,14 @@ class PBQP(Solver):
 
     name = "pbqp"
     exact = False
-    options: ClassVar[dict[str, Any]] = {"polish": True}
+    options: ClassVar[dict[str, Option]] = {
+        "polish": Option.boolean(True, "run an ICM local search after the reductions when RN was used"),
+    }
 
-    def solve(self, problem: Problem, time_limit: float | None, **options: Any) -> SolverResult:
-        start = time.perf_counter()
-        choices, counts, infeasible = run_pbqp(problem)
+    def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
+        choices, counts, infeasible = run_pbqp(problem, deadline=deadline)
         if choices is None and infeasible is None:  # RN hit a dead end: retry with pruning
-            choices, counts, infeasible = run_pbqp(problem, prune=True)
+            choices, counts, infeasible = run_pbqp(problem, prune=True, deadline=deadline)
             counts["pruned_retry"] = True
         stats: dict[str, Any] = dict(counts)
         if infeasible is not None:
@@ -285,8 +296,7 @@ class PBQP(Solver):
         assignment = None if choices is None else np.array(choices, dtype=np.int64)
         objective = math.inf if assignment is None else problem.evaluate(assignment)
         if not math.isfinite(objective):
-            remaining = None if time_limit is None else max(time_limit - (time.perf_counter() - start), 0.1)
-            fallback, proven = feasible_assignment(problem, remaining)
+            fallback, proven = feasible_assignment(problem, deadline)
             stats["feasibility_search"] = True
             if fallback is None:
                 if proven:
@@ -297,6 +307,6 @@ class PBQP(Solver):
             assignment = np.array(fallback, dtype=np.int64)
         if counts["RN"] == 0 and not stats.get("feasibility_search"):
             return SolverResult(assignment, "optimal", objective, "", stats)
-        if options.get("polish", True):
-            stats["icm_moves"] = icm(problem, assignment)
+        if options["polish"] and not deadline.expired():
+            stats["icm_moves"] = icm(problem, assignment, deadline=deadline)
         return SolverResult(assignment, "feasible", None, "", stats)

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..problem import Problem
+from ..problem import Problem, sum_down
 
 __all__ = ["Infeasible", "Reduction", "WorkingGraph", "reduce"]
 
@@ -87,7 +87,8 @@ class WorkingGraph:
         self.constant = 0.0
         self.counts = {"R0": 0, "RI": 0, "RII": 0, "R1": 0, "RN": 0, "pruned": 0, "dropped_edges": 0}
         adj = self.adj
-        coupling = (problem._packing.edge_max > 0).tolist()  # costs are >= 0: max 0 means all zero
+        packed = problem._packing
+        coupling = ((packed.edge_max != 0) | (packed.edge_min != 0)).tolist()  # all zero: couples nothing
         for ((i, j), m), couples in zip(problem.edges.items(), coupling, strict=True):
             if couples:
                 adj[i][j] = m
@@ -340,7 +341,7 @@ class Reduction:
 
     def lower_bound(self, kernel_bound: float) -> float:
         """A bound on the problem's optimum from a bound on the kernel's."""
-        return kernel_bound + self.constant
+        return sum_down([kernel_bound, self.constant])
 
 
 def kernel_problem(graph: WorkingGraph, nodes: list[int]) -> tuple[Problem, list[np.ndarray]]:

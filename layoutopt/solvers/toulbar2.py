@@ -2,7 +2,8 @@
 
 The problem maps one to one onto a cost function network: a variable per node, a unary cost function
 per node and a binary one per edge, ``inf`` meaning forbidden (toulbar2's "top"). toulbar2 works on
-integer costs: they are scaled by a power of two and rounded (:mod:`~layoutopt.solvers.scaling`) and
+integer costs: they are shifted, scaled by a power of two and rounded (:mod:`~layoutopt.solvers.scaling`;
+with the ``pbqp`` incumbent pruning entries when the costs span too many orders of magnitude) and
 passed with ``resolution=0``; the bound reported is certified for the original float costs. Cost
 tables are posted in bulk, one numpy array per table shape, so the build stays a small part of a
 solve (``auto`` runs this back-end on the kernel left by the PBQP reductions).
@@ -27,16 +28,15 @@ import math
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from ..problem import Problem
 from . import register
-from .base import Solver, SolverResult
-from .cpsat import heuristic_assignment
-from .scaling import ScaledCosts, scale_costs, status_from_bound
+from .base import Deadline, Solver, SolverResult, heuristic_assignment
+from .scaling import scale_costs
 
 __all__ = ["SEARCH_OPTIONS", "Toulbar2"]
 
@@ -89,6 +89,10 @@ SEARCH_OPTIONS: dict[str, Any] = {
 #: fallback costs about as much as the build); else only if needed, overshooting by about that share.
 FALLBACK_SHARE = 0.005
 
+#: the longest alarm armed (about 24 days: timer fields are C longs and toulbar2's timer an int); a
+#: longer limit runs without one
+_MAX_ALARM = 2**31 - 1
+
 
 @contextlib.contextmanager
 def _wall_clock_alarm(seconds: float) -> Iterator[bool]:
@@ -129,12 +133,6 @@ def _wall_clock_alarm(seconds: float) -> Iterator[bool]:
         libc.timer_delete(timer_id)  # before timerStop(): a pending signal still finds the handler
 
 
-def _scaled_cost(scaled: ScaledCosts, assignment: np.ndarray) -> float:
-    """The scaled (integer) cost of ``assignment``: exact, the scaled costs are integers below 2**53."""
-    total = math.fsum(float(c[k]) for c, k in zip(scaled.node_costs, assignment, strict=True))
-    return total + math.fsum(float(m[assignment[i], assignment[j]]) for (i, j), m in scaled.edges.items())
-
-
 @register
 class Toulbar2(Solver):
     """Exact branch-and-bound with soft arc consistency bounds (toulbar2's HBFS), via pytoulbar2.
@@ -154,8 +152,8 @@ class Toulbar2(Solver):
     exact = True
     requires = (("pytoulbar2", "toulbar2"),)
 
-    def solve(self, problem: Problem, time_limit: float | None, *, incumbent: np.ndarray | None = None,
-              **options: Any) -> SolverResult:
+    def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any], *,
+              incumbent: np.ndarray | None = None) -> SolverResult:
         """See the class docstring; ``incumbent``: an assignment already known (toulbar2 then
         searches only for better ones, and returns it if it finds none in time)."""
         import pytoulbar2
@@ -164,12 +162,19 @@ class Toulbar2(Solver):
         if len(problem) == 0:
             return SolverResult(np.zeros(0, dtype=np.int64), "optimal", 0.0)
         scaled = scale_costs(problem)
+        if scaled.coarse:
+            if incumbent is None:
+                incumbent = heuristic_assignment(problem, deadline)
+            if incumbent is not None:
+                scaled = scale_costs(problem, incumbent=incumbent)
         cfn = pytoulbar2.CFN(None, resolution=0, verbose=-1)
         for option, value in SEARCH_OPTIONS.items():
             setattr(cfn.Option, option, value)
         wcsp = cfn.CFN.wcsp
         for i, size in enumerate(problem.sizes):
             wcsp.makeEnumeratedVariable(str(i), 0, size - 1)
+        stats: dict[str, Any] = {"exponent": scaled.exponent, "rounding_error": scaled.rounding_error,
+                                 "pruned": scaled.pruned}
         try:
             for nodes, costs in scaled.node_tables:
                 wcsp.postUnaryVecConstraints(np.array(nodes, dtype=np.int64), costs)
@@ -177,38 +182,45 @@ class Toulbar2(Solver):
                 wcsp.postMultBinaryVecConstraints(np.array(edges, dtype=np.int64), costs)
         except pytoulbar2.pytb2.Contradiction:  # propagation while posting emptied a domain
             return SolverResult(None, "infeasible", math.inf,
-                                "toulbar2 proved that every assignment uses a forbidden (inf) entry")
-        if (incumbent is None and time_limit is not None
-                and time.perf_counter() - start > FALLBACK_SHARE * time_limit):
+                                "toulbar2 proved that every assignment uses a forbidden (inf) entry", stats)
+        elapsed = time.perf_counter() - start
+        remaining = deadline.remaining()
+        if incumbent is None and remaining is not None and elapsed > FALLBACK_SHARE * (elapsed + remaining):
             # The fallback costs about what the build did: made now, so that nothing runs after the
             # deadline. Below that share it is made only if the search ends with nothing.
-            incumbent = heuristic_assignment(problem)
-        incumbent_cost = math.inf if incumbent is None else _scaled_cost(scaled, incumbent)
+            incumbent = heuristic_assignment(problem, deadline)
+        incumbent_cost = math.inf if incumbent is None else scaled.cost(incumbent)
         if math.isfinite(incumbent_cost):
             try:  # search only for strictly better assignments
                 cfn.UpdateUB(incumbent_cost)
             except pytoulbar2.pytb2.Contradiction:  # the bound already meets the incumbent: optimal
-                return SolverResult(incumbent, "optimal", scaled.lower_bound(incumbent_cost), "",
-                                    {"incumbent_proved": True})
+                stats["incumbent_proved"] = True
+                return SolverResult(incumbent, "optimal", scaled.lower_bound(incumbent_cost), "", stats)
         else:
             incumbent = None
-        build_time = time.perf_counter() - start
+        stats["build_time"] = time.perf_counter() - start
 
-        try:
-            if time_limit is None:
-                solution = cfn.Solve()
-            else:
-                remaining = max(time_limit - build_time, 1e-3)
-                cfn.CFN.timer(math.ceil(remaining) + 1)  # installs the handler; CPU backstop
-                with _wall_clock_alarm(remaining) as armed:
-                    if not armed:
-                        cfn.CFN.timer(math.ceil(remaining))
+        remaining = deadline.remaining()
+        if remaining is not None and remaining >= _MAX_ALARM:
+            remaining = None
+        timed_out = False
+        if remaining is None or remaining > 0:
+            try:
+                if remaining is None:
                     solution = cfn.Solve()
-            timed_out = bool(cfn.Option.limited)  # the search stopped early: set by the timeout
-        finally:
-            cfn.CFN.timerStop()
-        stats = {"build_time": build_time, "nodes": cfn.GetNbNodes(), "backtracks": cfn.GetNbBacktracks(),
-                 "scale": scaled.scale, "rounding_error": scaled.rounding_error}
+                else:
+                    # installs the handler; a CPU-time backstop
+                    cfn.CFN.timer(min(math.ceil(remaining) + 1, _MAX_ALARM))
+                    with _wall_clock_alarm(remaining) as armed:
+                        if not armed:
+                            cfn.CFN.timer(min(math.ceil(remaining), _MAX_ALARM))
+                        solution = cfn.Solve()
+                timed_out = bool(cfn.Option.limited)  # the search stopped early: set by the timeout
+            finally:
+                cfn.CFN.timerStop()
+            stats.update(nodes=cfn.GetNbNodes(), backtracks=cfn.GetNbBacktracks())
+        else:  # the build used up the time: no search at all
+            solution, timed_out = None, True
 
         if solution is None and not timed_out:
             if incumbent is not None:  # no assignment beats the incumbent's cost: a proof
@@ -216,22 +228,22 @@ class Toulbar2(Solver):
                 return SolverResult(incumbent, "optimal", scaled.lower_bound(incumbent_cost), "", stats)
             return SolverResult(None, "infeasible", math.inf,
                                 "toulbar2 proved that every assignment uses a forbidden (inf) entry", stats)
-        lower = scaled.lower_bound(cfn.GetDDualBound()) if timed_out else None
-        if solution is not None:
-            assignment = np.asarray(solution[0], dtype=np.int64)
-            message = "time limit reached; lower_bound is toulbar2's dual bound" if timed_out else ""
-        else:
+        if timed_out:
+            bound = cfn.GetDDualBound() if remaining is None or remaining > 0 else 0.0
+            lower = max(scaled.lower_bound(bound), problem.trivial_lower_bound())
+            if solution is not None:
+                return SolverResult(np.asarray(solution[0], dtype=np.int64), "feasible", lower,
+                                    "time limit reached; lower_bound is toulbar2's dual bound", stats)
             # made before the search, or now when that costs under FALLBACK_SHARE of the limit
             assignment = incumbent if incumbent is not None else heuristic_assignment(problem)
-            message = "time limit reached before toulbar2 improved on the pbqp/greedy assignment"
-        if assignment is None:
-            return SolverResult(None, "infeasible", lower,
-                                "toulbar2 found no allowed assignment within the time limit "
-                                "(infeasibility not proven)", stats)
-        objective = problem.evaluate(assignment)
-        if lower is None:  # search completed: the scaled optimum is the solution's scaled cost
-            lower = scaled.lower_bound(solution[1])
-        lower = min(lower, objective)
-        status = status_from_bound(objective, lower)  # a bound meeting the incumbent is a proof
-        return SolverResult(assignment, status, lower, "" if status == "optimal" else message, stats)
-
+            if assignment is None:
+                return SolverResult(None, "infeasible", None,
+                                    "toulbar2 found no allowed assignment within the time limit "
+                                    "(infeasibility not proven)", stats)
+            return SolverResult(assignment, "feasible", lower,
+                                "time limit reached before toulbar2 improved on the pbqp assignment", stats)
+        message = "" if not scaled.rounding_error else (
+            f"optimal for the integer-rounded costs; lower_bound accounts for their rounding "
+            f"(at most {scaled.rounding_error:.3g})")
+        return SolverResult(np.asarray(solution[0], dtype=np.int64), "optimal",
+                            scaled.lower_bound(solution[1]), message, stats)
