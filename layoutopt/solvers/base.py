@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import multiprocessing
 import numbers
 import os
 import time
@@ -35,6 +36,7 @@ __all__ = [
     "SolverResult",
     "available_cores",
     "heuristic_assignment",
+    "run_until",
 ]
 
 
@@ -70,13 +72,19 @@ class Deadline:
 
     __slots__ = ("at",)
 
+    #: seconds beyond which a budget counts as no limit (about 31 years: the engines' clocks take ints)
+    FOREVER = 1e9
+
     def __init__(self, seconds: float | None, start: float | None = None) -> None:
         #: the ``time.perf_counter()`` instant the budget runs out, or None
         self.at = None if seconds is None else (time.perf_counter() if start is None else start) + seconds
 
     def remaining(self) -> float | None:
-        """Seconds left (0 when expired), or None without a limit."""
-        return None if self.at is None else max(self.at - time.perf_counter(), 0.0)
+        """Seconds left (0 when expired), or None without a limit (or more than :data:`FOREVER` left)."""
+        if self.at is None:
+            return None
+        left = self.at - time.perf_counter()
+        return None if left > self.FOREVER else max(left, 0.0)
 
     def expired(self) -> bool:
         return self.at is not None and time.perf_counter() >= self.at
@@ -262,3 +270,44 @@ def heuristic_assignment(problem: Problem, deadline: Deadline | None = None) -> 
         return None
     assignment = np.asarray(result.assignment, dtype=np.int64)
     return assignment if math.isfinite(problem.evaluate(assignment)) else None
+
+
+#: seconds an engine may overrun the deadline before :func:`run_until` stops it (its own limit comes first)
+OVERRUN = 0.05
+
+
+def run_until(run: Callable[[], Any], deadline: Deadline) -> Any | None:
+    """``run()`` in a forked child process, killed when ``deadline`` (plus :data:`OVERRUN`) passes.
+
+    For engines whose own time limit is not kept: CBC and HiGHS overrun theirs by seconds (their root
+    LP does not look at the clock) and pywraplp cannot interrupt them; CP-SAT loads its model before its
+    clock starts. Returns ``run()``'s value (it must pickle), or None when the child was stopped. The
+    child inherits the built model; where ``fork`` does not exist, ``run()`` runs in this process.
+
+    Example:
+        >>> run_until(lambda: 6 * 7, Deadline(5.0)), run_until(lambda: time.sleep(5), Deadline(0.1))
+        (42, None)
+    """
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return run()
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+
+    def child() -> None:
+        sender.send(run())
+
+    process = context.Process(target=child, daemon=True)
+    process.start()
+    sender.close()
+    try:
+        remaining = deadline.remaining()
+        if receiver.poll(None if remaining is None else remaining + OVERRUN):
+            return receiver.recv()
+        return None
+    except EOFError:  # the child died without an answer
+        return None
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join()
+        receiver.close()

@@ -44,7 +44,9 @@ class Greedy(Solver):
 
     def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
         packed = problem._packing
-        assignment = np.array([int(np.argmin(c)) for c in problem.node_costs], dtype=np.int64)
+        # each node's first cheapest choice, for every node at once
+        cheapest = np.flatnonzero(packed.node_flat == np.repeat(packed.node_min, packed.node_size))
+        assignment = cheapest[np.searchsorted(cheapest, packed.node_start)] - packed.node_start
         repairs = 0
         pairs = np.stack([packed.edge_i, packed.edge_j])
         for _ in range(options["max_repair_rounds"]):

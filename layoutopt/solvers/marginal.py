@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .base import Deadline
+
 __all__ = ["MarginalModel", "marginal_model"]
 
 
@@ -67,9 +69,13 @@ class MarginalModel:
 
 
 def marginal_model(
-    node_costs: Sequence[np.ndarray], edges: dict[tuple[int, int], np.ndarray]
-) -> MarginalModel:
+    node_costs: Sequence[np.ndarray],
+    edges: dict[tuple[int, int], np.ndarray],
+    deadline: Deadline | None = None,
+) -> MarginalModel | None:
     """Build the encoding from node cost vectors and ``{(i, j): matrix}`` (``inf`` = forbidden).
+
+    Returns None when ``deadline`` passes first.
 
     Example:
         >>> model = marginal_model([np.array([1.0, np.inf]), np.array([0.0, 2.0])],
@@ -84,7 +90,9 @@ def marginal_model(
 
     pair_first, pair_second, pair_cost, marginals = [], [], [], []
     pair_count = 0
-    for (i, j), matrix in edges.items():
+    for count, ((i, j), matrix) in enumerate(edges.items()):
+        if count % 256 == 255 and deadline is not None and deadline.expired():
+            return None
         block = matrix[np.ix_(allowed[i], allowed[j])]
         if block.size == 0:
             continue

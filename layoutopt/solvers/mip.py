@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import ProblemError
 from ..problem import Problem
 from . import register
-from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment
+from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment, run_until
 from .marginal import marginal_model
 from .scaling import scale_costs
 
@@ -36,9 +36,6 @@ BACKENDS = {"scip": "SCIP", "cbc": "CBC", "highs": "HIGHS"}
 
 #: Largest possible objective after scaling: a magnitude at which 1e-6-ish tolerances are negligible.
 MIP_OBJECTIVE_BUDGET = 2.0**20
-
-#: the largest time limit pywraplp takes (milliseconds, int64) and HiGHS' (seconds, double), rounded down
-_MAX_SECONDS = 1e12
 
 #: coefficients set between two looks at the clock while building the model
 _CHECK_EVERY = 5000
@@ -101,14 +98,10 @@ class Mip(Solver):
     }
 
     def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
-        from ortools.linear_solver import pywraplp
-
         start = time.perf_counter()
         backend = options["backend"]
-        solver = _create_solver(backend)
         hint = heuristic_assignment(problem, deadline)
         scaled = scale_costs(problem, MIP_OBJECTIVE_BUDGET, incumbent=hint, integral=False)
-        encoding = marginal_model(scaled.node_costs, scaled.edges)
         stats: dict[str, Any] = {"backend": backend, "exponent": scaled.exponent}
 
         def out_of_time() -> SolverResult:
@@ -120,6 +113,12 @@ class Mip(Solver):
                                 f"time limit reached while building the mip ({backend}) model; the "
                                 "assignment is pbqp's, lower_bound the sum of the least costs", stats)
 
+        from ortools.linear_solver import pywraplp  # after the fallback: OR-Tools' first import takes time
+
+        solver = _create_solver(backend)
+        encoding = None if deadline.expired() else marginal_model(scaled.node_costs, scaled.edges, deadline)
+        if encoding is None:
+            return out_of_time()
         x = [solver.BoolVar("") for _ in range(encoding.literal_node.size)]
         y = [solver.NumVar(0.0, 1.0, "") for _ in range(encoding.pair_first.size)]
         count = 0
@@ -143,24 +142,25 @@ class Mip(Solver):
                 if deadline.expired():
                     return out_of_time()
         objective = solver.Objective()
-        for var, cost in zip(x + y, np.concatenate([encoding.literal_cost, encoding.pair_cost]).tolist(),
-                             strict=True):
-            if cost:
-                objective.SetCoefficient(var, cost)
+        costs = np.concatenate([encoding.literal_cost, encoding.pair_cost])
+        variables = x + y
+        for count, t in enumerate(np.flatnonzero(costs).tolist()):
+            objective.SetCoefficient(variables[t], float(costs[t]))
+            if count % _CHECK_EVERY == 0 and deadline.expired():
+                return out_of_time()
         objective.SetMinimization()
 
         build_time = time.perf_counter() - start
         remaining = deadline.remaining()
-        if remaining is not None:
-            if remaining <= 0:
-                return out_of_time()
-            remaining = min(remaining, _MAX_SECONDS)
-        if backend == "highs":
-            status, x_values, bound = _solve_highs(solver, x, remaining)
-        else:
-            if hint is not None:
-                x_values, y_values = encoding.literal_values(hint)
-                solver.SetHint(x + y, np.concatenate([x_values, y_values]).astype(float).tolist())
+        if remaining is not None and remaining <= 0:
+            return out_of_time()
+        if hint is not None and backend != "highs":
+            x_values, y_values = encoding.literal_values(hint)
+            solver.SetHint(x + y, np.concatenate([x_values, y_values]).astype(float).tolist())
+
+        def run() -> tuple[int, np.ndarray | None, float]:
+            if backend == "highs":
+                return _solve_highs(solver, x, remaining)
             parameters = pywraplp.MPSolverParameters()
             parameters.SetDoubleParam(parameters.RELATIVE_MIP_GAP, 0.0)
             if remaining is not None:
@@ -169,10 +169,17 @@ class Mip(Solver):
             solved = status in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE)
             # Reading values without a solution makes OR-Tools log "No solution exists" on stderr.
             x_values = np.array([v.solution_value() for v in x]) if solved else None
-            bound = objective.BestBound() if solved else -math.inf
+            return status, x_values, (objective.BestBound() if solved else -math.inf)
 
-        stats.update(build_time=build_time, mip_status=status, variables=len(x) + len(y),
-                     constraints=solver.NumConstraints())
+        stats.update(build_time=build_time, variables=len(x) + len(y), constraints=solver.NumConstraints())
+        outcome = run() if remaining is None else run_until(run, deadline)
+        if outcome is None:
+            stats["killed"] = True
+            return SolverResult(hint, "feasible", problem.trivial_lower_bound(),
+                                f"mip ({backend}) overran the time limit and was stopped; the assignment is "
+                                "pbqp's, lower_bound the sum of the least costs", stats)
+        status, x_values, bound = outcome
+        stats["mip_status"] = status
         if status == pywraplp.Solver.INFEASIBLE:
             return SolverResult(None, "infeasible", math.inf,
                                 f"mip ({backend}) proved that every assignment uses a forbidden (inf) entry",
@@ -180,7 +187,7 @@ class Mip(Solver):
         limited = "time limit reached" if remaining is not None else "stopped early"
         if status in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
             assignment = encoding.assignment(x_values)
-            lower = scaled.lower_bound(bound)
+            lower = max(scaled.lower_bound(bound), problem.trivial_lower_bound())
             message = "" if status == pywraplp.Solver.OPTIMAL else (
                 f"{limited}; lower_bound is the {backend} best bound")
         else:  # NOT_SOLVED (time limit before a first solution) or ABNORMAL

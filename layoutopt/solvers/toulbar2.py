@@ -89,10 +89,6 @@ SEARCH_OPTIONS: dict[str, Any] = {
 #: fallback costs about as much as the build); else only if needed, overshooting by about that share.
 FALLBACK_SHARE = 0.005
 
-#: the longest alarm armed (about 24 days: timer fields are C longs and toulbar2's timer an int); a
-#: longer limit runs without one
-_MAX_ALARM = 2**31 - 1
-
 
 @contextlib.contextmanager
 def _wall_clock_alarm(seconds: float) -> Iterator[bool]:
@@ -201,8 +197,6 @@ class Toulbar2(Solver):
         stats["build_time"] = time.perf_counter() - start
 
         remaining = deadline.remaining()
-        if remaining is not None and remaining >= _MAX_ALARM:
-            remaining = None
         timed_out = False
         if remaining is None or remaining > 0:
             try:
@@ -210,10 +204,10 @@ class Toulbar2(Solver):
                     solution = cfn.Solve()
                 else:
                     # installs the handler; a CPU-time backstop
-                    cfn.CFN.timer(min(math.ceil(remaining) + 1, _MAX_ALARM))
+                    cfn.CFN.timer(math.ceil(remaining) + 1)
                     with _wall_clock_alarm(remaining) as armed:
                         if not armed:
-                            cfn.CFN.timer(min(math.ceil(remaining), _MAX_ALARM))
+                            cfn.CFN.timer(math.ceil(remaining))
                         solution = cfn.Solve()
                 timed_out = bool(cfn.Option.limited)  # the search stopped early: set by the timeout
             finally:
