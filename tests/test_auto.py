@@ -3,6 +3,7 @@
 import math
 
 import networkx as nx
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,8 @@ import layoutopt
 from layoutopt import Problem, ProblemError
 from layoutopt.generators import generate
 from layoutopt.solvers.auto import exact_engine
+from layoutopt.solvers.base import Option
+from layoutopt.solvers.dp import DP
 
 
 @settings(max_examples=120, deadline=None)
@@ -63,3 +66,29 @@ def test_infeasible_and_bad_options():
         layoutopt.solve(graph, costs, dp_max_table="big")
     problem = Problem.from_graph(graph, costs)
     assert layoutopt.solve_problem(problem, "auto", time_limit=1.0).status == "infeasible"
+
+
+def test_when_the_engines_integer_costs_are_too_coarse_dp_takes_over(monkeypatch):
+    """Issue 13: auto must prove what an exact engine can: when the integer scaling cannot represent the
+    costs finely enough for a proof within the tolerance, dp (float64) takes over, or the message says
+    why it cannot."""
+    import functools
+
+    from layoutopt.solvers import cpsat, scaling, toulbar2
+
+    coarse = functools.partial(scaling.scale_costs, budget=2.0**8)  # a resolution of ~1/256 of the spreads
+    for module in (toulbar2, cpsat):
+        monkeypatch.setattr(module, "scale_costs", coarse)
+    graph = nx.complete_graph(5)
+    rng = np.random.default_rng(3)
+    costs = {"nodes": {i: rng.uniform(0, 1, 3) for i in graph},
+             "edges": {e: rng.uniform(0, 1, (3, 3)) for e in graph.edges}}
+    optimum = layoutopt.solve(graph, costs, method="bruteforce")
+    engine_alone = layoutopt.solve(graph, costs, method=exact_engine())
+    assert engine_alone.status == "feasible" and "integer-rounded" in engine_alone.message
+    sol = layoutopt.solve(graph, costs, dp_max_table=0)  # the kernel goes to the engine first
+    assert sol.status == "optimal" and sol.stats["engine"] == "dp"
+    assert sol.objective == pytest.approx(optimum.objective, rel=1e-12)
+    monkeypatch.setitem(DP.options, "max_table_size", Option.number(1.0, "too small for any kernel"))
+    refused = layoutopt.solve(graph, costs, dp_max_table=0)
+    assert refused.status == "feasible" and "dp cannot take over" in refused.message

@@ -171,6 +171,9 @@ class Toulbar2(Solver):
             wcsp.makeEnumeratedVariable(str(i), 0, size - 1)
         stats: dict[str, Any] = {"exponent": scaled.exponent, "rounding_error": scaled.rounding_error,
                                  "pruned": scaled.pruned}
+        proved = "" if not scaled.rounding_error else (  # the message of an "optimal" claim
+            f"optimal for the integer-rounded costs; lower_bound accounts for their rounding "
+            f"(at most {scaled.rounding_error:.3g})")
         try:
             for nodes, costs in scaled.node_tables:
                 wcsp.postUnaryVecConstraints(np.array(nodes, dtype=np.int64), costs)
@@ -191,7 +194,7 @@ class Toulbar2(Solver):
                 cfn.UpdateUB(incumbent_cost)
             except pytoulbar2.pytb2.Contradiction:  # the bound already meets the incumbent: optimal
                 stats["incumbent_proved"] = True
-                return SolverResult(incumbent, "optimal", scaled.lower_bound(incumbent_cost), "", stats)
+                return SolverResult(incumbent, "optimal", scaled.lower_bound(incumbent_cost), proved, stats)
         else:
             incumbent = None
         stats["build_time"] = time.perf_counter() - start
@@ -219,7 +222,7 @@ class Toulbar2(Solver):
         if solution is None and not timed_out:
             if incumbent is not None:  # no assignment beats the incumbent's cost: a proof
                 stats["incumbent_proved"] = True
-                return SolverResult(incumbent, "optimal", scaled.lower_bound(incumbent_cost), "", stats)
+                return SolverResult(incumbent, "optimal", scaled.lower_bound(incumbent_cost), proved, stats)
             return SolverResult(None, "infeasible", math.inf,
                                 "toulbar2 proved that every assignment uses a forbidden (inf) entry", stats)
         if timed_out:
@@ -236,8 +239,5 @@ class Toulbar2(Solver):
                                     "(infeasibility not proven)", stats)
             return SolverResult(assignment, "feasible", lower,
                                 "time limit reached before toulbar2 improved on the pbqp assignment", stats)
-        message = "" if not scaled.rounding_error else (
-            f"optimal for the integer-rounded costs; lower_bound accounts for their rounding "
-            f"(at most {scaled.rounding_error:.3g})")
         return SolverResult(np.asarray(solution[0], dtype=np.int64), "optimal",
-                            scaled.lower_bound(solution[1]), message, stats)
+                            scaled.lower_bound(solution[1]), proved, stats)
