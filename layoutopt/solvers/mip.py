@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import ProblemError
 from ..problem import Problem
 from . import register
-from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment, run_until
+from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment, paused_gc, run_until
 from .marginal import marginal_model
 from .scaling import scale_costs
 
@@ -38,7 +38,7 @@ BACKENDS = {"scip": "SCIP", "cbc": "CBC", "highs": "HIGHS"}
 MIP_OBJECTIVE_BUDGET = 2.0**20
 
 #: coefficients set between two looks at the clock while building the model
-_CHECK_EVERY = 5000
+_CHECK_EVERY = 2000
 
 
 def _create_solver(backend: str):
@@ -98,6 +98,10 @@ class Mip(Solver):
     }
 
     def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
+        with paused_gc():
+            return self._solve(problem, deadline, options)
+
+    def _solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
         start = time.perf_counter()
         backend = options["backend"]
         hint = heuristic_assignment(problem, deadline)
@@ -120,7 +124,12 @@ class Mip(Solver):
         if encoding is None:
             return out_of_time()
         x = [solver.BoolVar("") for _ in range(encoding.literal_node.size)]
-        y = [solver.NumVar(0.0, 1.0, "") for _ in range(encoding.pair_first.size)]
+        y: list = []
+        while len(y) < encoding.pair_first.size:
+            chunk = min(_CHECK_EVERY, encoding.pair_first.size - len(y))
+            y.extend(solver.NumVar(0.0, 1.0, "") for _ in range(chunk))
+            if deadline.expired():
+                return out_of_time()
         count = 0
         for literals in encoding.node_literals:
             row = solver.Constraint(1.0, 1.0)
@@ -150,13 +159,13 @@ class Mip(Solver):
                 return out_of_time()
         objective.SetMinimization()
 
+        if hint is not None and backend != "highs" and not deadline.expired():
+            x_values, y_values = encoding.literal_values(hint)
+            solver.SetHint(x + y, np.concatenate([x_values, y_values]).astype(float).tolist())
         build_time = time.perf_counter() - start
         remaining = deadline.remaining()
         if remaining is not None and remaining <= 0:
             return out_of_time()
-        if hint is not None and backend != "highs":
-            x_values, y_values = encoding.literal_values(hint)
-            solver.SetHint(x + y, np.concatenate([x_values, y_values]).astype(float).tolist())
 
         def run() -> tuple[int, np.ndarray | None, float]:
             if backend == "highs":
