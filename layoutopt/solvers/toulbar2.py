@@ -29,13 +29,14 @@ import signal
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from ..errors import ProblemError
 from ..problem import Problem
 from . import register
-from .base import Deadline, Solver, SolverResult, heuristic_assignment
+from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment
 from .scaling import scale_costs
 
 __all__ = ["SEARCH_OPTIONS", "Toulbar2"]
@@ -129,6 +130,14 @@ def _wall_clock_alarm(seconds: float) -> Iterator[bool]:
         libc.timer_delete(timer_id)  # before timerStop(): a pending signal still finds the handler
 
 
+def _positive_or_none(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ProblemError(f"option {name} must be a positive number or None, not {value!r}")
+    return float(value)
+
+
 @register
 class Toulbar2(Solver):
     """Exact branch-and-bound with soft arc consistency bounds (toulbar2's HBFS), via pytoulbar2.
@@ -147,6 +156,12 @@ class Toulbar2(Solver):
     name = "toulbar2"
     exact = True
     requires = (("pytoulbar2", "toulbar2"),)
+    options: ClassVar[dict[str, Option]] = {
+        "lds": Option.integer(0, "limited discrepancy search with this many discrepancies first (toulbar2's "
+                              "lds; 0: off)", minimum=0),
+        "trws": Option(None, _positive_or_none, "accuracy of the TRW-S reparametrisation run before the "
+                       "search (toulbar2's trwsAccuracy, e.g. 1e-5; None: off)"),
+    }
 
     def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any], *,
               incumbent: np.ndarray | None = None) -> SolverResult:
@@ -166,6 +181,8 @@ class Toulbar2(Solver):
         cfn = pytoulbar2.CFN(None, resolution=0, verbose=-1)
         for option, value in SEARCH_OPTIONS.items():
             setattr(cfn.Option, option, value)
+        cfn.Option.lds = options.get("lds", 0)
+        cfn.Option.trwsAccuracy = -1.0 if options.get("trws") is None else options["trws"]
         wcsp = cfn.CFN.wcsp
         for i, size in enumerate(problem.sizes):
             wcsp.makeEnumeratedVariable(str(i), 0, size - 1)
