@@ -52,16 +52,18 @@ class Infeasible(Exception):
 class _Step(NamedTuple):
     """One reduced node, for back-propagation.
 
-    ``table[local choices of nbrs]`` is the local choice of ``node``; local indices are
-    positions in the domain snapshots taken when the node was reduced (``None`` = every
-    original choice).
+    The local choice of ``node`` is the argmin of ``costs[0] + sum(costs[1 + n][:, local choice of
+    nbrs[n]])`` (its vector and its matrices when it was reduced: computed for the neighbours' actual
+    choices only, not tabulated for all of them); for a fixed node ``costs`` is ``(local choice,)``.
+    Local indices are positions in the domain snapshots taken when the node was reduced (``None`` =
+    every original choice).
     """
 
     node: int
     domain: np.ndarray | None
     nbrs: tuple[int, ...]
     nbr_domains: tuple[np.ndarray | None, ...]
-    table: np.ndarray
+    costs: tuple
 
 
 class WorkingGraph:
@@ -210,7 +212,7 @@ class WorkingGraph:
         cost = float(self.vec[y][k])
         if cost == _INF:
             raise Infeasible(f"node {self.problem.nodes[y]!r} has no allowed choice left")
-        self.stack.append(_Step(y, self.domain[y], (), (), np.array(k)))
+        self.stack.append(_Step(y, self.domain[y], (), (), (k,)))
         self.constant += cost
         self.counts[rule] += 1
         nbrs = self.adj[y]
@@ -227,18 +229,14 @@ class WorkingGraph:
             self.fix(y, int(vec.argmin()), "R0")
         elif degree == 1:
             ((x, m),) = row.items()  # m: (K_y, K_x)
-            total = m + vec[:, None]
-            arg = total.argmin(axis=0)
-            self.stack.append(_Step(y, self.domain[y], (x,), (self.domain[x],), arg))
+            self.stack.append(_Step(y, self.domain[y], (x,), (self.domain[x],), (vec, m)))
             self.counts["RI"] += 1
             self._remove(y)
-            self._add_to_vectors([(x, total.min(axis=0))])
+            self._add_to_vectors([(x, (m + vec[:, None]).min(axis=0))])
         elif degree == 2:
             (x, a), (z, b) = row.items()  # a: (K_y, K_x), b: (K_y, K_z)
-            total = a.T[:, :, None] + (b + vec[:, None])[None, :, :]  # (K_x, K_y, K_z)
-            arg = total.argmin(axis=1)
-            delta = total.min(axis=1)
-            self.stack.append(_Step(y, self.domain[y], (x, z), (self.domain[x], self.domain[z]), arg))
+            delta = (a.T[:, :, None] + (b + vec[:, None])[None, :, :]).min(axis=1)  # min over y of (x, y, z)
+            self.stack.append(_Step(y, self.domain[y], (x, z), (self.domain[x], self.domain[z]), (vec, a, b)))
             self.counts["RII"] += 1
             self._remove(y)
             old = self.adj[x].get(z)
@@ -271,14 +269,16 @@ class WorkingGraph:
 
         Pops the stack in reverse: each node takes its argmin given its neighbours' choices.
         """
-        for node, domain, nbrs, nbr_domains, table in reversed(self.stack):
+        for node, domain, nbrs, nbr_domains, costs in reversed(self.stack):
             if len(nbrs) == 1:  # RI (the common cases are spelled out: this loop runs once per node)
-                index = _local(choices[nbrs[0]], nbr_domains[0])
+                vec, m = costs
+                k = (m[:, _local(choices[nbrs[0]], nbr_domains[0])] + vec).argmin()
             elif nbrs:  # RII
-                index = (_local(choices[nbrs[0]], nbr_domains[0]), _local(choices[nbrs[1]], nbr_domains[1]))
-            else:  # a fixed node: table is its local choice
-                index = ()
-            k = table[index]
+                vec, a, b = costs
+                k = (a[:, _local(choices[nbrs[0]], nbr_domains[0])]  # the reduction's order of additions
+                     + (b[:, _local(choices[nbrs[1]], nbr_domains[1])] + vec)).argmin()
+            else:  # a fixed node
+                k = costs[0]
             choices[node] = int(k) if domain is None else int(domain[k])
         return choices  # type: ignore[return-value]
 
