@@ -58,18 +58,18 @@ def exact_engine() -> str:
 #: the objective run after its deadline
 ENGINE_SHARE = 0.95
 
-#: kernels of at least this many nodes get toulbar2's TRW-S reparametrisation before the search
+#: kernels of at least this many nodes go straight to toulbar2's second phase (TRW-S bounds)
 TRWS_KERNEL = 800
+#: seconds of toulbar2's first phase (plain bounds), plus this share of the time left
+FIRST_PHASE, FIRST_PHASE_SHARE = 0.5, 0.1
 
-
-def engine_options(engine: str, kernel: Problem) -> dict[str, Any]:
-    """The options ``auto`` gives its engine on a kernel (``benchmarks/core.py`` measures them against
-    toulbar2's defaults): a limited discrepancy search first (toulbar2 ``lds=2``: DenseNet kernels of
-    300 to 1300 nodes solved 2 to 3 times sooner), and TRW-S bounds on large kernels (densenet_2000's
-    1274-node kernel: proved in about 3 s; no proof in 20 s without)."""
-    if engine != "toulbar2":
-        return {}
-    return {"lds": 2, "trws": 1e-5 if len(kernel) >= TRWS_KERNEL else None}
+#: toulbar2's two phases on a kernel (``benchmarks/core.py`` measures them against its defaults):
+#: a limited discrepancy search first (``lds=2``: DenseNet kernels of 300 to 1300 nodes solved 2 to 3
+#: times sooner), then, if that did not finish, TRW-S bounds too (``trwsAccuracy=1e-5``: densenet_2000's
+#: 1274-node kernel proved in about 3 s, none in 20 s without; dense random costs, whose LP relaxation
+#: is loose, end 0.3 to 0.6 % better at 5 s). TRW-S costs more than it saves on easy kernels: the first
+#: phase keeps them from paying for it.
+TOULBAR2_PHASES = ({"lds": 2}, {"lds": 2, "trws": 1e-5})
 
 
 @register
@@ -107,8 +107,11 @@ class Auto(Solver):
         stats["engine"] = engine
         solver_cls = get_solver(engine)
         phase = time.perf_counter()
-        options = solver_cls.resolve_options(engine_options(engine, kernel))
-        result = solver_cls().solve(kernel, deadline.share(ENGINE_SHARE), options)
+        engine_deadline = deadline.share(ENGINE_SHARE)
+        if engine == "toulbar2":
+            result = _two_phases(solver_cls, kernel, engine_deadline, stats)
+        else:
+            result = solver_cls().solve(kernel, engine_deadline, solver_cls.resolve_options())
         stats["engine_time"] = time.perf_counter() - phase
         stats["engine_stats"] = result.stats
         bound = result.lower_bound
@@ -134,6 +137,26 @@ class Auto(Solver):
                        f"{DP.options['max_table_size'].default:.0e} entries)")
         return SolverResult(reduction.expand(assignment), result.status, reduction.lower_bound(bound),
                             message, stats)
+
+
+def _two_phases(solver_cls: type[Solver], kernel: Problem, deadline: Deadline,
+                stats: dict[str, Any]) -> SolverResult:
+    """toulbar2 on ``kernel`` with :data:`TOULBAR2_PHASES`: the second only if the first did not finish;
+    it starts from the first's incumbent."""
+    first, second = (solver_cls.resolve_options(options) for options in TOULBAR2_PHASES)
+    incumbent = None
+    if len(kernel) < TRWS_KERNEL:
+        remaining = deadline.remaining()
+        budget = FIRST_PHASE + FIRST_PHASE_SHARE * (remaining if remaining is not None else 0.0)
+        result = solver_cls().solve(kernel, Deadline(budget if remaining is None else min(budget, remaining)),
+                                    first)
+        stats["phases"] = 1
+        proved = result.status == "optimal" or result.lower_bound == math.inf  # optimal, or infeasible
+        if proved or deadline.expired():
+            return result  # finished (or the user's time is up: its answer stands)
+        incumbent = None if result.assignment is None else np.asarray(result.assignment)
+    stats["phases"] = stats.get("phases", 0) + 1
+    return solver_cls().solve(kernel, deadline, second, incumbent=incumbent)
 
 
 def _eliminate(reduction: Reduction, cap: float, deadline: Deadline,
