@@ -76,13 +76,17 @@ def instances(draw, max_nodes: int = 6, max_choices: int = 3, inf_share: float =
     return graph, {"nodes": node_costs, "edges": edge_costs}
 
 
-def frustrated_problem(nodes: int = 60, choices: int = 6, degree: int = 6, seed: int = 0):
-    """A hard instance for every exact method (uniform random costs on a random regular graph: no
-    structure, a loose LP relaxation), to exercise time limits. Builds in milliseconds."""
+def uniform_problem(graph: nx.Graph, choices: int, seed: int = 0, high: float = 10.0):
+    """``graph`` with ``choices`` per node and uniform random costs in ``[0, high)`` everywhere."""
     from layoutopt import Problem
 
     rng = np.random.default_rng(seed)
-    graph = nx.random_regular_graph(degree, nodes, seed=seed)
-    costs = {"nodes": {v: rng.uniform(0, 10, choices) for v in graph},
-             "edges": {e: rng.uniform(0, 10, (choices, choices)) for e in graph.edges}}
+    costs = {"nodes": {v: rng.uniform(0, high, choices) for v in graph},
+             "edges": {e: rng.uniform(0, high, (choices, choices)) for e in graph.edges}}
     return Problem.from_graph(graph, costs)
+
+
+def frustrated_problem(nodes: int = 60, choices: int = 6, degree: int = 6, seed: int = 0):
+    """A hard instance for every exact method (uniform random costs on a random regular graph: no
+    structure, a loose LP relaxation), to exercise time limits. Builds in milliseconds."""
+    return uniform_problem(nx.random_regular_graph(degree, nodes, seed=seed), choices, seed)

@@ -77,3 +77,23 @@ def test_a_node_without_allowed_choice_is_infeasible_when_called_directly(backen
     mip = get_solver("mip")
     result = mip().solve(problem, Deadline(None), mip.resolve_options({"backend": backend}))
     assert result.assignment is None and result.status == "infeasible" and result.lower_bound == math.inf
+
+
+def test_no_time_limit_is_never_reported_as_reached(monkeypatch):
+    """Issue 13: mip said "time limit reached" when none was set (SCIP stopping short of a proof)."""
+    from ortools.linear_solver import pywraplp
+
+    from layoutopt.solvers import get_solver
+    from layoutopt.solvers.base import Deadline
+
+    solve = pywraplp.Solver.Solve
+
+    def stopped_short(self, *args):  # the solution and bound SCIP found, reported as only FEASIBLE
+        solve(self, *args)
+        return pywraplp.Solver.FEASIBLE
+
+    monkeypatch.setattr(pywraplp.Solver, "Solve", stopped_short)
+    mip = get_solver("mip")
+    problem = frustrated_problem(nodes=6, degree=3, seed=3)
+    result = mip().solve(problem, Deadline(None), mip.resolve_options())
+    assert result.status == "feasible" and result.message and "time limit" not in result.message

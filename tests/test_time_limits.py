@@ -13,6 +13,7 @@ import math
 import networkx as nx
 import numpy as np
 import pytest
+from strategies import uniform_problem
 
 import layoutopt
 from layoutopt import Problem
@@ -60,22 +61,14 @@ def test_every_method_answers_within_the_limit(densenet, method):
 
 
 def test_dp_stops_at_the_limit_with_a_bound():
-    rng = np.random.default_rng(0)
-    graph = nx.grid_2d_graph(4, 60)  # tables of 16**5 entries: about 2 s of elimination
-    costs = {"nodes": {v: rng.uniform(0, 1, 16) for v in graph},
-             "edges": {e: rng.uniform(0, 1, (16, 16)) for e in graph.edges}}
-    problem = Problem.from_graph(graph, costs)
+    problem = uniform_problem(nx.grid_2d_graph(4, 60), 16)  # tables of 16**5 entries: ~2 s of elimination
     sol = solve_within(problem, "dp", 0.5)
     check_answer(problem, sol)
     assert sol.status == "feasible" and "dp stopped at the time limit" in sol.message
 
 
 def test_bruteforce_stops_at_the_limit_with_a_bound():
-    rng = np.random.default_rng(0)
-    graph = nx.complete_graph(19)  # 2**19 assignments, 190 tables: about 0.2 s
-    costs = {"nodes": {v: rng.uniform(0, 1, 2) for v in graph},
-             "edges": {e: rng.uniform(0, 1, (2, 2)) for e in graph.edges}}
-    problem = Problem.from_graph(graph, costs)
+    problem = uniform_problem(nx.complete_graph(19), 2)  # 2**19 assignments, 190 tables: about 0.2 s
     sol = solve_within(problem, "bruteforce", 0.02)
     check_answer(problem, sol)
     assert sol.status == "feasible" and "time limit reached" in sol.message
