@@ -58,48 +58,6 @@ INTEGER_COST_BUDGET = 2**48
 _MAX_EXPONENT = 1074
 
 
-@dataclass
-class _Tables:
-    """Cost tables of one shape stacked along a first axis, with the keys they belong to."""
-
-    keys: list
-    costs: np.ndarray
-
-
-def _stack_by_shape(keys: list, tables: list[np.ndarray]) -> list[_Tables]:
-    groups: dict[tuple[int, ...], tuple[list, list]] = {}
-    for key, table in zip(keys, tables, strict=True):
-        members = groups.setdefault(table.shape, ([], []))
-        members[0].append(key)
-        members[1].append(table)
-    return [_Tables(group_keys, np.stack(group_tables)) for group_keys, group_tables in groups.values()]
-
-
-def _masked_tables(problem: Problem) -> tuple[list[_Tables], list[_Tables]]:
-    """Node and edge tables grouped by shape, with every edge entry that involves a forbidden node
-    choice set to ``inf`` too: such entries can never be chosen."""
-    allowed = [np.isfinite(c) for c in problem.node_costs]
-    node_tables = _stack_by_shape(list(range(len(problem))), list(problem.node_costs))
-    edge_tables = _stack_by_shape(list(problem.edges), list(problem.edges.values()))
-    for group in edge_tables:
-        first = np.stack([allowed[i] for i, _ in group.keys])
-        second = np.stack([allowed[j] for _, j in group.keys])
-        mask = first[:, :, None] & second[:, None, :]
-        if not mask.all():
-            group.costs = np.where(mask, group.costs, np.inf)
-    return node_tables, edge_tables
-
-
-def _flat(group: _Tables) -> np.ndarray:
-    return group.costs.reshape(len(group.keys), -1)
-
-
-def _least(group: _Tables) -> np.ndarray:
-    """Each table's least entry (``inf`` for a table that forbids everything: shifted by 0)."""
-    least = _flat(group).min(axis=1)
-    return np.where(least < math.inf, least, 0.0)
-
-
 def _two_difference(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``d = fl(a - b)`` and its exact rounding error ``e`` (``a - b == d + e`` exactly; Knuth's TwoSum)."""
     d = a - b
@@ -121,25 +79,24 @@ def _exact_exponent(values: np.ndarray) -> int:
 
 @dataclass(frozen=True)
 class ScaledCosts:
-    """Non-negative integer-valued costs (float64 arrays of integers, or ``inf``) and what the scaling
-    cost; see the module docstring for the guarantees.
+    """Non-negative integer-valued costs (float64 integers, or ``inf``) and what the scaling cost; see
+    the module docstring for the guarantees. ``original cost ~= offset + scaled cost * 2**-exponent``.
 
-    ``node_costs[i]`` and ``edges[(i, j)]`` mirror :class:`~layoutopt.Problem`'s; ``node_tables`` and
-    ``edge_tables`` hold the same arrays stacked by shape as ``(keys, stacked)`` pairs, for solvers
-    that take tables in bulk. ``original cost ~= offset + scaled cost * 2**-exponent``.
+    ``flat`` holds every scaled table, laid out like the problem's own flat copy (the nodes' vectors,
+    then the edges' matrices); :attr:`node_costs` and :attr:`edges` mirror :class:`~layoutopt.Problem`'s,
+    and :attr:`node_tables` and :attr:`edge_tables` give the same tables stacked by shape as
+    ``(keys, stacked)`` pairs, for solvers that take tables in bulk.
     """
 
     exponent: int
     offset: float  #: sum of the per-table shifts (its rounding is part of ``rounding_error``)
-    node_costs: tuple[np.ndarray, ...]
-    edges: dict[tuple[int, int], np.ndarray]
+    flat: np.ndarray
     rounding_error: float
-    node_tables: list[tuple[list[int], np.ndarray]]
-    edge_tables: list[tuple[list[tuple[int, int]], np.ndarray]]
     #: entries forbidden by the incumbent's bound
-    pruned: int = 0
+    pruned: int
     #: the sum of the absolute shifts, the scale of the objectives' float rounding
-    shift_magnitude: float = 0.0
+    shift_magnitude: float
+    problem: Problem
 
     @property
     def scale(self) -> float:
@@ -149,6 +106,45 @@ class ScaledCosts:
             return math.ldexp(1.0, self.exponent)
         except OverflowError:
             return math.inf
+
+    def _node_segments(self) -> tuple[list[int], list[int]]:
+        packed = self.problem._packing
+        return packed.node_start.tolist(), packed.node_size.tolist()
+
+    @property
+    def node_costs(self) -> tuple[np.ndarray, ...]:
+        starts, sizes = self._node_segments()
+        return tuple(self.flat[s:s + k] for s, k in zip(starts, sizes, strict=True))
+
+    @property
+    def edges(self) -> dict[tuple[int, int], np.ndarray]:
+        packed = self.problem._packing
+        base = packed.node_flat.size
+        return {key: self.flat[base + s:base + s + m.size].reshape(m.shape)
+                for key, m, s in zip(self.problem.edges, self.problem.edges.values(),
+                                     packed.edge_start.tolist(), strict=True)}
+
+    @property
+    def node_tables(self) -> list[tuple[list[int], np.ndarray]]:
+        packed = self.problem._packing
+        tables = []
+        for size in np.unique(packed.node_size).tolist():
+            keys = np.flatnonzero(packed.node_size == size)
+            tables.append((keys.tolist(), self.flat[packed.node_start[keys][:, None] + np.arange(size)]))
+        return tables
+
+    @property
+    def edge_tables(self) -> list[tuple[list[tuple[int, int]], np.ndarray]]:
+        packed = self.problem._packing
+        rows, cols = packed.node_size[packed.edge_i], packed.edge_cols
+        keys = list(self.problem.edges)
+        tables = []
+        for r, c in sorted(set(zip(rows.tolist(), cols.tolist(), strict=True))):
+            members = np.flatnonzero((rows == r) & (cols == c))
+            starts = packed.node_flat.size + packed.edge_start[members]
+            tables.append(([keys[e] for e in members.tolist()],
+                           self.flat[starts[:, None] + np.arange(r * c)].reshape(-1, r, c)))
+        return tables
 
     def unscaled(self, scaled_value: float) -> float:
         """``scaled_value * 2**-exponent``, exactly when representable."""
@@ -163,7 +159,7 @@ class ScaledCosts:
             >>> p = Problem.from_graph(nx.path_graph(2), {"nodes": {0: [0.1, 2], 1: [3, 1]},
             ...                                           "edges": {(0, 1): [[0, 5], [5, 0]]}})
             >>> scaled = scale_costs(p, budget=1024)
-            >>> scaled.lower_bound(scaled.cost([0, 1]) ) <= p.evaluate([0, 1])
+            >>> scaled.lower_bound(scaled.cost([0, 1])) <= p.evaluate([0, 1])
             True
         """
         if not math.isfinite(scaled_bound):
@@ -172,8 +168,13 @@ class ScaledCosts:
 
     def cost(self, assignment: Sequence[int]) -> float:
         """The scaled (integer) cost of ``assignment``: exact, the scaled costs are integers below 2**53."""
-        total = math.fsum(float(c[k]) for c, k in zip(self.node_costs, assignment, strict=True))
-        return total + math.fsum(float(m[assignment[i], assignment[j]]) for (i, j), m in self.edges.items())
+        packed = self.problem._packing
+        choice = np.asarray(assignment, dtype=np.int64)
+        entries = [packed.node_start + choice]
+        if packed.edge_i.size:
+            pair = choice[packed.edge_i] * packed.edge_cols + choice[packed.edge_j]
+            entries.append(packed.node_flat.size + packed.edge_start + pair)
+        return math.fsum(self.flat[np.concatenate(entries)].tolist())
 
     @property
     def coarse(self) -> bool:
@@ -190,8 +191,9 @@ def scale_costs(
 ) -> ScaledCosts:
     """Shift, prune (given ``incumbent``), scale and round ``problem``'s costs (see the module docstring).
 
-    With ``integral=False`` the scaled costs are not rounded (for MIP solvers, which need magnitudes,
-    not integers); ``rounding_error`` then covers the shift's float rounding only.
+    Every step runs on the problem's flat copy of its tables at once (segment reductions), not table
+    by table. With ``integral=False`` the scaled costs are not rounded (for MIP solvers, which need
+    magnitudes, not integers); ``rounding_error`` then covers the shift's float rounding only.
 
     Example:
         >>> import networkx as nx
@@ -204,62 +206,58 @@ def scale_costs(
         >>> scale_costs(p, budget=1024, incumbent=[1, 1]).edges[(0, 1)].tolist()  # 5 > 3 - (0.1 + 1)
         [[0.0, inf], [inf, 0.0]]
     """
-    node_tables, edge_tables = _masked_tables(problem)
-    groups = node_tables + edge_tables
-    shifts = [_least(group) for group in groups]
-    shift_list = np.concatenate(shifts).tolist() if shifts else []
+    packed = problem._packing
+    sizes = np.concatenate([packed.node_size, packed.node_size[packed.edge_i] * packed.edge_cols])
+    starts = np.zeros(sizes.size, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    values = np.concatenate([packed.node_flat, packed.edge_flat])
+    if packed.edge_i.size:
+        # an edge entry at a forbidden node choice can never be chosen: forbidden too
+        allowed = packed.node_flat < math.inf
+        edge_sizes = sizes[len(problem):]
+        owner = np.repeat(np.arange(edge_sizes.size), edge_sizes)
+        local = np.arange(owner.size) - np.repeat(packed.edge_start, edge_sizes)
+        cols = packed.edge_cols[owner]
+        usable = (allowed[packed.node_start[packed.edge_i][owner] + local // cols]
+                  & allowed[packed.node_start[packed.edge_j][owner] + local % cols])
+        values[packed.node_flat.size:][~usable] = math.inf
+    table_of = np.repeat(np.arange(sizes.size), sizes)
+    finite = values < math.inf
+    least = np.minimum.reduceat(values, starts) if sizes.size else np.zeros(0)
+    least[~(least < math.inf)] = 0.0  # a table that forbids everything is shifted by 0
+    shift_list = least.tolist()
     offset = math.fsum(shift_list)
     offset_error = abs(math.fsum([*shift_list, -offset]))  # the exact residual, rounded: at most an ulp
+    shift_magnitude = math.fsum(np.abs(least).tolist())
+    shift = least[table_of]
     pruned = 0
     if incumbent is not None and math.isfinite(problem.evaluate(incumbent)):
         # An entry whose shifted value exceeds (incumbent cost - sum of the shifts) lies on no assignment
         # as good as the incumbent. The margin covers the float rounding of both sides, so the
         # incumbent's own entries always stay.
-        slack = 1e-12 * (problem.magnitude(incumbent) + math.fsum(map(abs, shift_list)))
-        threshold = (problem.evaluate(incumbent) - math.fsum(shift_list)) + slack
-        for group, least in zip(groups, shifts, strict=True):
-            shape = group.costs.shape
-            flat = _flat(group)
-            over = (flat - least[:, None]) > threshold
-            if over.any():
-                pruned += int(over.sum())
-                group.costs = np.where(over, np.inf, flat).reshape(shape)
-    spreads = []
-    for group, least in zip(groups, shifts, strict=True):
-        flat = _flat(group)
-        finite = np.isfinite(flat)
-        spread = np.where(finite, flat - least[:, None], 0.0)
-        spreads.append(spread)
-    largest = math.fsum(np.concatenate([s.max(axis=1) for s in spreads]).tolist()) if spreads else 0.0
-    exponent = max(min(_exact_exponent(np.concatenate([s.ravel() for s in spreads])) if spreads else 0,
-                       _MAX_EXPONENT), 0)
+        slack = 1e-12 * (problem.magnitude(incumbent) + shift_magnitude)
+        threshold = (problem.evaluate(incumbent) - offset) + slack
+        over = finite & ((values - shift) > threshold)
+        pruned = int(over.sum())
+        if pruned:
+            values[over] = math.inf
+            finite &= ~over
+    difference, shift_error = _two_difference(np.where(finite, values, 0.0), np.where(finite, shift, 0.0))
+    spreads = np.maximum.reduceat(difference, starts) if sizes.size else np.zeros(0)
+    largest = math.fsum(spreads.tolist())
+    exponent = max(min(_exact_exponent(difference), _MAX_EXPONENT), 0)
     if largest > 0:
         # largest < 2**p and 2**(q - 1) <= budget, so largest * 2**(q - 1 - p) < budget (in exponents:
         # budget / largest itself may overflow)
         exponent = min(exponent, math.frexp(budget)[1] - 1 - math.frexp(largest)[1])
-    errors = []
-    for group, least in zip(groups, shifts, strict=True):
-        # Forbidden (inf) entries stay inf and carry no error; the arithmetic runs on finite values only.
-        shape = group.costs.shape
-        flat = _flat(group)
-        finite = np.isfinite(flat)
-        difference, shift_error = _two_difference(np.where(finite, flat, 0.0),
-                                                  np.where(finite, least[:, None], 0.0))
-        scaled = np.ldexp(difference, exponent)
-        if integral:
-            scaled = np.rint(scaled)
-        # ldexp(scaled, -e) - difference is exact (Sterbenz), so the error is that plus the shift's
-        deviation = np.abs(np.ldexp(scaled, -exponent) - difference) + np.abs(shift_error)
-        errors.append(np.where(finite, deviation, 0.0).max(axis=1))
-        group.costs = np.where(finite, scaled, np.inf).reshape(shape)
-    # Each table's deviation is exact up to one rounding of the sums here: 1 + 2**-50 covers them.
-    error = math.fsum([*(np.concatenate(errors).tolist() if errors else []), offset_error]) * (1 + 2**-50)
-    node_costs: list[np.ndarray] = [np.zeros(0)] * len(problem)
-    for group in node_tables:
-        for k, i in enumerate(group.keys):
-            node_costs[i] = group.costs[k]
-    by_key = {key: group.costs[k] for group in edge_tables for k, key in enumerate(group.keys)}
-    edges = {key: by_key[key] for key in problem.edges}
-    return ScaledCosts(exponent, offset, tuple(node_costs), edges, error,
-                       [(g.keys, g.costs) for g in node_tables], [(g.keys, g.costs) for g in edge_tables],
-                       pruned, math.fsum(map(abs, shift_list)))
+    scaled = np.ldexp(difference, exponent)
+    if integral:
+        scaled = np.rint(scaled)
+    # ldexp(scaled, -e) - difference is exact (Sterbenz), so the error is that plus the shift's
+    deviation = np.abs(np.ldexp(scaled, -exponent) - difference) + np.abs(shift_error)
+    errors = np.maximum.reduceat(deviation, starts).tolist() if sizes.size else []
+    # Each table's deviation is exact up to one rounding of the sums here: 1 + 2**-50 covers it.
+    error = math.fsum([*errors, offset_error]) * (1 + 2**-50)
+    flat = np.where(finite, scaled, math.inf)
+    flat.flags.writeable = False
+    return ScaledCosts(exponent, offset, flat, error, pruned, shift_magnitude, problem)
