@@ -149,7 +149,7 @@ def _two_phases(solver_cls: type[Solver], kernel: Problem, deadline: Deadline,
         remaining = deadline.remaining()
         budget = FIRST_PHASE + FIRST_PHASE_SHARE * (remaining if remaining is not None else 0.0)
         result = solver_cls().solve(kernel, Deadline(budget if remaining is None else min(budget, remaining)),
-                                    first)
+                                    first, fallback=False)  # the second phase makes it if needed
         stats["phases"] = 1
         proved = result.status == "optimal" or result.lower_bound == math.inf  # optimal, or infeasible
         if proved or deadline.expired():

@@ -164,9 +164,10 @@ class Toulbar2(Solver):
     }
 
     def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any], *,
-              incumbent: np.ndarray | None = None) -> SolverResult:
+              incumbent: np.ndarray | None = None, fallback: bool = True) -> SolverResult:
         """See the class docstring; ``incumbent``: an assignment already known (toulbar2 then
-        searches only for better ones, and returns it if it finds none in time)."""
+        searches only for better ones, and returns it if it finds none in time); ``fallback=False``:
+        no pbqp assignment when the search finds none in time (a caller that goes on searching)."""
         import pytoulbar2
 
         start = time.perf_counter()
@@ -201,7 +202,8 @@ class Toulbar2(Solver):
                                 "toulbar2 proved that every assignment uses a forbidden (inf) entry", stats)
         elapsed = time.perf_counter() - start
         remaining = deadline.remaining()
-        if incumbent is None and remaining is not None and elapsed > FALLBACK_SHARE * (elapsed + remaining):
+        if (fallback and incumbent is None and remaining is not None
+                and elapsed > FALLBACK_SHARE * (elapsed + remaining)):
             # The fallback costs about what the build did: made now, so that nothing runs after the
             # deadline. Below that share it is made only if the search ends with nothing.
             incumbent = heuristic_assignment(problem, deadline)
@@ -249,7 +251,7 @@ class Toulbar2(Solver):
                 return SolverResult(np.asarray(solution[0], dtype=np.int64), "feasible", lower,
                                     "time limit reached; lower_bound is toulbar2's dual bound", stats)
             # made before the search, or now when that costs under FALLBACK_SHARE of the limit
-            assignment = incumbent if incumbent is not None else heuristic_assignment(problem)
+            assignment = incumbent if incumbent is not None or not fallback else heuristic_assignment(problem)
             if assignment is None:
                 return SolverResult(None, "infeasible", None,
                                     "toulbar2 found no allowed assignment within the time limit "
