@@ -152,7 +152,7 @@ def _two_phases(solver_cls: type[Solver], kernel: Problem, deadline: Deadline,
                                     first, fallback=False)  # the second phase makes it if needed
         stats["phases"] = 1
         proved = result.status == "optimal" or result.lower_bound == math.inf  # optimal, or infeasible
-        if proved or deadline.expired():
+        if proved or (deadline.expired() and result.assignment is not None):
             return result  # finished (or the user's time is up: its answer stands)
         incumbent = None if result.assignment is None else np.asarray(result.assignment)
     stats["phases"] = stats.get("phases", 0) + 1
