@@ -7,7 +7,6 @@ import math
 
 import networkx as nx
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from strategies import instances
 

@@ -7,7 +7,8 @@ its :class:`Option` specs, and returns a :class:`SolverResult` holding index cho
 original costs, so back-ends stay small.
 
 Also here, for every back-end that needs them: :func:`heuristic_assignment` (a warm start and a
-fallback for the exact engines) and :func:`available_cores`.
+fallback for the exact engines), :func:`run_until` (an engine that does not keep its own time limit)
+and :func:`paused_gc`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import importlib.util
 import math
 import multiprocessing
 import numbers
-import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
@@ -36,7 +36,6 @@ __all__ = [
     "Option",
     "Solver",
     "SolverResult",
-    "available_cores",
     "heuristic_assignment",
     "paused_gc",
     "run_until",
@@ -232,19 +231,6 @@ class Solver(ABC):
 
 
 # --- shared by several back-ends ------------------------------------------------------------------
-
-
-def available_cores() -> int:
-    """Cores this process may run on (CPU affinity when the platform reports it).
-
-    Example:
-        >>> available_cores() >= 1
-        True
-    """
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 #: seconds the fallback heuristic may run past the deadline (a fallback is worth that much of the

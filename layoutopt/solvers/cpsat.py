@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import InternalError
+from ..machine import usable_cores
 from ..problem import Problem
 from . import register
 from .base import (
@@ -32,7 +33,6 @@ from .base import (
     Option,
     Solver,
     SolverResult,
-    available_cores,
     heuristic_assignment,
     paused_gc,
     run_until,
@@ -76,7 +76,7 @@ class CpSat(Solver):
 
     def _solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
         start = time.perf_counter()
-        workers = options["num_workers"] or available_cores()
+        workers = options["num_workers"] or usable_cores()
         scaled = scale_costs(problem)
         incumbent = None
         if options["hint"] or scaled.coarse:
