@@ -17,7 +17,7 @@ from .solution import OPTIMALITY_TOLERANCE, Solution
 from .solvers import get_solver, registered
 from .solvers.base import Deadline, Solver, SolverResult
 
-__all__ = ["methods", "solve", "solve_problem"]
+__all__ = ["check_time_limit", "methods", "solve", "solve_problem"]
 
 
 def methods() -> list[str]:
@@ -30,8 +30,16 @@ def methods() -> list[str]:
     return [name for name in registered() if get_solver(name).is_available()]
 
 
-def _check_time_limit(time_limit: Any) -> float | None:
-    """Seconds, or None for no limit (``inf`` is no limit too)."""
+def check_time_limit(time_limit: Any) -> float | None:
+    """A ``time_limit`` as :func:`solve` takes it: seconds, or None for no limit (``inf`` too).
+
+    Raises:
+        ProblemError: not a positive number of seconds (for callers that check before running).
+
+    Example:
+        >>> check_time_limit(2), check_time_limit(float("inf"))
+        (2.0, None)
+    """
     if time_limit is None:
         return None
     if isinstance(time_limit, (bool, np.bool_)) or not isinstance(time_limit, numbers.Real):
@@ -45,7 +53,7 @@ def _prepare(method: Any, time_limit: Any, options: Mapping[str, Any]) -> tuple[
                                                                                 dict[str, Any]]:
     """Check the call's arguments, once, before any work: the method, its options, the time limit."""
     solver_cls = get_solver(method)
-    time_limit = _check_time_limit(time_limit)
+    time_limit = check_time_limit(time_limit)
     resolved = solver_cls.resolve_options(options)
     solver_cls.check_available()
     return solver_cls, time_limit, resolved

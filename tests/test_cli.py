@@ -49,6 +49,7 @@ def test_solve_prints_and_writes_the_solution(problem_file, tmp_path, capsys):
         (["solve", "{file}", "--time-limit", "-1"], "time_limit must be positive"),
         (["solve", "{missing}"], "cannot read the problem file"),
         (["demo", "--instance", "vgg"], "no bundled instance 'vgg'"),
+        (["demo", "--time-limit", "0"], "time_limit must be positive"),  # issue 13: exited 0, all refused
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(problem_file, tmp_path, capsys, argv, message):

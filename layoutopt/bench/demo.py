@@ -29,8 +29,10 @@ def add_parser(subparsers) -> None:
 
 def run_demo(args: argparse.Namespace) -> int:
     """Solve the bundled instance ``args.instance`` with every method; print the comparison table."""
+    from ..api import check_time_limit
     from ..errors import ProblemError
 
+    check_time_limit(args.time_limit)  # refused up front, not by every method in turn
     bundled = bundled_instances()
     if args.instance not in bundled:
         raise ProblemError(f"no bundled instance {args.instance!r}; bundled: {', '.join(sorted(bundled))}")
