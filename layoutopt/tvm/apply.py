@@ -45,6 +45,7 @@ from .ops import (
     POOL_OPS,
     conv2d_workload,
     dense_workload,
+    is_tensor_constant,
     layout_carrier,
     static_shape,
 )
@@ -148,7 +149,7 @@ class _Rewriter:
                 self.converted[key] = self.bb.emit(transformed, name_hint=f"{expr.name}_{layout}")
                 self.transforms += 1
             return self.converted[key]
-        if isinstance(expr, self.tvm.ir.expr.Constant) and layout not in (None, NCHW):
+        if is_tensor_constant(expr) and layout not in (None, NCHW):
             return self.constant_in(expr, layout)
         if isinstance(expr, relax.Tuple):
             return relax.Tuple([self.value(field, layout) for field in expr.fields])
@@ -241,7 +242,7 @@ class _Rewriter:
             else:
                 self.emit(var, new, layout)
             return
-        elif isinstance(value, (relax.Tuple, self.tvm.ir.expr.Constant, relax.ShapeExpr)):
+        elif isinstance(value, (relax.Tuple, relax.ShapeExpr)) or is_tensor_constant(value):
             new_value = self.value(value, NCHW)
         else:
             raise ProblemError(
@@ -270,7 +271,7 @@ class _Rewriter:
             raise ProblemError(f"node {name!r}: {exc}") from None
         data = self.value(call.args[0], in_layout)
         weight = call.args[1]
-        if isinstance(weight, self.tvm.ir.expr.Constant):
+        if is_tensor_constant(weight):
             packed = kernels.pack_weight(workload, candidate, weight.value.numpy())
             weight = relax.const(packed, str(packed.dtype))
         elif kernels is conv2d and workload["groups"] == 1:
@@ -300,7 +301,7 @@ class _Rewriter:
         weight repacked here, in numpy."""
         relax = self.relax
         weight = call.args[1]
-        if not isinstance(weight, self.tvm.ir.expr.Constant) or len(static_shape(weight) or ()) != 2:
+        if not is_tensor_constant(weight) or len(static_shape(weight) or ()) != 2:
             raise ProblemError(f"node {var.name!r}: a dense kernel {candidate} needs a constant 2-D weight")
         workload = dense_workload(call)
         try:

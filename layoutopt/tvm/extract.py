@@ -47,7 +47,7 @@ from .kernels import (
     conv2d_candidates,
     dense_candidates,
 )
-from .ops import BINARY_OPS, CONCAT_OPS, conv2d_workload, dense_workload, layout_carrier
+from .ops import BINARY_OPS, CONCAT_OPS, conv2d_workload, dense_workload, is_tensor_constant, layout_carrier
 
 __all__ = ["KINDS", "Candidates", "extract_layout_graph", "prepare"]
 
@@ -332,7 +332,7 @@ class _Extractor:
 
     def is_weight(self, expr) -> bool:
         """A constant, or a weight parameter of ``main`` (the rewrite re-lays it out in the program)."""
-        return isinstance(expr, self.tvm.ir.expr.Constant) or expr in self.weights
+        return is_tensor_constant(expr) or expr in self.weights
 
     def data_vars(self, expr) -> list:
         """The computed tensors an argument carries (through inline and bound tuples)."""

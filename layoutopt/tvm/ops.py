@@ -20,8 +20,7 @@ from ._tvm import import_tvm
 from .kernels import NCHW
 
 __all__ = ["BINARY_OPS", "CONCAT_OPS", "POOL_OPS", "UNARY_OPS", "conv2d_workload", "dense_workload",
-           "layout_carrier",
-           "static_shape"]
+           "is_tensor_constant", "layout_carrier", "static_shape"]
 
 #: unary elementwise ops: any layout, same layout out
 UNARY_OPS = frozenset({
@@ -54,6 +53,22 @@ def static_shape(expr) -> list[int] | None:
         return None
 
 
+def is_tensor_constant(expr) -> bool:
+    """True for a Relax tensor constant (a weight, a bias, a scalar tensor such as ``R.const(6.0)``).
+
+    In TVM 0.27 ``tvm.ir.expr.Constant`` is also the base class of TIR's ``IntImm``/``FloatImm``, the
+    plain numbers some ops take as arguments (``R.clip(x, 0, 6)``'s bounds, as the ONNX frontend
+    writes HardSigmoid and Clip): those hold a Python number, not a tensor, and have no layout.
+
+    Example::
+
+        is_tensor_constant(relax.const(np.ones((1, 8, 1, 1), "float32")))   # True
+        is_tensor_constant(relax.op.clip(x, 0, 6).args[1])                  # False: an IntImm
+    """
+    tvm = import_tvm()
+    return isinstance(expr, tvm.ir.expr.Constant) and isinstance(expr.ty, tvm.relax.TensorType)
+
+
 def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None = None):
     """The computed operand whose layout a layout-following op keeps, or None when ``call`` is not one.
 
@@ -81,7 +96,7 @@ def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None =
     args = list(call.args)
     if op in BINARY_OPS:
         tensors = [a for a in args if isinstance(a, relax.Var)]
-        constants = [a for a in args if isinstance(a, tvm.ir.expr.Constant)]
+        constants = [a for a in args if is_tensor_constant(a)]
         if len(tensors) != 1 or len(constants) != 1 or not is_data(tensors[0]):
             return None
         shape = static_shape(tensors[0])

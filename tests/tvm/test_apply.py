@@ -352,3 +352,25 @@ def test_a_depthwise_conv_runs_blocked_and_computes_the_same(tvm):
     inputs = random_inputs(mod, seed=8)
     expected = run(tvm.compile(mod, target=_target()), inputs)
     assert relative_error(run(build(new_mod), inputs), expected) < 1e-4
+
+
+def test_a_clip_with_number_bounds_follows_a_blocked_layout(tvm):
+    """``R.clip(x, 0, 6)``'s bounds are TIR IntImm, which TVM 0.27 also calls ``Constant``: the rewrite
+    took them for tensor constants to repack (``'int' object has no attribute 'numpy'`` on a real
+    OCR model, whose HardSigmoid imports as such a clip)."""
+    net = models._NetBuilder(8, 8, seed=3)
+
+    def body(x):
+        x = net.conv(x, 16, name="conv1", relu=False)
+        x = net.emit(net.relax.op.clip(x, 0, 6), "relu6")
+        x = net.emit(net.relax.op.divide(x, net.relax.const(6.0, "float32")), "scaled")
+        return net.conv(x, 16, name="conv2", relu=False)
+
+    mod = prepare(net.finish(body))
+    graph = extract_layout_graph(mod, prepared=True, candidates=[8])
+    assert set(graph.following) >= {"relu6", "scaled"}  # both follow conv1's layout: no node
+    new_mod = apply_layouts(mod, {"conv1": "NCHW8c->NCHW8c", "conv2": "NCHW8c->NCHW8c"})
+    assert count_layout_transforms(new_mod) == 2  # image in, output out
+    inputs = random_inputs(mod, seed=4)
+    expected = run(tvm.compile(mod, target=_target()), inputs)
+    assert relative_error(run(build(new_mod), inputs), expected) < 1e-4
