@@ -17,7 +17,7 @@ from .solution import OPTIMALITY_TOLERANCE, Solution
 from .solvers import get_solver, registered
 from .solvers.base import Deadline, Solver, SolverResult
 
-__all__ = ["check_time_limit", "methods", "solve", "solve_problem"]
+__all__ = ["check_method", "check_time_limit", "methods", "solve", "solve_problem"]
 
 
 def methods() -> list[str]:
@@ -28,6 +28,20 @@ def methods() -> list[str]:
         True
     """
     return [name for name in registered() if get_solver(name).is_available()]
+
+
+def check_method(method: str = "auto", time_limit: float | None = None, **options: Any) -> None:
+    """Raise :class:`~layoutopt.ProblemError` now if :func:`solve` would refuse ``method``,
+    ``time_limit`` or ``options``: for callers with expensive work to do before they solve.
+
+    Example:
+        >>> check_method("pbqp", time_limit=10)
+        >>> check_method("simplex")
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: unknown method 'simplex'...
+    """
+    _prepare(method, time_limit, options)
 
 
 def check_time_limit(time_limit: Any) -> float | None:

@@ -94,18 +94,27 @@ def resolve_target(target: Any = None):
         raise ProblemError(
             f"target {target!r}: layoutopt.tvm measures CPU kernels and needs kind 'llvm', not {kind!r}"
         )
+    codegen = tvm.target.codegen
+    host_triple = str(codegen.llvm_get_system_triple())
+    triple = str(spec.get("mtriple") or host_triple)
+    # the host CPU stands in for a missing mcpu only when the target is this host's architecture
+    native = triple.split("-")[0] == host_triple.split("-")[0]
     if spec.get("mcpu") in (None, "", "native"):
-        spec["mcpu"] = tvm.target.codegen.llvm_get_system_cpu()
+        if not native:
+            raise ProblemError(
+                f"target {target!r}: mtriple {triple!r} is not this host's architecture ({host_triple}), "
+                "so the host CPU cannot stand in for the device's: name it with 'mcpu' "
+                "(e.g. \"cortex-a72\")"
+            )
+        spec["mcpu"] = codegen.llvm_get_system_cpu()
     try:
         resolved = tvm.target.Target(spec)
     except Exception as exc:  # TVM raises ValueError / TVMError with long C++ context
         raise ProblemError(f"target {target!r} is not a valid TVM target: {first_line(exc)}") from None
-    codegen = tvm.target.codegen
-    triple = str(spec.get("mtriple") or codegen.llvm_get_system_triple())
     if not codegen.llvm_is_valid_cpu(str(spec["mcpu"]), triple):
+        advice = "leave 'mcpu' out to use the host CPU" if native else "name the device's CPU as LLVM does"
         raise ProblemError(
-            f"target {target!r}: LLVM does not know the CPU {spec['mcpu']!r}; "
-            "leave 'mcpu' out to use the host CPU"
+            f"target {target!r}: LLVM does not know the CPU {spec['mcpu']!r} for {triple}; {advice}"
         )
     return resolved
 
@@ -126,6 +135,9 @@ def _target_to_dict(target) -> dict[str, Any]:
 
 def _parse_target_text(text: str) -> dict[str, Any]:
     text = text.strip()
+    if not text:
+        raise ProblemError("the target is empty: give 'llvm' (this CPU) or a JSON dict such as "
+                           "'{\"kind\": \"llvm\", \"mcpu\": \"znver4\"}'")
     if text.startswith("{"):
         try:
             spec = json.loads(text)

@@ -53,21 +53,50 @@ def task_key(workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> str:
 
 def record_cost(record: Mapping[str, Any]) -> float:
     """The cost of a cache record in seconds: its median (the fastest of its passes' medians when it was
-    timed in several passes, ``pass_medians``), or ``inf`` if the measurement failed."""
+    timed in several passes, ``pass_medians``), or ``inf`` if the measurement failed.
+
+    Only finite, non-negative numbers count: a pass whose median was not finite is stored as ``null``
+    and skipped; a record with none left costs ``inf``.
+
+    Example:
+        >>> record_cost({"median": 2e-3, "pass_medians": [2e-3, None, 1.5e-3], "error": None})
+        0.0015
+        >>> record_cost({"median": None, "error": "worker crashed (SIGSEGV)"})
+        inf
+    """
     median = record.get("median")
-    if record.get("error") or median is None:
+    if record.get("error") or not _is_cost(median):
         return math.inf
-    return float(min(record.get("pass_medians") or [median]))
+    passes = [m for m in (record.get("pass_medians") or [median]) if _is_cost(m)]
+    return float(min(passes)) if passes else math.inf
+
+
+def _is_cost(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value >= 0)
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (anywhere in lists and dicts) replaced by None: JSON has no
+    inf or NaN, and a record must never fail to be written over one."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    return value
 
 
 class CostCache:
     """Measured costs kept in memory and appended to a JSON-lines file (``path=None``: memory only).
 
     Args:
-        path: the ``.jsonl`` file; created (with its directory) on first write.
+        path: the ``.jsonl`` file; created (with its directory) when the cache is opened.
 
     Raises:
-        ProblemError: ``path`` is a directory or cannot be read.
+        ProblemError: ``path`` is a directory, cannot be read, or cannot be written (checked when the
+            cache is opened, before anything is measured into it).
 
     Example::
 
@@ -82,8 +111,11 @@ class CostCache:
         self._records: dict[str, dict[str, Any]] = {}
         #: lines that could not be parsed when the file was read (torn by a kill, or edited by hand)
         self.skipped_lines = 0
+        #: why appending to the file failed during the run, if it did (the records stay in memory)
+        self.write_error: str | None = None
         if self.path is not None:
             self._load()
+            self._check_writable()
 
     @staticmethod
     def key(target: str, tvm_version: str, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> str:
@@ -92,11 +124,11 @@ class CostCache:
 
     def _load(self) -> None:
         assert self.path is not None
-        if self.path.is_dir():
-            raise ProblemError(f"cost cache {str(self.path)!r} is a directory, not a .jsonl file")
-        if not self.path.exists():
-            return
         try:
+            if self.path.is_dir():
+                raise ProblemError(f"cost cache {str(self.path)!r} is a directory, not a .jsonl file")
+            if not self.path.exists():
+                return
             data = self.path.read_bytes()
         except OSError as exc:
             raise ProblemError(f"cannot read cost cache {str(self.path)!r}: {exc}") from None
@@ -106,6 +138,8 @@ class CostCache:
             try:
                 record = json.loads(line)
                 key = self.key(record["target"], record["tvm"], record["workload"], record["candidate"])
+                if record.get("median") is not None and not _is_cost(record["median"]):
+                    raise ValueError("the median is not a finite number of seconds")  # e.g. NaN
             except (ValueError, KeyError, TypeError):
                 self.skipped_lines += 1
                 logger.warning(
@@ -120,27 +154,39 @@ class CostCache:
         """The latest record for this key, or ``None`` if it was never measured."""
         return self._records.get(self.key(target, tvm_version, workload, candidate))
 
+    def _check_writable(self) -> None:
+        """Refuse now, before anything is measured, a file that the first :meth:`put` could not append to."""
+        assert self.path is not None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        except OSError as exc:  # read-only file or directory, a parent that is a file, no permission...
+            raise ProblemError(f"cannot write cost cache {str(self.path)!r}: {exc.strerror or exc}") from None
+
     def put(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """Store ``record`` (needs target, tvm, workload, candidate) and append it durably to the file.
 
-        Adds a ``timestamp`` if missing; non-finite floats are stored as ``null`` (JSON has no inf).
+        Adds a ``timestamp`` if missing; non-finite floats are stored as ``null`` (JSON has no inf), so a
+        record the cache returned can be put back. Should appending fail mid-run (a full disk), the
+        record is still kept in memory, the run goes on and :attr:`write_error` says why.
         """
-        record = {**record}
+        record = _json_safe(dict(record))
         record.setdefault("timestamp", datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        if isinstance(record.get("median"), float) and not math.isfinite(record["median"]):
-            record["median"] = None
-        if record.get("results"):
-            record["results"] = [r if math.isfinite(r) else None for r in record["results"]]
         key = self.key(record["target"], record["tvm"], record["workload"], record["candidate"])
         line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode()
-        if self.path is not None:
-            self._append(line)
         self._records[key] = record
+        if self.path is not None:
+            try:
+                self._append(line)
+            except OSError as exc:
+                if self.write_error is None:
+                    logger.warning("cost cache %s: cannot append (%s); results are kept in memory only",
+                                   self.path, exc)
+                self.write_error = f"{type(exc).__name__}: {exc}"
         return record
 
     def _append(self, line: bytes) -> None:
         assert self.path is not None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         # O_APPEND + one write per record: concurrent writers interleave whole lines, and a kill leaves
         # at most a torn tail. If the previous run was killed mid-line, start on a fresh line.
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

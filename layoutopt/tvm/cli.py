@@ -34,10 +34,17 @@ def default_cache_path() -> Path:
 def parse_input_shapes(values: list[str] | None):
     """``["1,3,224,224"]`` -> ``[1, 3, 224, 224]``; ``["x=1,3,8,8", "y=1,4"]`` -> ``{"x": [...], ...}``.
 
+    Dims are separated by ``,`` or ``x`` (``1x3x224x224``); every one must be a positive integer
+    (``1,x,224`` and ``1,3x`` are errors, not ``[1, 224]`` and ``[1, 3]``), and a name may be given once.
+
     Example:
         >>> parse_input_shapes(["data=1,3,32,32"])
         {'data': [1, 3, 32, 32]}
+        >>> parse_input_shapes(["1x3x8x8"])
+        [1, 3, 8, 8]
     """
+    import re
+
     from ..errors import ProblemError
 
     if not values:
@@ -45,15 +52,16 @@ def parse_input_shapes(values: list[str] | None):
     named, unnamed = {}, []
     for value in values:
         name, _, dims = value.rpartition("=")
-        try:
-            shape = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
-        except ValueError:
-            raise ProblemError(
-                f"--input-shape {value!r}: expected [NAME=]D0,D1,... with integer dims"
-            ) from None
-        if not shape or any(d <= 0 for d in shape):
+        pieces = re.split(r"[,x]", dims.strip())
+        if not all(re.fullmatch(r"\s*\d+\s*", piece) for piece in pieces):
+            raise ProblemError(f"--input-shape {value!r}: expected [NAME=]D0,D1,... with integer dims")
+        shape = [int(piece) for piece in pieces]
+        if any(d <= 0 for d in shape):
             raise ProblemError(f"--input-shape {value!r}: dims must be positive integers")
         if name:
+            if name in named:
+                raise ProblemError(f"--input-shape: input {name!r} is given twice "
+                                   f"({','.join(map(str, named[name]))} and {dims})")
             named[name] = shape
         else:
             unnamed.append(shape)
@@ -157,20 +165,56 @@ def _blocks(blocks_text: str | None):
     return blocks
 
 
+def _cache(text: str | None):
+    """``--cache``: a :class:`~layoutopt.tvm.cache.CostCache` (opened now: a path that cannot be read or
+    written is refused before anything is measured), or None for ``none``."""
+    from .cache import CostCache
+
+    if text is not None and text.strip().lower() == "none":
+        return None
+    return CostCache(Path(text) if text else default_cache_path())
+
+
+def _output_directory(text: str, option: str) -> Path | None:
+    """A directory the run will write into at its end, created now so that a bad one fails first."""
+    from ..errors import ProblemError
+
+    if not text:
+        return None
+    path = Path(text)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "not writable")
+    except OSError as exc:
+        raise ProblemError(f"{option} {text!r}: cannot write there ({exc.strerror or exc})") from None
+    return path
+
+
 def _run(args: argparse.Namespace) -> int:
+    from ..api import check_method
+    from ..errors import ProblemError
+    from ._tvm import resolve_target
     from .load import load_model
     from .report import breakdown_markdown, write_report
     from .tune import tune_and_build
 
-    cache = None if str(args.cache).lower() == "none" else Path(args.cache or default_cache_path())
-    if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
+    # everything the command line says is checked before the model is loaded or a kernel measured
+    check_method(args.method, args.time_limit)
+    target = resolve_target(args.target)
+    shapes = parse_input_shapes(args.input_shape)
+    candidates = _candidates(args.blocks, args.orders)
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
+    if args.repeat < 1:
+        raise ProblemError(f"--repeat {args.repeat}: need at least one timing round")
     runner = _runner(args)
-    mod = load_model(args.model, parse_input_shapes(args.input_shape))
-    print(f"layoutopt tune: {args.model or 'embedded default model'}; cost cache {cache or 'off'}")
-    result = tune_and_build(mod, target=args.target, method=args.method, cache=cache, runner=runner,
-                            candidates=_candidates(args.blocks, args.orders), time_limit=args.time_limit,
+    report = _output_directory(args.report, "--report")
+    cache = _cache(args.cache)
+    mod = load_model(args.model, shapes)
+    where = cache.path if cache is not None else "off"
+    print(f"layoutopt tune: {args.model or 'embedded default model'}; cost cache {where}")
+    result = tune_and_build(mod, target=target, method=args.method, cache=cache, runner=runner,
+                            candidates=candidates, time_limit=args.time_limit,
                             baselines=baselines, check=not args.no_check, repeat=args.repeat, progress=True)
     print()
     print(_layer_table(result))
@@ -179,8 +223,8 @@ def _run(args: argparse.Namespace) -> int:
     if result.tuned.breakdown:
         print("\nwhere the time goes (ms, each call timed in the network):")
         print(breakdown_markdown(result))
-    if args.report:
-        paths = write_report(result, args.report, model=args.model or "embedded default model")
+    if report is not None:
+        paths = write_report(result, report, model=args.model or "embedded default model")
         print(f"\nreport: {paths['markdown']} and {paths['plot']}")
     return 0
 

@@ -30,7 +30,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from ..api import solve
+from ..api import check_method, solve
 from ..baselines import baselines as registered_baselines
 from ..baselines import get_baseline
 from ..errors import ProblemError
@@ -262,6 +262,7 @@ def tune_and_build(
     from .problem import build_problem
 
     names = _baseline_names(baselines, guard)
+    check_method(method, time_limit)  # now, not after the measurement
     say = progress if callable(progress) else (print if progress else (lambda _message: None))
     target = resolve_target(target)
     timings: dict[str, float] = {}
@@ -274,6 +275,9 @@ def tune_and_build(
         graph, costs, meta = build_problem(mod, target=target, candidates=candidates, cache=cache,
                                            runner=runner, progress=bool(progress) or None, prepared=True,
                                            fuse=fuse)
+    stats = meta["stats"]
+    say(f"kernels and transforms: {stats['measured']} measured, {stats['cached']} from the cost cache"
+        + (f", {stats['failed']} failed" if stats["failed"] else ""))
     isolated = costs
     say(f"solving ({graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges, method {method!r}) ...")
     with _stage(timings, "solve"):

@@ -105,3 +105,130 @@ def test_memory_only_cache_writes_nothing(tmp_path):
 def test_a_directory_is_not_a_cache(tmp_path):
     with pytest.raises(ProblemError, match="is a directory"):
         CostCache(tmp_path)
+
+
+# -- writes that must not lose work (issue 12) ----------------------------------------------------
+
+
+def _unprivileged(function):
+    """Run ``function()`` as an unprivileged user (root ignores file modes): in a forked child that
+    drops to nobody when this process is root, in-process otherwise. Returns its result or raises
+    what it raised, as ``(type name, message)``."""
+    import os
+    import pickle
+
+    if os.geteuid() != 0:
+        try:
+            return function()
+        except Exception as exc:
+            return (type(exc).__name__, str(exc))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                outcome = function()
+            except Exception as exc:
+                outcome = (type(exc).__name__, str(exc))
+            os.write(write, pickle.dumps(outcome))
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as handle:
+        data = handle.read()
+    os.waitpid(pid, 0)
+    return pickle.loads(data)
+
+
+def test_a_record_the_cache_returned_can_be_put_back(tmp_path):
+    path = tmp_path / "c.jsonl"
+    cache = CostCache(path)
+    returned = cache.put(record(1e-3, results=[math.inf, 1e-3, 1.1e-3]))
+    assert returned["results"] == [None, 1e-3, 1.1e-3]
+    cache.put({**returned, "pass_medians": [1e-3, 0.9e-3]})  # TypeError before: isfinite(None)
+    stored = CostCache(path).get(TARGET, VERSION, WORKLOAD, {})
+    assert stored["results"] == [None, 1e-3, 1.1e-3] and record_cost(stored) == 0.9e-3
+
+
+def test_non_finite_pass_medians_are_written_and_do_not_count(tmp_path):
+    path = tmp_path / "c.jsonl"
+    CostCache(path).put(record(1e-3, pass_medians=[1e-3, math.inf, math.nan]))  # ValueError before
+    stored = CostCache(path).get(TARGET, VERSION, WORKLOAD, {})
+    assert stored["pass_medians"] == [1e-3, None, None]
+    assert record_cost(stored) == 1e-3
+
+
+def test_a_nan_median_in_the_file_is_skipped_not_a_cost(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps(record(1.0)).replace("1.0", "NaN", 1) + "\n")
+    cache = CostCache(path)
+    assert cache.skipped_lines == 1 and cache.get(TARGET, VERSION, WORKLOAD, {}) is None
+    assert record_cost({"median": math.nan, "error": None}) == math.inf
+
+
+def test_a_parent_path_that_is_a_file_is_refused_when_opened(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ProblemError, match="cannot write cost cache"):
+        CostCache(tmp_path / "file" / "costs.jsonl")  # FileExistsError at the first put before
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory every user may enter (pytest's tmp_path sits in a root-only one)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp(prefix="layoutopt-cache-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_read_only_cache_file_is_refused_when_opened(shared_dir):
+    path = shared_dir / "c.jsonl"
+    CostCache(path).put(record(1.0))
+    path.chmod(0o444)
+    outcome = _unprivileged(lambda: len(CostCache(path)))
+    assert outcome[0] == "ProblemError" and "cannot write cost cache" in outcome[1]
+
+
+def test_an_unreadable_directory_is_a_problem_error(shared_dir):
+    locked = shared_dir / "locked"
+    locked.mkdir()
+    (locked / "c.jsonl").write_text(json.dumps(record(1.0)) + "\n")
+    locked.chmod(0o000)
+    try:
+        outcome = _unprivileged(lambda: len(CostCache(locked / "c.jsonl")))
+    finally:
+        locked.chmod(0o755)
+    assert outcome[0] == "ProblemError" and "c.jsonl" in outcome[1]  # PermissionError before
+
+
+def test_a_write_failing_mid_run_keeps_the_record_in_memory(tmp_path):
+    directory = tmp_path / "d"
+    cache = CostCache(directory / "c.jsonl")
+    (directory / "c.jsonl").unlink()
+    directory.rmdir()
+    directory.write_text("now a file")  # appending fails even for root
+    kept = cache.put(record(2e-3))
+    assert cache.get(TARGET, VERSION, WORKLOAD, {}) is kept and "NotADirectoryError" in cache.write_error
+
+
+def test_a_second_timing_pass_after_a_non_finite_repeat_is_kept(tmp_path, monkeypatch):
+    """Measurer._time_again puts back the record the cache returned (its inf repeat now None)."""
+    from layoutopt.tvm.measure import Measurer
+
+    measurer = Measurer(cache=tmp_path / "c.jsonl")
+    first = measurer._result(measurer.cache.put({**record(1e-3, results=[math.inf, 1e-3, 1e-3]),
+                                                 "target": measurer.target_key, "tvm": measurer.tvm_version}),
+                             cached=False)
+    monkeypatch.setattr(measurer, "_call", lambda request: ("ok", {"median": 0.8e-3, "results": [0.8e-3],
+                                                                    "load_average": 0.1}))
+    again = measurer._time_again("key", first)
+    assert again.cost == 0.8e-3 and again.record["pass_medians"] == [1e-3, 0.8e-3]
+    stored = CostCache(tmp_path / "c.jsonl").get(measurer.target_key, measurer.tvm_version, WORKLOAD, {})
+    assert stored["pass_medians"] == [1e-3, 0.8e-3]
+    measurer.close()

@@ -12,6 +12,7 @@ pytest.importorskip("tvm")
 
 from onnx_models import relu_only_onnx, tiny_conv_onnx  # tests/tvm is on sys.path
 
+from layoutopt import ProblemError
 from layoutopt.cli import main
 from layoutopt.tvm.cli import parse_input_shapes
 
@@ -58,6 +59,57 @@ def test_user_errors_exit_2_with_one_line(tmp_path, capsys, extra, message):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--method", "simplex"], "unknown method 'simplex'"),
+        (["--time-limit", "0"], "time_limit must be positive"),
+        (["--time-limit", "nan"], "time_limit must be positive"),
+        (["--target", ""], "the target is empty"),
+        (["--target", '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'], "name it with 'mcpu'"),
+        (["--input-shape", "1,x,8,8"], "integer dims"),
+        (["--input-shape", "1,4x"], "integer dims"),
+        (["--input-shape", "x=1,4,8,8", "--input-shape", "x=1,4,16,16"], "given twice"),
+        (["--repeat", "0"], "--repeat"),
+        (["--cache", "FILE/costs.jsonl"], "cannot write cost cache"),
+        (["--report", "FILE/report"], "--report"),
+    ],
+)
+def test_every_option_is_checked_before_the_model_is_measured(tmp_path, capsys, extra, message):
+    model = tiny_conv_onnx(tmp_path / "tiny.onnx")
+    (tmp_path / "FILE").write_text("a file, not a directory")
+    extra = [e.replace("FILE", str(tmp_path / "FILE")) for e in extra]
+    argv = ["tune", str(model), *extra]
+    if "--input-shape" not in extra:
+        argv += ["--input-shape", "1,4,8,8"]
+    if "--cache" not in extra:
+        argv += ["--cache", "none"]
+    if "--report" not in extra:
+        argv += ["--report", ""]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("layoutopt tune: error:") and message in captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+    assert "cost cache" not in captured.out  # refused before loading and measuring anything
+
+
+def test_the_default_cost_cache_makes_the_second_run_measure_nothing(tmp_path, capsys, monkeypatch):
+    model = tiny_conv_onnx(tmp_path / "tiny.onnx")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    cache = tmp_path / "xdg" / "layoutopt" / "costs.jsonl"
+    assert main(["tune", str(model), "--input-shape", "1,4,8,8"]) == 0
+    first = capsys.readouterr().out
+    assert f"cost cache {cache}" in first and cache.stat().st_size > 0
+    measured = int(re.search(r"kernels and transforms: (\d+) measured", first).group(1))
+    assert measured > 0
+    assert main(["tune", str(model), "--input-shape", "1,4,8,8"]) == 0
+    second = capsys.readouterr().out
+    assert re.search(r"kernels and transforms: 0 measured, \d+ from the cost cache", second)
+    assert (tmp_path / "layoutopt-report" / "report.md").exists()
+
+
 def test_model_without_supported_ops_exits_2(tmp_path, capsys):
     model = relu_only_onnx(tmp_path / "relu.onnx")
     assert main(["tune", str(model), "--cache", "none", "--report", ""]) == 2
@@ -75,3 +127,7 @@ def test_parse_input_shapes():
     assert parse_input_shapes(None) is None
     assert parse_input_shapes(["1,3,224,224"]) == [1, 3, 224, 224]
     assert parse_input_shapes(["a=1,3,8,8", "b=1,4"]) == {"a": [1, 3, 8, 8], "b": [1, 4]}
+    assert parse_input_shapes(["1x3x8x8"]) == [1, 3, 8, 8]
+    for bad in (["1,x,224"], ["1,3x"], ["1,,3"], ["a=1,3", "a=1,4"], ["1,0"]):
+        with pytest.raises(ProblemError):
+            parse_input_shapes(bad)
