@@ -18,7 +18,7 @@ COMMAND_MODULES = ("layoutopt.io", "layoutopt.bench.cli", "layoutopt.bench.demo"
 
 #: commands of modules that need an optional extra: without it they still exist and explain how
 #: to install it, instead of vanishing from the command line
-EXTRA_COMMANDS = {"layoutopt.tvm.cli": ("tune",)}
+EXTRA_COMMANDS = {"layoutopt.tvm.cli": ("tune", "build")}
 
 
 def build_parser() -> argparse.ArgumentParser:

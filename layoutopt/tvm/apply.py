@@ -36,7 +36,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from ..errors import ProblemError
-from ._tvm import import_tvm, resolve_target
+from ._tvm import first_line, import_tvm, resolve_target
 from .graph import LayoutGraph
 from .kernels import NCHW, conv2d, dense, family, layout_block, pack_data, plain_layout, schedule_module
 from .ops import (
@@ -56,8 +56,10 @@ __all__ = [
     "apply_layouts",
     "apply_solution",
     "build",
+    "check_rewrite",
     "count_layout_transforms",
     "expected_transforms",
+    "legalize",
     "parse_choice",
 ]
 
@@ -501,6 +503,64 @@ def _legalize_conv2d(bb, call):
     )
 
 
+#: ops that may remain after legalization: the VM runs them itself
+_VM_OPS = frozenset({"relax.shape_of", "relax.null_value", "relax.print", "relax.assert_op",
+                     "relax.tensor_to_shape", "relax.shape_to_tensor", "relax.hint_on_device",
+                     "relax.to_vdevice"})
+
+
+def legalize(mod, target=None):
+    """The build's first step: every Relax op becomes a TIR PrimFunc (a blocked conv2d through this
+    module's legalizer: TVM's refuses it).
+
+    Raises :class:`~layoutopt.ProblemError` naming an op that no legalization covers (the VM could
+    not run it, and :func:`build` would fail at code generation).
+
+    Example::
+
+        legalize(apply_layouts(mod, choices), "llvm")     # seconds, where build takes tens of seconds
+    """
+    tvm = import_tvm()
+    target = resolve_target(target)
+    legalizers = {"relax.nn.conv2d": _legalize_conv2d}
+    with target:
+        mod = tvm.relax.transform.LegalizeOps(customize_legalize_map=legalizers)(mod)
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, tvm.relax.Call) and isinstance(value.op, tvm.ir.Op):
+                name = value.op.name
+                if not name.startswith(("relax.call_", "relax.builtin.", "relax.memory.", "relax.vm.")) and \
+                        name not in _VM_OPS:
+                    raise ProblemError(f"binding {binding.var.name!r}: op {name!r} has no legalization "
+                                       f"for {target.kind.name} in TVM {tvm.__version__}: the model cannot "
+                                       "be built")
+    return mod
+
+
+def check_rewrite(mod, graph: LayoutGraph, target=None, layout: str = "NCHW16c") -> None:
+    """Rewrite ``mod`` to one fixed blocked ``layout`` and legalize it: what the measurement's result
+    will go through, tried in seconds before anything is measured, so that an op the rewrite or
+    the build cannot handle fails now, not after the measurement.
+
+    Raises :class:`~layoutopt.ProblemError` saying which step failed and why.
+
+    Example::
+
+        graph = extract_layout_graph(mod)
+        check_rewrite(graph.mod, graph, "llvm")
+    """
+    from .baselines import fixed_layout_assignment
+
+    try:
+        legalize(apply_assignment(mod, graph, fixed_layout_assignment(graph, layout)), target)
+    except ProblemError as exc:
+        raise ProblemError(f"checking the rewrite before measuring ({layout} everywhere): {exc}") from None
+    except Exception as exc:  # a TVM error deep inside a pass: one line, not a C++ backtrace
+        raise ProblemError(f"checking the rewrite before measuring ({layout} everywhere): "
+                           f"{first_line(exc, with_type=True)}") from None
+
+
 def build(mod, target=None, fuse: bool = True):
     """Legalize, schedule every kernel, lower and compile ``mod`` for the CPU ``target``.
 
@@ -524,8 +584,8 @@ def build(mod, target=None, fuse: bool = True):
 
     target = resolve_target(target)
     relax = tvm.relax
+    mod = legalize(mod, target)
     with target:
-        mod = relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _legalize_conv2d})(mod)
         mod = relax.transform.FoldConstant()(mod)
         if fuse:
             mod = relax.transform.AnnotateTIROpPattern()(mod)

@@ -8,6 +8,8 @@ Example (shell)::
     layoutopt tune                                   # the embedded default model, no download
     layoutopt tune resnet50.onnx --input-shape 1,3,224,224 --cache costs.jsonl
     layoutopt tune model.onnx --rpc 127.0.0.1:9190 --key rasp4   # measure on a device farm
+    layoutopt tune det.onnx --input-shape 1,3,320,320 --pin conv_out=NCHW16c->NCHW16c -o det.so
+    layoutopt build det.onnx --solution det.solution.json -o det.so   # rebuild, no measurement
 """
 
 from __future__ import annotations
@@ -109,19 +111,91 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=5, help="timing repeats (median reported)")
     parser.add_argument("--report", default="layoutopt-report", metavar="DIR",
                         help="directory for report.md and report.png ('' to skip)")
+    parser.add_argument("--pin", action="append", metavar="LAYER=CHOICE",
+                        help="allow only this choice for LAYER (e.g. conv1=NCHW16c->NCHW16c); repeatable")
+    parser.add_argument("--forbid", action="append", metavar="LAYER=CHOICE",
+                        help="never choose CHOICE for LAYER (e.g. a kernel known to misbehave); repeatable")
+    parser.add_argument("-o", "--output", metavar="MODEL.so",
+                        help="write the build handed back as a shared library, and beside it "
+                             "MODEL.solution.json, from which 'layoutopt build' rebuilds it unmeasured")
     parser.set_defaults(run=run)
+    _add_build_parser(subparsers)
+    return parser
+
+
+def _add_build_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "build",
+        help="rebuild a tuned model from its solution file, with no measurement",
+        description="Apply the kernels and layouts of a solution file (written by 'layoutopt tune -o') to "
+        "MODEL and build it as a shared library, measuring nothing. Refuses, naming what differs, when "
+        "MODEL or the target is not the one the solution was tuned for.",
+    )
+    parser.add_argument("model", nargs="?", help="MODEL.onnx or MODEL.pt2 (default: the embedded model)")
+    parser.add_argument("--solution", required=True, metavar="MODEL.solution.json",
+                        help="the solution file 'layoutopt tune -o' wrote")
+    parser.add_argument("-o", "--output", required=True, metavar="MODEL.so", help="the library to write")
+    parser.add_argument("--input-shape", action="append", metavar="[NAME=]1,3,224,224",
+                        help="input shape (default: the solution file's)")
+    parser.add_argument("--target", default="llvm",
+                        help="TVM target (default: this CPU); must be the solution's: give its JSON to "
+                        "cross-build for the device it was tuned on")
+    parser.set_defaults(run=_run_build)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``layoutopt tune``; returns the exit status (2 on a user error, with a one-line message)."""
+    return _guarded("tune", _run, args)
+
+
+def _run_build(args: argparse.Namespace) -> int:
+    return _guarded("build", _build, args)
+
+
+def _guarded(command: str, function, args: argparse.Namespace) -> int:
     from ..errors import MissingExtraError, ProblemError
 
     try:
-        return _run(args)
+        return function(args)
     except (ProblemError, MissingExtraError) as exc:
-        print(f"layoutopt tune: error: {exc}", file=sys.stderr)
+        print(f"layoutopt {command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _library_path(text: str | None) -> Path | None:
+    """``-o MODEL.so``: checked now (a writable directory), written at the end."""
+    from ..errors import ProblemError
+
+    if not text:
+        return None
+    path = Path(text)
+    if path.suffix not in (".so", ".dylib", ".dll"):
+        raise ProblemError(f"-o {text!r}: the library needs a .so name (e.g. model.so)")
+    if path.is_dir():
+        raise ProblemError(f"-o {text!r} is a directory; name the library file, e.g. {text}/model.so")
+    _output_directory(str(path.parent), "-o")
+    return path
+
+
+def _build(args: argparse.Namespace) -> int:
+    from ._tvm import resolve_target
+    from .deploy import build_from_solution, export_library, load_solution
+    from .load import load_model
+
+    solution = load_solution(args.solution)
+    target = resolve_target(args.target)
+    output = _library_path(args.output)
+    shapes = parse_input_shapes(args.input_shape)
+    if shapes is None and args.model:
+        shapes = {name: spec["shape"] for name, spec in (solution["model"].get("inputs") or {}).items()}
+    mod = load_model(args.model, shapes or None)
+    executable, _ = build_from_solution(mod, solution, target)
+    export_library(executable, output)
+    handed_back = solution.get("handed_back", {}).get("name", "?")
+    print(f"layoutopt build: {output} ({len(solution['layers'])} layers as in {args.solution}, "
+          f"the {handed_back} build; nothing measured)")
+    return 0
 
 
 def _runner(args: argparse.Namespace):
@@ -209,13 +283,15 @@ def _run(args: argparse.Namespace) -> int:
         raise ProblemError(f"--repeat {args.repeat}: need at least one timing round")
     runner = _runner(args)
     report = _output_directory(args.report, "--report")
+    output = _library_path(args.output)
     cache = _cache(args.cache)
     mod = load_model(args.model, shapes)
     where = cache.path if cache is not None else "off"
     print(f"layoutopt tune: {args.model or 'embedded default model'}; cost cache {where}")
     result = tune_and_build(mod, target=target, method=args.method, cache=cache, runner=runner,
                             candidates=candidates, time_limit=args.time_limit,
-                            baselines=baselines, check=not args.no_check, repeat=args.repeat, progress=True)
+                            baselines=baselines, check=not args.no_check, repeat=args.repeat,
+                            pin=args.pin, forbid=args.forbid, progress=True)
     print()
     print(_layer_table(result))
     print()
@@ -226,6 +302,9 @@ def _run(args: argparse.Namespace) -> int:
     if report is not None:
         paths = write_report(result, report, model=args.model or "embedded default model")
         print(f"\nreport: {paths['markdown']} and {paths['plot']}")
+    if output is not None:
+        library, solution = result.export(output, model=args.model or "embedded default model")
+        print(f"library: {library} (the {result.chosen} build); solution: {solution}")
     return 0
 
 

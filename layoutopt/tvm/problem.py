@@ -51,6 +51,7 @@ def build_problem(
     progress: bool | None = None,
     prepared: bool = False,
     fuse: bool = True,
+    graph: LayoutGraph | None = None,
 ) -> tuple[LayoutGraph, Costs, dict[str, Any]]:
     """Extract ``mod``'s layout graph and measure its costs; returns ``(graph, costs, meta)``.
 
@@ -73,6 +74,8 @@ def build_problem(
         prepared: ``mod`` already went through :func:`~layoutopt.tvm.prepare`.
         fuse: measure each conv2d with the elementwise epilogue a fused build gives it (see
             :func:`~layoutopt.tvm.extract_layout_graph`); False for unfused builds.
+        graph: ``mod``'s layout graph, already extracted (e.g. to check it before measuring); it is
+            measured as it is (``candidates`` and ``fuse`` were its extraction's).
 
     Returns:
         ``graph``: the :class:`~layoutopt.tvm.graph.LayoutGraph` (see
@@ -97,7 +100,8 @@ def build_problem(
         meta["stats"]            # {'requested': 20, 'cached': 0, 'measured': 15, 'failed': 0, 'seconds': 9.1}
     """
     started = time.perf_counter()
-    graph = extract_layout_graph(mod, candidates, prepared=prepared, fuse=fuse)
+    if graph is None:
+        graph = extract_layout_graph(mod, candidates, prepared=prepared, fuse=fuse)
     extracted = time.perf_counter()
     kernels = kernel_tasks(graph)
     transforms = transform_tasks(graph)

@@ -33,11 +33,12 @@ import numpy as np
 from ..api import check_method, solve
 from ..baselines import baselines as registered_baselines
 from ..baselines import get_baseline
+from ..constraints import Constraint, constrain, explain_infeasible, parse_constraints
 from ..errors import ProblemError
 from ..problem import Costs, Problem
 from ..solution import Solution
 from ._tvm import import_tvm, resolve_target
-from .apply import apply_assignment, build, count_layout_transforms
+from .apply import apply_assignment, build, check_rewrite, count_layout_transforms
 from .baselines import BUILDS, COMPOSITES
 from .calibrate import Calibration
 from .graph import LayoutGraph
@@ -127,6 +128,26 @@ class TuneResult:
     target: str = ""
     chosen: str = TUNED
     isolated_costs: Costs | None = None
+    fuse: bool = True
+
+    def export(self, library: str | Path, solution: str | Path | None = None,
+               model: str | None = None) -> tuple[Path, Path]:
+        """Write the build handed back as a shared library, and the solution file that rebuilds it
+        (:mod:`layoutopt.tvm.deploy`; default ``model.so`` -> ``model.solution.json`` beside it).
+
+        Returns the two paths. ``tvm.runtime.load_module(library)`` loads the library back, for
+        ``relax.VirtualMachine``; :func:`~layoutopt.tvm.deploy.build_from_solution` rebuilds it with no
+        measurement.
+
+        Example::
+
+            library, solution = result.export("model.so", model="model.onnx")
+            vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+        """
+        from .deploy import export_library, save_solution, solution_path
+
+        solution = Path(solution) if solution is not None else solution_path(library)
+        return export_library(self.executable, library), save_solution(self, solution, model)
 
     def variants(self) -> list[Variant]:
         """The tuned variant, then the baselines."""
@@ -212,6 +233,8 @@ def tune_and_build(
     fuse: bool = True,
     profile: bool = True,
     calibrate: int = 2,
+    pin: Any = None,
+    forbid: Any = None,
     progress: bool | Callable[[str], None] = False,
 ) -> TuneResult:
     """Extract, measure, solve, apply and build ``mod``; verify the outputs and time the build.
@@ -247,6 +270,13 @@ def tune_and_build(
             was profiled already or the rounds run out. Every variant's ``predicted`` is then its
             objective under the calibrated costs (checked by the final profile, a fresh run); the
             first solution, when it differs, is kept as the variant ``layoutopt_isolated``.
+        pin, forbid: per-node control (:mod:`layoutopt.constraints`): ``{layer: choice}`` (or
+            ``{layer: [choices]}``), or ``["LAYER=CHOICE", ...]`` as the command line's ``--pin`` and
+            ``--forbid`` give them; choices by label (``"NCHW16c->NCHW16c"`` names every kernel in
+            those layouts). A forbidden choice costs ``inf``, a pinned node every other choice; an
+            unknown layer or choice is refused before measuring; a pin that leaves no feasible
+            assignment is named. The best fixed layout is handed back instead of the tuned build only
+            if it respects them too.
         progress: True to print stage messages (measurement shows its own progress bar), or a
             callable receiving them.
 
@@ -258,7 +288,7 @@ def tune_and_build(
         result = tune_and_build(models.default_model(), cache="costs.jsonl")
         result.tuned.measured, result.speedup("best_fixed"), result.chosen
     """
-    from .extract import prepare
+    from .extract import extract_layout_graph, prepare
     from .problem import build_problem
 
     names = _baseline_names(baselines, guard)
@@ -270,18 +300,22 @@ def tune_and_build(
     with _stage(timings, "prepare"):
         mod = prepare(mod)
         inputs = random_inputs(mod, seed)
+        graph = extract_layout_graph(mod, candidates, prepared=True, fuse=fuse)
+        constraints = parse_constraints(graph, pin, forbid)
+    say("checking the rewrite and the build's legalization on a fixed layout ...")
+    with _stage(timings, "check rewrite"):
+        check_rewrite(mod, graph, target)
     say("measuring kernels and layout transforms ...")
     with _stage(timings, "measure"):
-        graph, costs, meta = build_problem(mod, target=target, candidates=candidates, cache=cache,
-                                           runner=runner, progress=bool(progress) or None, prepared=True,
-                                           fuse=fuse)
+        graph, costs, meta = build_problem(mod, target=target, cache=cache, runner=runner,
+                                           progress=bool(progress) or None, prepared=True, graph=graph)
     stats = meta["stats"]
     say(f"kernels and transforms: {stats['measured']} measured, {stats['cached']} from the cost cache"
         + (f", {stats['failed']} failed" if stats["failed"] else ""))
     isolated = costs
     say(f"solving ({graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges, method {method!r}) ...")
     with _stage(timings, "solve"):
-        solution = _solve(graph, costs, method, time_limit)
+        solution = _solve(graph, costs, method, time_limit, constraints)
 
     reference = None
     if check or "default" in names:
@@ -329,7 +363,7 @@ def tune_and_build(
             first = tuned
             for _ in range(calibrate):
                 costs = calibration.costs()
-                solution = _solve(graph, costs, method, time_limit)
+                solution = _solve(graph, costs, method, time_limit, constraints)
                 if calibration.observed(solution.assignment):
                     break
                 say("the calibrated costs choose another assignment: building and profiling it ...")
@@ -364,8 +398,12 @@ def tune_and_build(
                                       description=f"{BUILDS[composite]}: {fastest}")
     chosen = TUNED
     if guard and variants["best_fixed"].measured < tuned.measured:
-        chosen = "best_fixed"
-        say(f"the best fixed layout measured faster than the tuned build: handing back {chosen}")
+        if _respects(graph, variants["best_fixed"].assignment, constraints):
+            chosen = "best_fixed"
+            say(f"the best fixed layout measured faster than the tuned build: handing back {chosen}")
+        else:
+            say("the best fixed layout measured faster, but breaks a pin or forbid: "
+                "handing back the tuned build")
     layers = layer_table(graph, problem, solution.assignment, isolated)
     if profile:
         say("profiling the builds: each call's time in the network ...")
@@ -380,14 +418,33 @@ def tune_and_build(
                 layer.in_network = in_network.get(layer.node)
     handed_back = tuned if chosen == TUNED else variants[chosen]
     return TuneResult(handed_back.executable, handed_back.module, solution, graph, costs, tuned, variants,
-                      layers, timings, meta, str(target), chosen, isolated)
+                      layers, timings, meta, str(target), chosen, isolated, fuse)
 
 
-def _solve(graph: LayoutGraph, costs: Costs, method: str, time_limit: float | None) -> Solution:
-    solution = solve(graph, costs, method=method, time_limit=time_limit)
+def _solve(graph: LayoutGraph, costs: Costs, method: str, time_limit: float | None,
+           constraints: list[Constraint] = ()) -> Solution:
+    """Solve with the pins and forbids applied to the costs; a ProblemError when nothing is feasible."""
+    constrained = constrain(graph, costs, statements=list(constraints)) if constraints else costs
+    solution = solve(graph, constrained, method=method, time_limit=time_limit)
     if not solution.assignment or not math.isfinite(solution.objective):
+        if constraints and Problem.from_graph(graph, costs).infeasibility_culprit() is None:
+            raise ProblemError(explain_infeasible(graph, costs, list(constraints)))
         raise ProblemError(f"the layout problem has no feasible solution: {solution.message}")
     return solution
+
+
+def _respects(graph: LayoutGraph, assignment: Mapping[Hashable, int] | None,
+              constraints: Sequence[Constraint]) -> bool:
+    """Whether ``assignment`` keeps every pin and avoids every forbidden choice."""
+    if assignment is None:
+        return False
+    pinned: dict[Hashable, set[int]] = {}
+    for kind, node, _, indices in constraints:
+        if kind == "pin":
+            pinned.setdefault(node, set()).update(indices)
+        elif assignment[node] in indices:
+            return False
+    return all(assignment[node] in allowed for node, allowed in pinned.items())
 
 
 def layer_table(graph: LayoutGraph, problem: Problem, assignment: Mapping[Hashable, int],

@@ -1,0 +1,172 @@
+"""Per-node control: pin a node to some of its choices, or forbid some, before solving.
+
+A pin or a forbid is a statement about the costs: a forbidden choice costs ``inf``; a pinned node
+costs ``inf`` in every choice but the pinned ones. :func:`constrain` returns the constrained
+:class:`~layoutopt.Costs`, which any :func:`layoutopt.solve` method then respects, e.g. to keep the
+output layout a downstream consumer needs, or to ban a kernel known to misbehave.
+
+Choices are named by their labels (the graph's ``"choices"`` attribute). A label with schedule knobs
+in brackets (``"NCHW16c->NCHW16c[order=rows]"``) is also matched by its layouts alone
+(``"NCHW16c->NCHW16c"`` names every kernel in those layouts).
+
+Example:
+    >>> import networkx as nx
+    >>> g = nx.DiGraph([("a", "b")])
+    >>> g.nodes["a"]["choices"] = g.nodes["b"]["choices"] = ["NCHW8c", "NCHW16c"]
+    >>> costs = {"nodes": {"a": [1.0, 1.5], "b": [1.0, 2.0]}, "edges": {("a", "b"): [[0, 1], [1, 0]]}}
+    >>> constrained = constrain(g, costs, pin={"b": "NCHW16c"})
+    >>> constrained.nodes["b"]
+    [inf, 2.0]
+    >>> import layoutopt
+    >>> layoutopt.solve(g, constrained).labels
+    {'a': 'NCHW16c', 'b': 'NCHW16c'}
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
+
+import networkx as nx
+
+from .errors import ProblemError
+from .problem import Costs, Problem, _as_costs
+
+__all__ = ["Constraint", "constrain", "explain_infeasible", "parse_constraints"]
+
+#: one statement: ("pin" or "forbid", node, choice text, choice indices it names)
+Constraint = tuple[str, Hashable, str, tuple[int, ...]]
+
+Spec = Mapping[Hashable, str | Iterable[str]] | Iterable[str] | None
+
+
+def _items(kind: str, spec: Spec) -> list[tuple[str, str]]:
+    """``{node: choice or [choices]}`` or ``["NODE=CHOICE", ...]`` -> ``[(node text, choice), ...]``."""
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        spec = [spec]
+    if isinstance(spec, Mapping):
+        items = []
+        for node, choices in spec.items():
+            for choice in [choices] if isinstance(choices, str) else list(choices):
+                items.append((node, str(choice)))
+        return items
+    items = []
+    for text in spec:
+        node, sep, choice = str(text).partition("=")
+        if not sep or not node.strip() or not choice.strip():
+            raise ProblemError(f"{kind} {text!r}: expected LAYER=CHOICE, e.g. conv1=NCHW16c->NCHW16c")
+        items.append((node.strip(), choice.strip()))
+    return items
+
+
+def _node(graph: nx.Graph, kind: str, name: Any, choice: str) -> Hashable:
+    if name in graph:
+        return name
+    by_text = {str(n): n for n in graph}
+    if str(name) in by_text:
+        return by_text[str(name)]
+    close = difflib.get_close_matches(str(name), list(by_text), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise ProblemError(f"{kind} {name}={choice}: the graph has no layer {str(name)!r}{hint}")
+
+
+def _matches(labels: list[str], choice: str) -> tuple[int, ...]:
+    exact = tuple(k for k, label in enumerate(labels) if label == choice)
+    return exact or tuple(k for k, label in enumerate(labels) if label.split("[", 1)[0] == choice)
+
+
+def parse_constraints(graph: nx.Graph, pin: Spec = None, forbid: Spec = None) -> list[Constraint]:
+    """Check ``pin`` and ``forbid`` against ``graph``; the statements with the choice indices they name.
+
+    Each is ``{layer: choice}`` (or ``{layer: [choices]}``), or a list of ``"LAYER=CHOICE"`` texts as
+    the command line's ``--pin``/``--forbid`` give them. Several pins of one layer allow any of their
+    choices.
+
+    Raises:
+        ProblemError: an unknown layer or choice (naming the layer's choices), before any solving.
+
+    Example:
+        >>> g = nx.DiGraph([("a", "b")])
+        >>> g.nodes["a"]["choices"] = g.nodes["b"]["choices"] = ["NCHW8c", "NCHW16c"]
+        >>> parse_constraints(g, pin=["a=NCHW16c"], forbid={"b": ["NCHW8c"]})
+        [('pin', 'a', 'NCHW16c', (1,)), ('forbid', 'b', 'NCHW8c', (0,))]
+    """
+    statements: list[Constraint] = []
+    for kind, spec in (("pin", pin), ("forbid", forbid)):
+        for name, choice in _items(kind, spec):
+            node = _node(graph, kind, name, choice)
+            labels = [str(label) for label in graph.nodes[node].get("choices", [])]
+            indices = _matches(labels, choice)
+            if not indices:
+                raise ProblemError(f"{kind} {node}={choice}: layer {str(node)!r} has no choice {choice!r}; "
+                                   f"its choices are {', '.join(labels)}")
+            statements.append((kind, node, choice, indices))
+    return statements
+
+
+def constrain(graph: nx.Graph, costs: Costs | Mapping | None, pin: Spec = None, forbid: Spec = None,
+              *, statements: list[Constraint] | None = None) -> Costs:
+    """``costs`` with the forbidden choices, and every choice of a pinned node but the pinned ones, at
+    ``inf`` (new arrays: ``costs`` is left alone). See :func:`parse_constraints` for the forms.
+
+    Example:
+        >>> g = nx.DiGraph([("a", "b")])
+        >>> g.nodes["a"]["choices"] = g.nodes["b"]["choices"] = ["x", "y"]
+        >>> constrain(g, {"nodes": {"a": [1, 2], "b": [3, 4]}, "edges": {}}, forbid=["a=x"]).nodes["a"]
+        [inf, 2.0]
+    """
+    costs = _as_costs(costs, graph)
+    if statements is None:
+        statements = parse_constraints(graph, pin, forbid)
+    nodes = {node: [float(c) for c in vector] for node, vector in costs.nodes.items()}
+    pinned: dict[Hashable, set[int]] = {}
+    for kind, node, _, indices in statements:
+        if kind == "pin":
+            pinned.setdefault(node, set()).update(indices)
+        else:
+            for k in indices:
+                nodes[node][k] = math.inf
+    for node, keep in pinned.items():
+        nodes[node] = [c if k in keep else math.inf for k, c in enumerate(nodes[node])]
+    return Costs(nodes, dict(costs.edges))
+
+
+def explain_infeasible(graph: nx.Graph, costs: Costs | Mapping | None, statements: list[Constraint]) -> str:
+    """Why the constrained problem has no feasible assignment: the first pin or forbid that, alone,
+    makes it infeasible (with the node or edge it leaves without a choice), or all of them together.
+
+    Example:
+        >>> g = nx.DiGraph([("a", "b")])
+        >>> g.nodes["a"]["choices"] = g.nodes["b"]["choices"] = ["x", "y"]
+        >>> inf = math.inf
+        >>> costs = {"nodes": {"a": [1, 1], "b": [1, 1]}, "edges": {("a", "b"): [[0, inf], [inf, 0]]}}
+        >>> explain_infeasible(g, costs, parse_constraints(g, pin=["a=x", "b=y"]))
+        "pin a=x with pin b=y: edge ('a', 'b') forbids every pair of the allowed choices of 'a' and 'b'"
+    """
+    def culprit(subset: list[Constraint]) -> str | None:
+        return Problem.from_graph(graph, constrain(graph, costs, statements=subset)).infeasibility_culprit()
+
+    def name(statement: Constraint) -> str:
+        return f"{statement[0]} {statement[1]}={statement[2]}"
+
+    for statement in statements:
+        reason = culprit([statement])
+        if reason:
+            return f"{name(statement)} leaves no feasible assignment: {reason}"
+    by_node: dict[Hashable, list[Constraint]] = {}
+    for statement in statements:
+        by_node.setdefault(statement[1], []).append(statement)
+    for group in by_node.values():  # every choice of one node forbidden, one statement each
+        reason = culprit(group)
+        if reason and len(group) > 1:
+            return f"{', '.join(map(name, group))} leave no feasible assignment: {reason}"
+    for i, first in enumerate(statements):  # two together (a pin against a neighbour's pin)
+        for second in statements[i + 1:]:
+            reason = culprit([first, second])
+            if reason:
+                return f"{name(first)} with {name(second)}: {reason}"
+    return f"the pins and forbids together ({', '.join(map(name, statements))}) leave no feasible assignment"
