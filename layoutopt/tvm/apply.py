@@ -511,7 +511,7 @@ _VM_OPS = frozenset({"relax.shape_of", "relax.null_value", "relax.print", "relax
 
 def legalize(mod, target=None):
     """The build's first step: every Relax op becomes a TIR PrimFunc (a blocked conv2d through this
-    module's legalizer: TVM's refuses it).
+    module's legalizer: TVM's refuses it; sort, scan and sampling ops through TVM's dispatchers).
 
     Raises :class:`~layoutopt.ProblemError` naming an op that no legalization covers (the VM could
     not run it, and :func:`build` would fail at code generation).
@@ -523,8 +523,10 @@ def legalize(mod, target=None):
     tvm = import_tvm()
     target = resolve_target(target)
     legalizers = {"relax.nn.conv2d": _legalize_conv2d}
-    with target:
-        mod = tvm.relax.transform.LegalizeOps(customize_legalize_map=legalizers)(mod)
+    relax = tvm.relax
+    with target:  # sort, scan and sampling ops have no legalization: TVM's pipeline dispatches them first
+        mod = relax.backend.DispatchSortScan()(relax.backend.DispatchSampling()(mod))
+        mod = relax.transform.LegalizeOps(customize_legalize_map=legalizers)(mod)
     for block in mod["main"].body.blocks:
         for binding in block.bindings:
             value = binding.value

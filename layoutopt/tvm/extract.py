@@ -35,6 +35,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..errors import ProblemError
 from ._tvm import first_line, import_tvm
 from .graph import KINDS, Choice, LayoutGraph, LayoutNode, Value
@@ -47,9 +49,17 @@ from .kernels import (
     conv2d_candidates,
     dense_candidates,
 )
-from .ops import BINARY_OPS, CONCAT_OPS, conv2d_workload, dense_workload, is_tensor_constant, layout_carrier
+from .ops import (
+    BINARY_OPS,
+    CONCAT_OPS,
+    conv2d_workload,
+    dense_workload,
+    is_tensor_constant,
+    layout_carrier,
+    static_shape,
+)
 
-__all__ = ["KINDS", "Candidates", "extract_layout_graph", "prepare"]
+__all__ = ["KINDS", "Candidates", "clip_bounds_as_ops", "extract_layout_graph", "prepare"]
 
 #: what ``candidates=`` accepts: channel blocks, options ``{"blocks": [...], "orders": [...]}``, a
 #: function ``workload -> candidate dicts``, or None
@@ -76,6 +86,7 @@ def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
       ``DecomposeOpsForInference`` (other batch norms become per-channel constant arithmetic,
       which follows layouts), ``CanonicalizeBindings``, ``FoldConstant`` and
       ``DeadCodeElimination``;
+    * :func:`clip_bounds_as_ops` (the ONNX frontend's ``Clip`` as Relax ``maximum``/``minimum``);
     * renaming of duplicate binding names in ``main`` (``lv7``, ``lv7`` -> ``lv7``, ``lv7_1``, as
       TVMScript prints them): layout graph nodes are keyed by binding name, so names must be unique.
 
@@ -105,10 +116,52 @@ def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
         relax.transform.DeadCodeElimination(),
     ])
     try:
-        mod = passes(mod)
+        mod = clip_bounds_as_ops(passes(mod))
     except Exception as exc:
         raise ProblemError(f"normalising the module failed: {first_line(exc)}") from None
     return _unique_names(mod)
+
+
+def clip_bounds_as_ops(mod):
+    """``mod`` with each clip bound the ONNX frontend imported as a TOPI ``call_tir`` (``maximum``
+    or ``minimum`` of a tensor and a scalar constant, once constants are folded) written as the
+    Relax op itself; part of :func:`prepare`.
+
+    TVM's ONNX frontend imports ``Clip`` (ReLU6, hard-swish) with ``emit_te(topi.maximum, ...)``:
+    opaque calls that the layout model must treat as plain-NCHW boundaries, a pair of layout
+    transforms around every one. ``relax.maximum``/``relax.minimum`` by a scalar follow their input's
+    layout instead (and legalize to the same TOPI computation).
+
+    Example::
+
+        mod = clip_bounds_as_ops(prepare(from_onnx(onnx.load("mobilenet.onnx"))))
+    """
+    tvm = import_tvm()
+    relax = tvm.relax
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    ops = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
+
+    @relax.expr_functor.mutator
+    class _ClipBounds(relax.expr_functor.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if call.op != call_tir or not isinstance(call.args[0], tvm.ir.GlobalVar):
+                return call
+            op = ops.get(call.args[0].name_hint.rstrip("0123456789_"))
+            args = call.args[1]
+            if op is None or not isinstance(args, relax.Tuple) or len(args.fields) != 2:
+                return call
+            tensor, bound = args.fields
+            scalar = is_tensor_constant(bound) and int(np.prod(bound.value.shape, dtype=np.int64)) == 1
+            shape = static_shape(tensor) if isinstance(tensor, relax.Var) else None
+            if not scalar or shape is None or shape != static_shape(call) or \
+                    str(tensor.ty.dtype) != str(call.ty.dtype):
+                return call
+            return op(tensor, bound)
+
+    functions = dict(mod.functions_items())
+    functions[mod.get_global_var("main")] = _ClipBounds(mod).visit_expr(mod["main"])
+    return relax.transform.DeadCodeElimination()(tvm.IRModule(functions, attrs=mod.attrs))
 
 
 def _params_by_name(main, params) -> dict[str, Any]:

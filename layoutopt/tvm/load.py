@@ -18,12 +18,14 @@ import numpy as np
 from ..errors import ProblemError
 from ._tvm import first_line, import_tvm
 
-__all__ = ["load_model"]
+__all__ = ["fold_shapes", "load_model"]
 
 
 def load_model(
     path: str | Path | None = None,
     input_shape: Mapping[str, Sequence[int]] | Sequence[int] | None = None,
+    *,
+    fold: bool = True,
 ):
     """A Relax module from an ONNX file, a ``torch.export`` ``.pt2`` file, or the embedded default.
 
@@ -32,9 +34,14 @@ def load_model(
             :func:`layoutopt.tvm.models.default_model`.
         input_shape: one shape (for a single-input model) or ``{input name: shape}``; ONNX inputs
             with symbolic dimensions need it.
+        fold: an ONNX model that computes shapes at run time (``Shape`` ops feeding ``Reshape``,
+            ``Expand``..., as exporters write dynamic batch and image sizes) has those subgraphs folded
+            for the given static input shapes first (:func:`fold_shapes`, with onnxslim from the
+            ``tvm`` extra): TVM's ONNX frontend cannot import most of them.
 
     Raises:
-        ProblemError: unreadable file, unknown format, a shape that does not fit the model.
+        ProblemError: unreadable file, unknown format, a shape that does not fit the model, a model
+            TVM's frontend cannot import (naming the node and its op, in one line).
 
     Example::
 
@@ -51,7 +58,7 @@ def load_model(
         raise ProblemError(f"model file {str(path)!r} does not exist")
     suffix = path.suffix.lower()
     if suffix == ".onnx":
-        return _load_onnx(path, input_shape)
+        return _load_onnx(path, input_shape, fold)
     if suffix in (".pt2", ".pt"):
         return _load_exported_program(path, input_shape)
     raise ProblemError(
@@ -59,7 +66,7 @@ def load_model(
     )
 
 
-def _load_onnx(path: Path, input_shape):
+def _load_onnx(path: Path, input_shape, fold: bool = True):
     try:
         import onnx
     except ImportError:
@@ -80,12 +87,64 @@ def _load_onnx(path: Path, input_shape):
         for i in inputs
     }
     shapes = _match_shapes(str(path), declared, input_shape)
+    computes_shapes = any(node.op_type in _SHAPE_OPS for node in model.graph.node)
+    if fold and computes_shapes:
+        model = fold_shapes(model, shapes, where=str(path))
     try:
         mod = from_onnx(model, shape_dict=shapes, keep_params_in_input=False)
-    except Exception as exc:  # a shape the graph cannot take surfaces deep inside the importer
-        raise ProblemError(f"model {str(path)!r} could not be imported with input shapes {shapes}: "
-                           f"{first_line(exc)}") from None
+    except Exception as exc:  # a shape the graph cannot take, an op the frontend lacks...
+        hint = ""
+        if computes_shapes and not fold:
+            hint = " (the model computes shapes at run time: load it with fold=True)"
+        raise ProblemError(f"model {str(path)!r} with input shapes {shapes}: {_import_failure(exc)}{hint}") \
+            from None
     return mod
+
+
+#: ONNX ops whose output is a tensor's shape: a model with them computes shapes at run time
+_SHAPE_OPS = frozenset({"Shape", "Size"})
+
+
+def _import_failure(exc: BaseException) -> str:
+    """One line naming the frontend, and the ONNX node (name and op) it failed on when known.
+
+    The frontend converts node by node in ``_construct_nodes``; the node it was converting is that
+    frame's local ``node``.
+    """
+    tvm = import_tvm()
+    frontend = f"TVM {tvm.__version__}'s ONNX frontend (tvm.relax.frontend.onnx)"
+    node = None
+    trace = exc.__traceback__
+    while trace is not None:
+        candidate = trace.tb_frame.f_locals.get("node")
+        if trace.tb_frame.f_code.co_name == "_construct_nodes" and hasattr(candidate, "op_type"):
+            node = candidate
+        trace = trace.tb_next
+    if node is not None:
+        return f"{frontend} cannot import node {node.name!r} (op {node.op_type}): {first_line(exc)}"
+    return f"{frontend} cannot import it: {first_line(exc)}"
+
+
+def fold_shapes(model, shapes: Mapping[str, Sequence[int]], where: str = "the model"):
+    """``model`` (an ``onnx.ModelProto``) with its inputs fixed to ``shapes`` and every subgraph that
+    computes a shape folded to a constant, by onnxslim (in the ``tvm`` extra).
+
+    Example::
+
+        folded = fold_shapes(onnx.load("det.onnx"), {"x": [1, 3, 320, 320]})
+    """
+    try:
+        import onnxslim
+    except ImportError:
+        from ..errors import MissingExtraError
+
+        raise MissingExtraError("onnxslim", "tvm", f"folding the shape computations of {where}") from None
+    specs = [f"{name}:{','.join(str(d) for d in shape)}" for name, shape in shapes.items()]
+    try:
+        return onnxslim.slim(model, input_shapes=specs)
+    except Exception as exc:
+        raise ProblemError(f"model {where!r}: folding its shape computations for {dict(shapes)} "
+                           f"(onnxslim) failed: {first_line(exc, with_type=True)}") from None
 
 
 def _match_shapes(where: str, declared: Mapping[str, list], input_shape) -> dict[str, list[int]]:

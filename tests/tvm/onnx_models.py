@@ -41,3 +41,104 @@ def relu_only_onnx(path: Path) -> Path:
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [y])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
     return path
+
+
+def mobile_fpn_onnx(path: Path, seed: int = 0, fold_free: bool = False) -> Path:
+    """The op mix of the public mobile CNNs (PP-OCR, YOLO, MobileNetV3) in a few layers, batch ``N``:
+
+    stem conv -> HardSwish -> depthwise conv -> Clip(0, 6) -> squeeze-excite (GlobalAveragePool,
+    1x1 convs, Relu, HardSigmoid, Mul) -> strided 1x1 conv -> SiLU (Sigmoid, Mul) -> FPN neck
+    (Resize x2, lateral conv, Add, Concat) -> Erf -> conv: output ``y``; and a second output ``z``:
+    the pooled top feature reshaped to ``(N, 16)`` by a shape computed at run time (Shape, Gather,
+    Unsqueeze, Concat, Reshape), which TVM's ONNX frontend cannot import unfolded.
+    ``fold_free=True`` gives ``z`` a constant shape instead.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits = []
+
+    def const(name, array):
+        inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def weight(name, shape):
+        fan_in = int(np.prod(shape[1:]))
+        return const(name, (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype("float32"))
+
+    def bias(name, channels):
+        return const(name, (rng.standard_normal(channels) * 0.1).astype("float32"))
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8, 8])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 16])
+    conv = helper.make_node
+    nodes = [
+        conv("Conv", ["x", weight("w_stem", (8, 3, 3, 3)), bias("b_stem", 8)], ["stem"], name="stem",
+             pads=[1, 1, 1, 1], strides=[2, 2]),
+        conv("HardSwish", ["stem"], ["stem_hs"], name="stem_hswish"),
+        conv("Conv", ["stem_hs", weight("w_dw", (8, 1, 3, 3)), bias("b_dw", 8)], ["dw"], name="depthwise",
+             pads=[1, 1, 1, 1], group=8),
+        conv("Clip", ["dw", const("lo", np.array(0.0, "float32")), const("hi", np.array(6.0, "float32"))],
+             ["dw6"], name="relu6"),
+        conv("GlobalAveragePool", ["dw6"], ["se_pool"], name="se_pool"),
+        conv("Conv", ["se_pool", weight("w_se1", (4, 8, 1, 1)), bias("b_se1", 4)], ["se1"], name="se_reduce"),
+        conv("Relu", ["se1"], ["se1r"], name="se_relu"),
+        conv("Conv", ["se1r", weight("w_se2", (8, 4, 1, 1)), bias("b_se2", 8)], ["se2"], name="se_expand"),
+        conv("HardSigmoid", ["se2"], ["se_gate"], name="se_gate", alpha=0.2, beta=0.5),
+        conv("Mul", ["dw6", "se_gate"], ["se_out"], name="se_scale"),
+        conv("Conv", ["se_out", weight("w_c3", (16, 8, 1, 1)), bias("b_c3", 16)], ["c3"], name="c3",
+             strides=[2, 2]),
+        conv("Sigmoid", ["c3"], ["c3_sig"], name="c3_sigmoid"),
+        conv("Mul", ["c3", "c3_sig"], ["c3_silu"], name="c3_silu"),
+        conv("Resize", ["c3_silu", "", const("scales", np.array([1, 1, 2, 2], "float32"))], ["up"],
+             name="upsample", mode="nearest"),
+        conv("Conv", ["se_out", weight("w_lat", (16, 8, 1, 1)), bias("b_lat", 16)], ["lat"], name="lateral"),
+        conv("Add", ["up", "lat"], ["fpn"], name="fpn_add"),
+        conv("Concat", ["fpn", "lat"], ["neck"], name="neck_concat", axis=1),
+        conv("Erf", ["neck"], ["neck_erf"], name="neck_erf"),
+        conv("Conv", ["neck_erf", weight("w_head", (8, 32, 3, 3)), bias("b_head", 8)], ["y"], name="head",
+             pads=[1, 1, 1, 1]),
+        conv("GlobalAveragePool", ["c3_silu"], ["top_pool"], name="top_pool"),
+    ]
+    if fold_free:
+        nodes.append(conv("Reshape", ["top_pool", const("z_shape", np.array([1, 16], "int64"))], ["z"],
+                          name="flatten"))
+    else:
+        # as Paddle2ONNX writes a flatten (the PP-OCR classifier): the Casts hide the shape
+        nodes += [
+            conv("Shape", ["top_pool"], ["pool_shape"], name="pool_shape"),
+            conv("Cast", ["pool_shape"], ["pool_shape32"], name="to_int32", to=TensorProto.INT32),
+            conv("Slice", ["pool_shape32", const("start", np.array([0], "int64")),
+                           const("stop", np.array([1], "int64"))], ["batch32"], name="batch"),
+            conv("Cast", ["batch32"], ["batch"], name="to_int64", to=TensorProto.INT64),
+            conv("Concat", ["batch", const("minus1", np.array([-1], "int64"))], ["z_shape"], name="z_shape",
+                 axis=0),
+            conv("Reshape", ["top_pool", "z_shape"], ["z"], name="flatten"),
+        ]
+    graph = helper.make_graph(nodes, "mobile_fpn", [x], [y, z], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def unsupported_op_onnx(path: Path) -> Path:
+    """conv -> LSTM: an op TVM's ONNX frontend does not import."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 4, 1, 1)).astype("float32"), "w"),
+             numpy_helper.from_array(np.array([8, 1, 4], "int64"), "seq_shape"),
+             numpy_helper.from_array(rng.standard_normal((1, 8, 4)).astype("float32"), "W"),
+             numpy_helper.from_array(rng.standard_normal((1, 8, 2)).astype("float32"), "R")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("Reshape", ["c", "seq_shape"], ["seq"], name="to_sequence"),
+             helper.make_node("LSTM", ["seq", "W", "R"], ["y"], name="lstm", hidden_size=2)]
+    graph = helper.make_graph(nodes, "lstm", [x], [y], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(path))
+    return path

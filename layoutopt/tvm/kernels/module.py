@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ProblemError
-from .._tvm import import_tvm, resolve_target
+from .._tvm import first_line, import_tvm, resolve_target
 from . import conv2d, dense
 from .common import SCHEDULED_ATTR, block_names, is_spatial, parallel_vectorize
 
@@ -68,9 +68,10 @@ def schedule_primfunc(func, target: Any, strict: bool = False):
     """
     tvm = import_tvm()
     sch = tvm.s_tir.Schedule(func)
-    names = block_names(sch)
-    rule = _rule_for(sch, names)
+    names: Sequence[str] = []
     try:
+        names = block_names(sch)  # a function without a root block (sort, scan) has none to schedule
+        rule = _rule_for(sch, names)
         if rule is not None:
             sch = rule.schedule(func, target)
         else:
@@ -79,7 +80,7 @@ def schedule_primfunc(func, target: Any, strict: bool = False):
         where = func.attrs.get("global_symbol", "?") if func.attrs else "?"
         if strict:
             raise ProblemError(f"cannot schedule {where} (blocks {names}): {exc}") from None
-        logger.warning("layoutopt: left %s unscheduled: %s", where, exc)
+        logger.warning("layoutopt: left %s unscheduled: %s", where, first_line(exc))
         return None
     return sch.mod["main"].with_attr(SCHEDULED_ATTR, True)
 
