@@ -19,6 +19,7 @@ EXAMPLES = [
     "layoutopt.io",
     "layoutopt.generators",
     "layoutopt.baselines",
+    "layoutopt.constraints",
     "layoutopt.bench",
     "layoutopt.isolation",
     "layoutopt.machine",
@@ -39,7 +40,7 @@ EXAMPLES = [
     *(pytest.param(f"layoutopt.tvm.{name}", marks=[pytest.mark.tvm, pytest.mark.skipif(
         importlib.util.find_spec("tvm") is None, reason="needs the tvm extra")])
       for name in ("_tvm", "apply", "cache", "cli", "graph", "kernels.conv2d", "kernels.dense",
-                   "kernels.workload", "profile", "timing", "tune")),
+                   "kernels.workload", "profile", "timing", "tune", "deploy")),
 ]
 
 
