@@ -92,7 +92,8 @@ class CostCache:
     """Measured costs kept in memory and appended to a JSON-lines file (``path=None``: memory only).
 
     Args:
-        path: the ``.jsonl`` file; created (with its directory) when the cache is opened.
+        path: the ``.jsonl`` file; its directory is created when the cache is opened, the file at the
+            first :meth:`put`.
 
     Raises:
         ProblemError: ``path`` is a directory, cannot be read, or cannot be written (checked when the
@@ -158,8 +159,12 @@ class CostCache:
         """Refuse now, before anything is measured, a file that the first :meth:`put` could not append to."""
         assert self.path is not None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+            if self.path.exists():
+                os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND))
+            else:  # created at the first put; its directory now
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                if not os.access(self.path.parent, os.W_OK | os.X_OK):
+                    raise PermissionError(13, "Permission denied")
         except OSError as exc:  # read-only file or directory, a parent that is a file, no permission...
             raise ProblemError(f"cannot write cost cache {str(self.path)!r}: {exc.strerror or exc}") from None
 

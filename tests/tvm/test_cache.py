@@ -210,7 +210,7 @@ def test_an_unreadable_directory_is_a_problem_error(shared_dir):
 def test_a_write_failing_mid_run_keeps_the_record_in_memory(tmp_path):
     directory = tmp_path / "d"
     cache = CostCache(directory / "c.jsonl")
-    (directory / "c.jsonl").unlink()
+    (directory / "c.jsonl").unlink(missing_ok=True)
     directory.rmdir()
     directory.write_text("now a file")  # appending fails even for root
     kept = cache.put(record(2e-3))
