@@ -155,6 +155,8 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
                chosen=result.chosen, solver=result.solution.method, status=result.solution.status,
                timings={k: round(v, 1) for k, v in result.timings.items()},
                best_fixed_member=result.baselines["best_fixed"].description.rsplit(": ", 1)[-1])
+    if result.tuned.breakdown:  # where the tuned build's time goes, every call timed in the network
+        row["breakdown"] = {c.category: [c.predicted, c.measured, c.calls] for c in result.tuned.breakdown}
     for variant in [result.tuned, *result.baselines.values()]:
         row[f"{variant.name}_in_tune"] = variant.measured
         row[f"{variant.name}_predicted"] = variant.predicted
@@ -221,6 +223,11 @@ def write_markdown(rows: list[dict], out: Path) -> None:
                      f"Solver {r['solver']} ({r['status']}); "
                      f"load average {r['load_before']} before, {r['load_after']} after; "
                      f"stages (s): {', '.join(f'{k} {v}' for k, v in r['timings'].items())}.")
+        if r.get("breakdown"):
+            parts = sorted(r["breakdown"].items(), key=lambda item: -item[1][1])
+            lines.append("  Where layoutopt's build spends its time (in-network ms, predicted in brackets): "
+                         + ", ".join(f"{name} {_ms(measured)} ({_ms(predicted)})"
+                                     for name, (predicted, measured, _) in parts) + ".")
     lines += ["", "## Stamps", ""]
     lines += [f"- {r['model']}: {'; '.join(r['stamp'].values())}" for r in rows]
     out.write_text("\n".join(lines) + "\n")
