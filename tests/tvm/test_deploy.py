@@ -32,9 +32,8 @@ def tvm():
 
 
 def _run_library(tvm, path, inputs):
-    vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())
-    out = vm["main"](*[tvm.runtime.tensor(x) for x in inputs])
-    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+    """The outputs of a library written by export, loaded as a deployment would: tvm.runtime alone."""
+    return run(tvm.runtime.load_module(str(path)), inputs)
 
 
 @pytest.fixture(scope="module")
