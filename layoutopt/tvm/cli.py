@@ -125,7 +125,7 @@ def _runner(args: argparse.Namespace):
         return None
     if not args.key:
         raise ProblemError("--rpc needs --key (the device key registered at the tracker)")
-    from .measure import RPCRunner
+    from .runner import RPCRunner
 
     return RPCRunner(tracker=args.rpc, key=args.key)
 

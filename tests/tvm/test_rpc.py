@@ -8,13 +8,16 @@ import pytest
 
 pytest.importorskip("tvm")
 
+from conftest import RPC_DEVICES
+
 from layoutopt.tvm.kernels import layout_transform_workload
 from layoutopt.tvm.measure import Measurer, RPCRunner
 
 pytestmark = pytest.mark.tvm
 
 
-def test_kernels_are_uploaded_checked_and_timed_on_the_rpc_device(rpc_tracker, tiny_conv, tmp_path):
+def test_kernels_are_uploaded_checked_and_timed_on_a_farm_of_rpc_devices_in_parallel(rpc_tracker, tiny_conv,
+                                                                                     tmp_path):
     address, key = rpc_tracker
     runner = RPCRunner(address, key, repeat=2, min_repeat_ms=2)
     tasks = [
@@ -26,12 +29,14 @@ def test_kernels_are_uploaded_checked_and_timed_on_the_rpc_device(rpc_tracker, t
         results = measurer.measure(tasks)
     for result in results:
         assert result.ok, result.error
-        # two passes, the second timed again on the device without re-uploading
+        # two passes, the second timed again on the device holding it, without re-uploading
         assert 0 < result.cost < 0.1 and len(result.results) == 4 and len(result.record["pass_medians"]) == 2
         # the output was read back from the device and compared with numpy
         assert result.record["check_error"] < 1e-5
         assert result.record["runner"] == f"RPC tracker {address} key {key!r}"
-    assert measurer._worker.starts == 1  # one worker, one RPC session for all kernels
+    # one worker per device, each holding its session for the whole run (a worker without a device of
+    # its own would wait in the tracker's queue until the timeout), one of them also compiling
+    assert measurer.stats["devices"] == RPC_DEVICES and measurer.worker_starts == RPC_DEVICES
     # an explicit (cross) compiler links the library that is uploaded
     linked = RPCRunner(address, key, cc="g++", repeat=1, min_repeat_ms=1)
     with Measurer(runner=linked, progress=False) as measurer:
