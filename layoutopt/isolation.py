@@ -227,7 +227,8 @@ class IsolatedWorker:
                 raise WorkerStartError(f"the worker process did not start within {self.startup_timeout:g} s")
             status, detail = parent_end.recv()
         except (EOFError, OSError):
-            raise WorkerStartError(f"the worker process died while starting ({self._reap()}){_main_hint()}") from None
+            reason = f"the worker process died while starting ({self._reap()}){_main_hint()}"
+            raise WorkerStartError(reason) from None
         if status != "ready":
             self.kill()
             last = [line for line in str(detail).splitlines() if line.strip()][-1:]

@@ -58,6 +58,8 @@ class Runner:
     number: int = 0
     repeat: int = 3
     min_repeat_ms: float = 20.0
+    _builds: dict[int, tuple[Any, Any, Any]] = field(default_factory=dict, init=False, repr=False,
+                                                     compare=False)
 
     #: whether the calls of a running build can be timed one by one (the VM's instrument hook calls
     #: back into Python, which only works in this process)
@@ -70,6 +72,9 @@ class Runner:
                 f"number={self.number}, repeat={self.repeat}, min_repeat_ms={self.min_repeat_ms}"
             )
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_builds": {}}  # loaded builds do not cross processes
+
     def export(self, executable: Any, path: str | os.PathLike[str]) -> None:
         """Write ``executable`` (a compiled kernel library or model) as a shared library that
         :meth:`load` can run."""
@@ -81,11 +86,16 @@ class Runner:
 
     def load_build(self, executable: Any) -> tuple[Any, Any]:
         """Make a built model (``tvm.runtime.Executable``) runnable: ``(module, device)`` for
-        ``tvm.relax.VirtualMachine``. By default it is exported to a temporary file and loaded."""
-        with tempfile.TemporaryDirectory(prefix="layoutopt-build-") as directory:
-            path = Path(directory) / f"build_{os.getpid()}_{time.monotonic_ns()}.so"
-            self.export(executable, path)
-            return self.load(str(path), "build")
+        ``tvm.relax.VirtualMachine``. By default it is exported to a temporary file and loaded, once
+        per executable until :meth:`close` (checking, timing and profiling a build load it again)."""
+        loaded = self._builds.get(id(executable))
+        if loaded is None:
+            with tempfile.TemporaryDirectory(prefix="layoutopt-build-") as directory:
+                path = Path(directory) / f"build_{os.getpid()}_{time.monotonic_ns()}.so"
+                self.export(executable, path)
+                # the executable is kept with it, so that its id cannot name another one meanwhile
+                loaded = self._builds[id(executable)] = (executable, *self.load(str(path), "build"))
+        return loaded[1], loaded[2]
 
     def time(self, module: Any, device: Any, name: str, args: Sequence[Any]) -> list[float]:
         """Seconds per run of ``module[name](*args)``, one value per repeat."""
@@ -104,7 +114,9 @@ class Runner:
         return 1
 
     def close(self) -> None:
-        """Release sessions or files (called when a measuring worker stops, and after a build is timed)."""
+        """Release sessions and loaded builds (called when a measuring worker stops, and when
+        :func:`~layoutopt.tvm.tune_and_build` is done with its builds)."""
+        self._builds.clear()
 
     def describe(self) -> str:
         """Where code runs, for messages."""
@@ -165,9 +177,7 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
             raise ProblemError("RPCRunner needs the device key the RPC servers registered with (--key)")
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_session"] = None  # sessions do not cross processes
-        return state
+        return {**super().__getstate__(), "_session": None}  # sessions do not cross processes
 
     def _tracker(self):
         host, port = parse_rpc_address(self.tracker)
@@ -213,6 +223,7 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
         return max(1, sum(1 for server in servers if server.get("key") == f"server:{self.key}"))
 
     def close(self) -> None:
+        super().close()
         self._session = None
 
     def describe(self) -> str:

@@ -17,8 +17,8 @@ import pytest
 pytest.importorskip("tvm")
 
 from layoutopt import ProblemError
-from layoutopt.tvm.kernels import layout_transform_workload
 from layoutopt.isolation import WorkerStartError
+from layoutopt.tvm.kernels import layout_transform_workload
 from layoutopt.tvm.measure import LocalRunner, Measurer, RPCRunner, parse_rpc_address
 
 pytestmark = pytest.mark.tvm
@@ -119,7 +119,8 @@ def test_kernels_are_compiled_ahead_on_every_worker_and_timed_alone_afterwards(t
     timings = [e for e in events if e[0] == "time"]
     assert len(exports) == 2 and len({pid for _, pid, _, _ in exports}) == 2  # both workers compiled
     assert len(timings) == 2 * len(tasks) and len({pid for _, pid, _, _ in timings}) == 1  # one timed
-    assert max(end for *_, end in exports) <= min(start for _, _, start, _ in timings)  # never while compiling
+    # never while compiling
+    assert max(end for *_, end in exports) <= min(start for _, _, start, _ in timings)
     assert m.stats["compile_seconds"] > 0 and m.stats["time_seconds"] > 0
 
 
@@ -283,7 +284,7 @@ def test_a_worker_that_cannot_start_fails_the_run_instead_of_caching_failures(tm
     path = tmp_path / "c.jsonl"
     with (
         Measurer(cache=path, runner=FAST, progress=False) as m,
-        pytest.raises(WorkerStartError, match="initializer failed: .*apache-tvm"),
+        pytest.raises(WorkerStartError, match=r"initializer failed: .*apache-tvm"),
     ):
         m.measure(transforms(1))
     assert not path.exists()
