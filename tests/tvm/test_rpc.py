@@ -116,7 +116,7 @@ def test_the_tune_command_with_rpc_measures_checks_and_times_on_the_device(rpc_t
     where = f"on RPC tracker {address} key {key!r}"
     assert f"applying the solution, building and checking {where}" in out
     assert f"timing the builds side by side {where}" in out and f"checked and timed {where}" in out
-    assert "not profiled" in out and "handed back:" in out
+    assert "not calibrated nor profiled" in out and "handed back:" in out
     records = [json.loads(line) for line in cache.read_text().splitlines()]
     assert records and all(r["runner"] == f"RPC tracker {address} key {key!r}" for r in records)
     assert all(json.loads(r["target"])["mcpu"] == target["mcpu"] for r in records)
