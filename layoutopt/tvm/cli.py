@@ -7,7 +7,9 @@ Example (shell)::
 
     layoutopt tune                                   # the embedded default model, no download
     layoutopt tune resnet50.onnx --input-shape 1,3,224,224 --cache costs.jsonl
-    layoutopt tune model.onnx --rpc 127.0.0.1:9190 --key rasp4   # measure on a device farm
+    layoutopt tune model.onnx --rpc 127.0.0.1:9190 --key rasp4 \
+        --target '{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}'
+        # measured, checked and timed on the devices registered under rasp4
 """
 
 from __future__ import annotations
@@ -89,7 +91,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--orders", default="oc", metavar="oc,rows",
                         help="loop orders of blocked conv kernels to measure, each a choice of its own "
                              "(default: oc, AutoTVM's; oc,rows measures both, doubling the conv kernels)")
-    parser.add_argument("--rpc", metavar="HOST:PORT", help="measure through the TVM RPC tracker at HOST:PORT")
+    parser.add_argument("--rpc", metavar="HOST:PORT",
+                        help="measure the kernels, check and time the builds on the devices of the TVM RPC "
+                        "tracker at HOST:PORT (give --target the devices' target)")
     parser.add_argument("--key", help="device key registered at the RPC tracker (with --rpc)")
     parser.add_argument("--baselines", default="greedy",
                         help="comma-separated baselines to build and time beside the best fixed layout "
