@@ -493,10 +493,9 @@ class Measurer:
                         if status == "ok":  # else e.g. the worker restarted after a crash and lost it
                             results[key] = self._add_pass(results[key], value)
                         bar.update()
-                if self.passes > 1:
-                    lanes = [self._lane(i) for i in range(devices)]
-                    for future in [lane.submit("forget", (), self.timeout, "forgetting") for lane in lanes]:
-                        future.result()
+                lanes = [self._lane(i) for i in range(devices)]  # their libraries go with the directory
+                for future in [lane.submit("forget", (), self.timeout, "forgetting") for lane in lanes]:
+                    future.result()
 
     @contextlib.contextmanager
     def _phase(self, name: str) -> Iterator[None]:

@@ -208,8 +208,8 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
         return session.load_module(Path(path).name), session.cpu()
 
     def devices(self) -> int:
-        """The servers registered under the key, busy or free (at least 1: a request for a key no
-        server has registered yet waits for one).
+        """The servers registered under the key, busy or free, as MetaSchedule's RPC runner counts
+        them (at least 1: a request for a key no server has registered yet waits for one).
 
         Raises:
             ProblemError: the tracker cannot be reached (before anything is measured).
