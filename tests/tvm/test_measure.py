@@ -125,6 +125,28 @@ def test_kernels_are_compiled_ahead_on_every_worker_and_timed_alone_afterwards(t
 
 
 @dataclass
+class CrashingOnceRunner(LocalRunner):
+    """Kills the compiling worker at its first library export, the way a crashing compiler would."""
+
+    marker: str = ""
+
+    def export(self, executable, path):
+        if not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.abort()
+        super().export(executable, path)
+
+
+def test_a_batch_whose_worker_dies_is_compiled_again_kernel_by_kernel(tmp_path):
+    runner = CrashingOnceRunner(repeat=1, min_repeat_ms=1, marker=str(tmp_path / "crashed"))
+    tasks = transforms(3)  # one library of three kernels: its worker dies, then each is compiled alone
+    with Measurer(runner=runner, progress=False, passes=1) as m:
+        results = m.measure(tasks)
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert m.worker_starts == 2  # the crash cost one worker
+
+
+@dataclass
 class BlasThreadsRunner(LocalRunner):
     """Reports the measuring worker's BLAS libraries and their thread counts through the error message."""
 
