@@ -10,6 +10,8 @@ what its ``initializer`` sets up.
 The worker is a ``multiprocessing`` process started with ``spawn``: a fresh interpreter, which
 inherits no threads or locks from the caller (OR-Tools, TVM and BLAS start threads), and gets
 the caller's ``sys.path``, so a function defined in a script or a test module can be sent.
+Spawning imports the caller's main module in the worker: a script that starts workers keeps its
+work under ``if __name__ == "__main__":``.
 ``concurrent.futures.ProcessPoolExecutor`` does not do here: before Python 3.14 it cannot kill
 the worker of one overrunning call, and a crash breaks its pool without the exit code.
 
@@ -109,6 +111,14 @@ def _serve(connection, initializer, initargs, stderr_path: str | None, parent: i
         except Exception as exc:  # the answer does not pickle: say so instead of dying
             connection.send(("raised", RuntimeError(f"the call's answer cannot be sent back from the worker: "
                                                     f"{type(exc).__name__}: {exc}"), traceback.format_exc()))
+
+
+def _main_hint() -> str:
+    """Why a worker may die at start when a script started it: spawn imports the script first."""
+    if getattr(sys.modules.get("__main__"), "__file__", None) is None:
+        return ""
+    return ("; if a script started it, its work must be under `if __name__ == \"__main__\":` "
+            "(a spawned worker imports the script first)")
 
 
 def _describe_exit(code: int | None) -> str:
@@ -217,7 +227,8 @@ class IsolatedWorker:
                 raise WorkerStartError(f"the worker process did not start within {self.startup_timeout:g} s")
             status, detail = parent_end.recv()
         except (EOFError, OSError):
-            raise WorkerStartError(f"the worker process died while starting ({self._reap()})") from None
+            reason = f"the worker process died while starting ({self._reap()}){_main_hint()}"
+            raise WorkerStartError(reason) from None
         if status != "ready":
             self.kill()
             last = [line for line in str(detail).splitlines() if line.strip()][-1:]

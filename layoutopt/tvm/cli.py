@@ -7,7 +7,9 @@ Example (shell)::
 
     layoutopt tune                                   # the embedded default model, no download
     layoutopt tune resnet50.onnx --input-shape 1,3,224,224 --cache costs.jsonl
-    layoutopt tune model.onnx --rpc 127.0.0.1:9190 --key rasp4   # measure on a device farm
+    layoutopt tune model.onnx --rpc 127.0.0.1:9190 --key rasp4 \
+        --target '{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}'
+        # measured, checked and timed on the devices registered under rasp4
     layoutopt tune det.onnx --input-shape 1,3,320,320 --pin conv_out=NCHW16c->NCHW16c -o det.so
     layoutopt build det.onnx --solution det.solution.json -o det.so   # rebuild, no measurement
 """
@@ -96,10 +98,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help=f"cost cache file (default: {default_cache_path()}); 'none' to disable")
     parser.add_argument("--blocks", default=None, metavar="4,8,16,32,64",
                         help="channel blocks to try (default: 4,8,16,32,64 and C when C < 8)")
+    parser.add_argument("--algorithms", default="direct", metavar="direct,winograd,gemm",
+                        help="conv2d algorithms whose kernels are choices where they apply (default direct; "
+                        "winograd: 3x3 stride-1 convs, gemm: 1x1 convs)")
     parser.add_argument("--orders", default="oc", metavar="oc,rows",
                         help="loop orders of blocked conv kernels to measure, each a choice of its own "
                              "(default: oc, AutoTVM's; oc,rows measures both, doubling the conv kernels)")
-    parser.add_argument("--rpc", metavar="HOST:PORT", help="measure through the TVM RPC tracker at HOST:PORT")
+    parser.add_argument("--rpc", metavar="HOST:PORT",
+                        help="measure the kernels, check and time the builds on the devices of the TVM RPC "
+                        "tracker at HOST:PORT (give --target the devices' target)")
     parser.add_argument("--key", help="device key registered at the RPC tracker (with --rpc)")
     parser.add_argument("--baselines", default="greedy",
                         help="comma-separated baselines to build and time beside the best fixed layout "
@@ -207,20 +214,26 @@ def _runner(args: argparse.Namespace):
         return None
     if not args.key:
         raise ProblemError("--rpc needs --key (the device key registered at the tracker)")
-    from .measure import RPCRunner
+    from .runner import RPCRunner
 
     return RPCRunner(tracker=args.rpc, key=args.key)
 
 
-def _candidates(blocks_text: str | None, orders_text: str = "oc"):
+def _candidates(blocks_text: str | None, orders_text: str = "oc", algorithms_text: str = "direct"):
     from ..errors import ProblemError
-    from .kernels import CONV2D_ORDERS
+    from .kernels import CONV2D_ORDERS, FAMILIES
 
     orders = [o.strip() for o in orders_text.split(",") if o.strip()]
     if not orders or any(o not in CONV2D_ORDERS for o in orders):
         raise ProblemError(f"--orders {orders_text!r}: expected loop orders from {CONV2D_ORDERS}")
     blocks = _blocks(blocks_text)
-    return blocks if orders == ["oc"] else {"blocks": blocks, "orders": orders}
+    algorithms = [a.strip() for a in algorithms_text.split(",") if a.strip()]
+    known = sorted(algorithm for op, algorithm in FAMILIES if op == "conv2d")
+    if not algorithms or set(algorithms) - set(known):
+        raise ProblemError(f"--algorithms {algorithms_text!r}: expected conv2d algorithms from {known}")
+    if orders == ["oc"] and algorithms == ["direct"]:
+        return blocks
+    return {"blocks": blocks, "orders": orders, "algorithms": algorithms}
 
 
 def _blocks(blocks_text: str | None):
@@ -277,7 +290,7 @@ def _run(args: argparse.Namespace) -> int:
     check_method(args.method, args.time_limit)
     target = resolve_target(args.target)
     shapes = parse_input_shapes(args.input_shape)
-    candidates = _candidates(args.blocks, args.orders)
+    candidates = _candidates(args.blocks, args.orders, args.algorithms)
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     if args.repeat < 1:
         raise ProblemError(f"--repeat {args.repeat}: need at least one timing round")

@@ -1,14 +1,23 @@
 """Measure (workload, candidate) kernels with TVM's own timer, isolated, cached and resumable.
 
-Every kernel is built, checked against numpy and timed by ``time_evaluator`` inside one persistent
-worker process (``import tvm`` costs ~1.2 s, so the worker is reused). A kernel that crashes the worker
-or runs past the timeout is recorded as failed (cost ``inf``, reason stored); the worker is restarted
-and the run goes on. Results are appended to a :class:`~layoutopt.tvm.cache.CostCache` as they come,
-so a killed run resumes where it stopped.
+Kernels are compiled ahead, then timed alone:
 
-Where kernels run is a :class:`Runner`: :class:`LocalRunner` (this machine) or :class:`RPCRunner`
-(a device registered with TVM's RPC tracker, ``python -m tvm.exec.rpc_tracker`` /
-``python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY``).
+1. **compile**, in a pool of worker processes on every core: each worker builds a batch of
+   kernels, compiles them into one library and exports it (:meth:`Runner.export`);
+2. **time**, with nothing else running: one worker per device (:meth:`Runner.devices`: one on this
+   machine, one per RPC server of a farm) loads each kernel, checks it once against numpy and
+   times it with ``time_evaluator``; a later pass times every kernel again (see ``passes``).
+
+Compiling never overlaps timing on this machine: it would disturb the kernel being timed. The
+kernels go through in rounds of a few hundred (compile, then time), so a killed run loses at
+most one round's compiling; results are appended to a :class:`~layoutopt.tvm.cache.CostCache`
+as they come, so it resumes where it stopped.
+
+Every worker is a :class:`~layoutopt.isolation.IsolatedWorker` (reused: ``import tvm`` costs
+~1.2 s). A kernel that crashes its worker or runs past the timeout is recorded as failed (cost
+``inf``, reason stored); the worker is replaced and the run goes on. Where kernels run is a
+:class:`~layoutopt.tvm.runner.Runner`: :class:`~layoutopt.tvm.runner.LocalRunner` (this
+machine) or :class:`~layoutopt.tvm.runner.RPCRunner` (devices registered with TVM's RPC tracker).
 
 Example::
 
@@ -21,197 +30,40 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import pickle
-import select
-import signal
-import struct
-import subprocess
-import sys
 import tempfile
 import time
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import OrderedDict, defaultdict, deque
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from ..errors import ProblemError
+from ..isolation import IsolatedWorker, WorkerDied
 from ..machine import usable_cores
 from ._tvm import first_line
 from .cache import CostCache, record_cost
 from .kernels import SCHEDULE_VERSION, validate_candidate, validate_workload
+from .runner import LocalRunner, RPCRunner, Runner, parse_rpc_address
 
 __all__ = ["LocalRunner", "MeasureResult", "Measurer", "RPCRunner", "Runner", "parse_rpc_address"]
 
 logger = logging.getLogger(__name__)
 
-_HEADER = struct.Struct("<Q")
-#: seconds allowed for the worker to start (it imports TVM)
+#: seconds allowed for a worker to start (it imports TVM)
 _STARTUP_TIMEOUT = 120.0
-
-
-# --------------------------------------------------------------------------------------------------
-# runners: where and how a built kernel is timed (they run inside the worker process)
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(kw_only=True)
-class Runner:
-    """Times a compiled kernel with TVM's ``time_evaluator``; subclasses decide where it runs.
-
-    ``number`` runs make one repeat; ``number=0`` lets TVM grow it until a repeat lasts at least
-    ``min_repeat_ms`` (each repeat then averages many runs, which tames noise on shared machines).
-    The reported cost is the median of ``repeat`` repeats. Runners are small picklable settings
-    objects: they are sent to the measuring worker, where :meth:`load` is called.
-
-    A custom runner overrides :meth:`load` (and :meth:`close` if it holds resources).
-    """
-
-    number: int = 0
-    repeat: int = 3
-    min_repeat_ms: float = 20.0
-
-    def __post_init__(self) -> None:
-        if self.number < 0 or self.repeat < 1 or self.min_repeat_ms < 0:
-            raise ProblemError(
-                f"{type(self).__name__}: need number >= 0, repeat >= 1, min_repeat_ms >= 0, got "
-                f"number={self.number}, repeat={self.repeat}, min_repeat_ms={self.min_repeat_ms}"
-            )
-
-    def load(self, executable: Any, name: str) -> tuple[Any, Any]:
-        """Make ``executable`` runnable and return ``(runtime module, device)``."""
-        raise NotImplementedError
-
-    def time(self, module: Any, device: Any, name: str, args: Sequence[Any]) -> list[float]:
-        """Seconds per run of ``module[name](*args)``, one value per repeat."""
-        timer = module.time_evaluator(
-            name,
-            device,
-            number=max(1, self.number),
-            repeat=self.repeat,
-            min_repeat_ms=math.ceil(self.min_repeat_ms) if self.number == 0 else 0,
-        )
-        return [float(r) for r in timer(*args).results]
-
-    def close(self) -> None:
-        """Release sessions or files (called when the worker stops)."""
-
-    def describe(self) -> str:
-        """Where kernels run, for messages."""
-        return "this machine"
-
-
-@dataclass
-class LocalRunner(Runner):
-    """Run kernels on this machine's CPU.
-
-    Example::
-
-        Measurer(runner=LocalRunner(repeat=5, min_repeat_ms=50))
-    """
-
-    def load(self, executable: Any, name: str) -> tuple[Any, Any]:
-        from ._tvm import import_tvm
-
-        return getattr(executable, "mod", executable), import_tvm().cpu()
-
-
-@dataclass
-class RPCRunner(Runner):  # tracker and key are positional, the timing settings keyword-only
-    """Run kernels on a device registered with a TVM RPC tracker under ``key``.
-
-    The kernel is compiled here for the measurer's target (give the device's, e.g.
-    ``{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}``), exported as a shared
-    library, uploaded and timed on the device. One session is kept for the whole run.
-
-    Args:
-        tracker: ``"HOST:PORT"`` of the tracker (``python -m tvm.exec.rpc_tracker``).
-        key: the device key the RPC servers registered with (``rpc_server --key KEY``).
-        priority, session_timeout: passed to the tracker request (seconds; 0 = no limit).
-        cc: the (cross) compiler that links the uploaded library, e.g. ``"aarch64-linux-gnu-g++"``
-            for an ARM board; default: the host's C++ compiler.
-
-    Example::
-
-        Measurer(target=device_target, runner=RPCRunner("10.0.0.2:9190", "rasp4b"))
-    """
-
-    tracker: str = "127.0.0.1:9190"
-    key: str = ""
-    priority: int = 1
-    session_timeout: float = 0.0
-    cc: str | None = None
-    _session: Any = field(default=None, init=False, repr=False, compare=False)
-    _workdir: Any = field(default=None, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        parse_rpc_address(self.tracker)
-        if not self.key:
-            raise ProblemError("RPCRunner needs the device key the RPC servers registered with (--key)")
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_session"] = state["_workdir"] = None  # sessions and temp dirs do not cross processes
-        return state
-
-    def _connect(self):
-        from ._tvm import import_tvm
-
-        tvm = import_tvm()
-        host, port = parse_rpc_address(self.tracker)
-        try:
-            tracker = tvm.rpc.connect_tracker(host, port)
-            self._session = tracker.request(
-                self.key, priority=self.priority, session_timeout=int(self.session_timeout)
-            )
-        except Exception as exc:
-            raise RuntimeError(
-                f"RPC tracker {self.tracker} key {self.key!r}: {first_line(exc, with_type=True)}"
-            ) from None
-        self._workdir = tempfile.TemporaryDirectory(prefix="layoutopt-rpc-")
-        return self._session
-
-    def load(self, executable: Any, name: str) -> tuple[Any, Any]:
-        session = self._session or self._connect()
-        path = Path(self._workdir.name) / f"{name}_{os.getpid()}_{time.monotonic_ns()}.so"
-        fcompile = None
-        if self.cc:
-            from tvm.support.cc import cross_compiler
-
-            fcompile = cross_compiler(self.cc)
-        executable.export_library(str(path), fcompile=fcompile)
-        session.upload(str(path))
-        module = session.load_module(path.name)
-        path.unlink()
-        return module, session.cpu()
-
-    def close(self) -> None:
-        self._session = None
-        if self._workdir is not None:
-            self._workdir.cleanup()
-            self._workdir = None
-
-    def describe(self) -> str:
-        return f"RPC tracker {self.tracker} key {self.key!r}"
-
-
-def parse_rpc_address(address: str) -> tuple[str, int]:
-    """``"HOST:PORT"`` -> ``(host, port)``, or ProblemError.
-
-    Example::
-
-        parse_rpc_address("127.0.0.1:9190")     # ('127.0.0.1', 9190)
-    """
-    host, sep, port = str(address).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ProblemError(f"RPC tracker address {address!r} must look like HOST:PORT, e.g. 127.0.0.1:9190")
-    return host, int(port)
+#: kernels compiled into one library: one LLVM module and one link for several kernels
+_BATCH = 8
+#: kernels compiled, then timed, per round: what a killed run may lose of its compiling
+_ROUND = 256
 
 
 # --------------------------------------------------------------------------------------------------
@@ -244,17 +96,25 @@ class MeasureResult:
 
 
 # --------------------------------------------------------------------------------------------------
-# the worker process
+# the worker processes
 # --------------------------------------------------------------------------------------------------
 
 
 class _WorkerState:
-    """What the worker keeps between tasks: the numpy references of recent workloads, and the
-    kernels of the current :meth:`Measurer.measure` call, loaded and ready to be timed again."""
+    """What a worker keeps between calls: its BLAS limit, the numpy references of recent workloads,
+    the libraries it loaded, and the kernels of the current :meth:`Measurer.measure` call, loaded
+    and ready to be timed again."""
 
     def __init__(self) -> None:
+        from ._tvm import one_blas_thread
+
+        # numpy's references and checks run on a BLAS whose idle threads busy-wait for a while
+        # after each call; beside TVM's threads on a small CPU they would inflate the kernel timed
+        self.blas = contextlib.ExitStack()
+        self.blas.enter_context(one_blas_thread())
         self.references: OrderedDict[str, Any] = OrderedDict()
         self.runners: dict[bytes, Runner] = {}
+        self.libraries: dict[tuple[bytes, str], tuple[Any, Any]] = {}
         self.loaded: dict[str, tuple[Runner, Any, Any, Any]] = {}
 
     def reference(self, kernel) -> tuple[list, Any]:
@@ -269,42 +129,79 @@ class _WorkerState:
         self.references.move_to_end(key)
         return self.references[key]
 
-    def retime(self, key: str) -> dict:
-        """Time a kernel kept by :meth:`measure` again (no build, no check)."""
-        import numpy as np
-
-        runner, module, device, kernel = self.loaded[key]
-        args = kernel.device_args(kernel.logical_inputs(), device)
-        load_average = os.getloadavg()[0]
-        results = runner.time(module, device, kernel.name, args)
-        return {"median": float(np.median(results)), "results": results,
-                "load_average": round(load_average, 2)}
-
-    def forget(self) -> None:
-        self.loaded.clear()
-
-    def runner(self, runner: Runner) -> Runner:
-        # keep one live instance per runner configuration so RPC sessions survive across tasks
+    def runner(self, runner: Runner) -> tuple[bytes, Runner]:
+        # one live instance per runner configuration, so that an RPC session serves every kernel
         key = pickle.dumps(runner)
-        return self.runners.setdefault(key, runner)
+        return key, self.runners.setdefault(key, runner)
 
-    def measure(
-        self, runner: Runner, target_spec: dict, workload: dict, candidate: dict, check: bool,
-        keep: str = "",
-    ) -> dict:
-        import numpy as np
+    def compile(self, runner: Runner, target_spec: dict, tasks: list[tuple[str, dict, dict]],
+                directory: str) -> dict[str, dict]:
+        """Build ``(key, workload, candidate)`` tasks and compile them into one library in ``directory``.
 
-        from ._tvm import import_tvm, resolve_target
-        from .kernels import build_kernel, check_kernel
+        Returns, per key, where its kernel is (``library``, ``function``, ``arg_shapes``, ``dtype``)
+        and this call's seconds shared among them, or the ``error`` that stopped it. A library that
+        fails to compile is compiled again kernel by kernel, so that one bad kernel fails alone.
+        """
+        from ._tvm import resolve_target
+        from .kernels import build_kernel
 
-        tvm = import_tvm()
-        runner = self.runner(runner)
         started, cpu_started = time.perf_counter(), time.process_time()
         target = resolve_target(target_spec)
-        kernel = build_kernel(workload, candidate, target)
-        executable = tvm.compile(kernel.module, target=target)
-        built = time.perf_counter()
-        module, device = runner.load(executable, kernel.name)
+        outcomes: dict[str, dict] = {}
+        kernels = {}
+        for key, workload, candidate in tasks:
+            try:
+                kernels[key] = build_kernel(workload, candidate, target)
+            except Exception as exc:
+                outcomes[key] = {"error": first_line(exc, with_type=True)}
+        groups = [kernels]
+        while groups:
+            group = groups.pop()
+            try:
+                outcomes.update(self._library(runner, target, group, directory))
+            except Exception as exc:
+                if len(group) == 1:
+                    outcomes.update({key: {"error": first_line(exc, with_type=True)} for key in group})
+                else:
+                    groups.extend({key: kernel} for key, kernel in group.items())
+        share = len(tasks) or 1
+        for outcome in outcomes.values():
+            outcome["build_seconds"] = round((time.perf_counter() - started) / share, 4)
+            outcome["build_cpu_seconds"] = round((time.process_time() - cpu_started) / share, 4)
+        return outcomes
+
+    @staticmethod
+    def _library(runner: Runner, target: Any, kernels: dict[str, Any], directory: str) -> dict[str, dict]:
+        from ._tvm import import_tvm
+
+        if not kernels:
+            return {}
+        tvm = import_tvm()
+        functions, located = {}, {}
+        for i, (key, kernel) in enumerate(kernels.items()):
+            name = f"kernel_{i}"
+            functions[name] = kernel.module[kernel.name].with_attr("global_symbol", name)
+            located[key] = {"function": name, "arg_shapes": kernel.arg_shapes, "dtype": kernel.dtype}
+        executable = tvm.compile(tvm.IRModule(functions), target=target)
+        path = Path(directory) / f"kernels_{os.getpid()}_{time.monotonic_ns()}.so"
+        runner.export(executable, path)
+        return {key: {"library": str(path), **where} for key, where in located.items()}
+
+    def measure(self, runner: Runner, key: str, compiled: dict, workload: dict, candidate: dict,
+                check: bool, keep: bool) -> dict:
+        """Load a compiled kernel where ``runner`` runs code, check it once and time it."""
+        import numpy as np
+
+        from .kernels import Kernel, check_kernel
+
+        started, cpu_started = time.perf_counter(), time.process_time()
+        runner_key, runner = self.runner(runner)
+        library = (runner_key, compiled["library"])
+        if library not in self.libraries:
+            self.libraries[library] = runner.load(compiled["library"], compiled["function"])
+        module, device = self.libraries[library]
+        kernel = Kernel(workload, candidate, None, compiled["function"],
+                        [tuple(shape) for shape in compiled["arg_shapes"]], compiled["dtype"])
         inputs, expected = self.reference(kernel)
         args = kernel.device_args(inputs, device)
         check_error = None
@@ -313,7 +210,7 @@ class _WorkerState:
         load_average = os.getloadavg()[0]
         results = runner.time(module, device, kernel.name, args)
         if keep:
-            self.loaded[keep] = (runner, module, device, kernel)
+            self.loaded[key] = (runner, module, device, kernel)
         return {
             "median": float(np.median(results)),
             "results": results,
@@ -321,183 +218,94 @@ class _WorkerState:
             "check_error": check_error,
             # other work on the machine inflates every timing: keep the evidence with the number
             "load_average": round(load_average, 2),
-            # CPU time of all worker threads: what this task costs on an otherwise idle machine
             "cpu_seconds": round(time.process_time() - cpu_started, 4),
-            "build_seconds": round(built - started, 4),
-            "run_seconds": round(time.perf_counter() - built, 4),
+            "run_seconds": round(time.perf_counter() - started, 4),
         }
 
+    def retime(self, key: str) -> dict:
+        """Time a kernel kept by :meth:`measure` again (no build, no check)."""
+        import numpy as np
 
-def _die_with_parent(parent: int) -> None:
-    """Have Linux kill this worker when its parent dies, even if a kernel hangs holding the GIL.
+        runner, module, device, kernel = self.loaded[key]
+        args = kernel.device_args(self.reference(kernel)[0], device)
+        load_average = os.getloadavg()[0]
+        results = runner.time(module, device, kernel.name, args)
+        return {"median": float(np.median(results)), "results": results,
+                "load_average": round(load_average, 2)}
 
-    (Linux sends the signal when the parent *thread* that started the worker exits: a Measurer
-    must not outlive the thread that first measured with it.)
-    """
-    if sys.platform.startswith("linux"):
-        import ctypes
+    def forget(self) -> None:
+        self.loaded.clear()
+        self.libraries.clear()
 
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent:  # the parent died before the request was registered
-        os._exit(1)
+    def close(self) -> None:
+        """Release the runners' sessions (a worker process ends without running ``atexit``)."""
+        self.forget()
+        for runner in self.runners.values():
+            runner.close()
+        self.runners.clear()
 
 
-def _worker_main() -> None:
-    """Serve measurement requests on stdin/stdout (pickled, length-prefixed) until stdin closes."""
-    _die_with_parent(int(os.environ.get("LAYOUTOPT_PARENT_PID", os.getppid())))
-    channel_in = os.fdopen(os.dup(0), "rb")
-    channel_out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # anything TVM or LLVM prints goes to stderr, never into the protocol
-    state = _WorkerState()
+_STATE: _WorkerState | None = None
 
-    def reply(value: Any) -> None:
-        data = pickle.dumps(value)
-        channel_out.write(_HEADER.pack(len(data)) + data)
-        channel_out.flush()
 
+def _start_worker() -> None:
+    """A measuring worker's initializer: BLAS on one thread, TVM imported, an empty state."""
+    global _STATE
     from ._tvm import import_tvm
 
     import_tvm()
-    reply(("ready", os.getpid()))
-    while True:
-        header = channel_in.read(_HEADER.size)
-        if len(header) < _HEADER.size:
-            break
-        request = pickle.loads(channel_in.read(_HEADER.unpack(header)[0]))
-        kind, *arguments = request
+    _STATE = _WorkerState()
+
+
+def _serve(kind: str, *args: Any) -> tuple[str, Any]:
+    """Run one request in a measuring worker: ``("ok", answer)`` or ``("error", one line)``."""
+    assert _STATE is not None, "the measuring worker was not initialised"
+    try:
+        return "ok", getattr(_STATE, kind)(*args)
+    except Exception as exc:  # TVM's errors need not pickle: send their text
+        return "error", first_line(exc, with_type=True)
+
+
+class _Lane:
+    """One measuring worker and the one thread that talks to it.
+
+    Linux ends a worker when the *thread* that started it exits (its parent-death signal), so every
+    call, and every restart after a crash, goes through this lane's own long-lived thread.
+    """
+
+    def __init__(self, index: int) -> None:
+        self.worker = IsolatedWorker(_start_worker, startup_timeout=_STARTUP_TIMEOUT, capture_stderr=True)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"layoutopt-measuring-{index}")
+
+    def start(self) -> None:
+        """Start the worker now (it starts on the first call otherwise)."""
+        self._thread.submit(self.worker.start).result()
+
+    def submit(self, kind: str, args: tuple, timeout: float, doing: str) -> Future:
+        """``_serve(kind, *args)`` in the worker; the future's answer is ``(status, value)``."""
+        return self._thread.submit(self._call, kind, args, timeout, doing)
+
+    def _call(self, kind: str, args: tuple, timeout: float, doing: str) -> tuple[str, Any]:
         try:
-            reply(("ok", getattr(state, kind)(*arguments)))
-        except Exception as exc:
-            reply(("error", first_line(exc, with_type=True)))
-    for runner in state.runners.values():
-        runner.close()
-
-
-class _WorkerDied(Exception):
-    """The worker crashed or was killed for running too long; the message says which."""
-
-
-#: Set in the measuring worker's environment. Its numpy references and checks run on a BLAS whose
-#: idle threads busy-wait for a while after each call; beside TVM's own two threads on a 2-core CPU
-#: they inflate the kernel being timed. One BLAS thread never competes with it (in-process timings
-#: use :func:`~layoutopt.tvm._tvm.one_blas_thread` for the same reason).
-WORKER_BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "BLIS_NUM_THREADS": "1"}
-
-
-class _Worker:
-    """A persistent measuring subprocess, restarted after a crash or a timeout."""
-
-    def __init__(self) -> None:
-        self.process: subprocess.Popen | None = None
-        self.stderr = None
-        self.starts = 0
-
-    def _start(self) -> None:
-        if self.stderr is not None:
-            self.stderr.close()
-        # lives as long as the worker process: its tail explains a crash
-        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        env = dict(os.environ)
-        # the worker must import what the caller can (e.g. a custom Runner defined in a script)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
-        env["LAYOUTOPT_PARENT_PID"] = str(os.getpid())
-        env.update(WORKER_BLAS_THREADS)
-        code = "from layoutopt.tvm.measure import _worker_main; _worker_main()"
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            env=env,
-        )
-        self.starts += 1
-        try:
-            status, _ = self._receive(_STARTUP_TIMEOUT, "starting the worker")
-        except _WorkerDied as died:
-            # not a kernel's fault: fail the run instead of caching a failure for every kernel
-            raise RuntimeError(f"the layoutopt measuring worker could not start: {died}") from None
-        if status != "ready":
-            raise RuntimeError(f"the layoutopt measuring worker could not start: {status}")
-
-    def call(self, request: tuple, timeout: float) -> tuple[str, Any]:
-        if self.process is None or self.process.poll() is not None:
-            self._start()
-        assert self.process is not None and self.process.stdin is not None
-        data = pickle.dumps(request)
-        try:
-            self.process.stdin.write(_HEADER.pack(len(data)) + data)
-            self.process.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise _WorkerDied(self._death_reason()) from None
-        return self._receive(timeout, f"the kernel ran longer than the {timeout:g} s timeout")
-
-    def _receive(self, timeout: float, timeout_reason: str) -> tuple[str, Any]:
-        assert self.process is not None and self.process.stdout is not None
-        fd = self.process.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        buffer = b""
-        needed = _HEADER.size
-        while len(buffer) < needed:
-            remaining = deadline - time.monotonic()
-            ready, _, _ = select.select([fd], [], [], max(0.0, remaining))
-            if not ready:
-                self.kill()
-                raise _WorkerDied(f"timed out: {timeout_reason}")
-            chunk = os.read(fd, max(65536, needed - len(buffer)))
-            if not chunk:
-                raise _WorkerDied(self._death_reason())
-            buffer += chunk
-            if needed == _HEADER.size and len(buffer) >= _HEADER.size:
-                needed += _HEADER.unpack(buffer[: _HEADER.size])[0]
-        return pickle.loads(buffer[_HEADER.size : needed])
-
-    def _death_reason(self) -> str:
-        assert self.process is not None
-        try:
-            code = self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            code = None
-        tail = self._stderr_tail()
-        if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            reason = f"worker crashed ({name})"
-        else:
-            reason = f"worker exited with code {code}"
-        self.process = None
-        return f"{reason}: {tail}" if tail else reason
-
-    def _stderr_tail(self, lines: int = 3) -> str:
-        if self.stderr is None:
-            return ""
-        self.stderr.seek(0)
-        text = self.stderr.read().decode(errors="replace")
-        interesting = [line.strip() for line in text.splitlines() if line.strip()]
-        return " | ".join(interesting[-lines:])[:500]
-
-    def kill(self) -> None:
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.kill()
-            self.process.wait()
-            self.process = None
+            return self.worker.call(_serve, kind, *args, timeout=timeout)
+        except WorkerDied as died:  # WorkerStartError is not a kernel's fault: it ends the run
+            if died.timed_out:
+                return "error", f"timed out: {doing} took longer than {timeout:g} s; worker killed"
+            return "error", str(died)
 
     def close(self) -> None:
-        if self.process is not None:
-            try:
-                assert self.process.stdin is not None
-                self.process.stdin.close()  # the worker exits at end of input
-                self.process.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-            self.kill()
-        if self.stderr is not None:
-            self.stderr.close()
-            self.stderr = None
+        def stop() -> None:
+            if self.worker.alive:  # one last call: the worker's runners hold sessions
+                with contextlib.suppress(WorkerDied):
+                    self.worker.call(_serve, "close", timeout=30)
+            self.worker.close()
+
+        self._thread.submit(stop).result()
+        self._thread.shutdown()
+
+
+#: a job for the lanes: (tag, lane or None for any, kind, args, timeout, what it does)
+_Job = tuple[Hashable, "int | None", str, tuple, float, str]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -519,13 +327,13 @@ def _warn_if_busy() -> None:
 
 
 class Measurer:
-    """Measure kernels once, in an isolated worker, remembering every result in a cost cache.
+    """Measure kernels once, in isolated workers, remembering every result in a cost cache.
 
     Args:
         target: the llvm target (see :func:`~layoutopt.tvm.resolve_target`; default: this CPU).
         cache: a :class:`~layoutopt.tvm.cache.CostCache`, a ``.jsonl`` path, or None (memory only).
         runner: where kernels run (default :class:`LocalRunner`).
-        timeout: seconds one kernel may take to build, check and time before it is declared hung.
+        timeout: seconds one kernel may take to build, or to check and time, before it is declared hung.
         check: compare every kernel's output with numpy (a wrong kernel is recorded as failed).
         progress: show a tqdm progress bar (None: only when stderr is a terminal).
         retry_failed: measure again the kernels the cache records as failed.
@@ -534,6 +342,7 @@ class Measurer:
             On a shared or virtualised machine, interference comes in episodes of seconds that
             slow every kernel timed meanwhile by up to 2x; a second pass, minutes later, rarely
             falls in the same episode. Cached kernels are not timed again.
+        workers: processes compiling kernels ahead of their timing (default: one per usable core).
 
     Raises:
         ProblemError: a bad target, runner setting, workload or candidate (before anything runs).
@@ -554,6 +363,7 @@ class Measurer:
         progress: bool | None = None,
         retry_failed: bool = False,
         passes: int = 2,
+        workers: int | None = None,
     ) -> None:
         from ._tvm import resolve_target, target_key
 
@@ -572,12 +382,17 @@ class Measurer:
         if int(passes) != passes or passes < 1:
             raise ProblemError(f"passes must be a positive integer, got {passes!r}")
         self.passes = int(passes)
+        if workers is not None and (int(workers) != workers or workers < 1):
+            raise ProblemError(f"workers must be a positive integer, got {workers!r}")
+        self.workers = int(workers) if workers is not None else usable_cores()
         self.check = bool(check)
         self.progress = progress
         self.retry_failed = bool(retry_failed)
-        #: counts of the last :meth:`measure` call: requested, cached, measured, failed, seconds
+        #: counts of the last :meth:`measure` call: requested, cached, measured, failed, seconds;
+        #: compile_seconds and time_seconds (the two phases), workers and devices used
         self.stats: dict[str, float] = {}
-        self._worker = _Worker()
+        self._lanes: list[_Lane] = []
+        self._closed_starts = 0
 
     def __enter__(self) -> Measurer:
         return self
@@ -586,8 +401,21 @@ class Measurer:
         self.close()
 
     def close(self) -> None:
-        """Stop the worker process."""
-        self._worker.close()
+        """Stop the worker processes (their RPC sessions are closed first)."""
+        lanes, self._lanes = self._lanes, []
+        for lane in lanes:
+            lane.close()
+            self._closed_starts += lane.worker.starts
+
+    @property
+    def worker_starts(self) -> int:
+        """Worker processes started so far (a crash or a timeout costs one more)."""
+        return self._closed_starts + sum(lane.worker.starts for lane in self._lanes)
+
+    def _lane(self, index: int) -> _Lane:
+        while len(self._lanes) <= index:
+            self._lanes.append(_Lane(len(self._lanes)))
+        return self._lanes[index]
 
     def lookup(self, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> MeasureResult | None:
         """The cached result of (workload, candidate), or None if it still has to be measured."""
@@ -624,65 +452,151 @@ class Measurer:
                 missing[key] = (workload, candidate)
             else:
                 results[key] = cached
-        failed = 0
+        self.stats = {"compile_seconds": 0.0, "time_seconds": 0.0, "workers": 0, "devices": 0}
         if missing:
             _warn_if_busy()
-        disable = None if self.progress is None else not self.progress
-        with tqdm(total=len(missing) * self.passes, desc=desc, unit="kernel", disable=disable,
-                  leave=False) as bar:
-            keep = self.passes > 1
-            for key, (workload, candidate) in missing.items():
-                results[key] = self._measure_one(workload, candidate, key if keep else "")
-                failed += not results[key].ok
-                bar.update()
-            for _ in range(1, self.passes):
-                for key in reversed(list(missing)):  # reversed: neighbours get different moments
-                    if results[key].ok:
-                        results[key] = self._time_again(key, results[key])
-                    bar.update()
-            if keep and missing:
-                self._call(("forget",))
-        self.stats = {
+            disable = None if self.progress is None else not self.progress
+            with tqdm(total=len(missing) * self.passes, desc=desc, unit="kernel", disable=disable,
+                      leave=False) as bar:
+                self._measure_missing(missing, results, bar)
+        self.stats.update({
             "requested": len(normalized),
             "cached": len(results) - len(missing),
             "measured": len(missing),
-            "failed": failed,
+            "failed": sum(not results[key].ok for key in missing),
             "seconds": time.perf_counter() - started,
-        }
+        })
         return [results[self.cache.key(self.target_key, self.tvm_version, w, c)] for w, c in normalized]
 
-    def _call(self, request: tuple) -> tuple[str, Any]:
-        try:
-            return self._worker.call(request, self.timeout)
-        except _WorkerDied as died:
-            return "error", str(died)
+    def _measure_missing(self, missing: dict[str, tuple[dict, dict]], results: dict[str, MeasureResult],
+                         bar: Any) -> None:
+        """Compile ``missing`` in rounds on every worker, time each round alone, then the later passes."""
+        keys = list(missing)
+        devices = min(self.runner.devices(), len(keys))
+        workers = max(1, min(self.workers, math.ceil(min(len(keys), _ROUND) / _BATCH)))
+        self.stats.update(workers=workers, devices=devices)
+        device_of: dict[str, int] = {}
+        with tempfile.TemporaryDirectory(prefix="layoutopt-kernels-") as directory:
+            for first in range(0, len(keys), _ROUND):
+                round_keys = keys[first : first + _ROUND]
+                with self._phase("compile_seconds"):
+                    compiled = self._compile(round_keys, missing, directory, workers)
+                with self._phase("time_seconds"):
+                    self._first_pass(round_keys, missing, compiled, devices, results, device_of, bar)
+            with self._phase("time_seconds"):
+                for _ in range(1, self.passes):
+                    # reversed: neighbours get different moments; each kernel on the device holding it
+                    jobs = [(key, device_of[key], "retime", (key,), self.timeout, "timing the kernel again")
+                            for key in reversed(keys) if results[key].ok]
+                    bar.update(len(keys) - len(jobs))
+                    for key, _, status, value in self._run(jobs, devices):
+                        if status == "ok":  # else e.g. the worker restarted after a crash and lost it
+                            results[key] = self._add_pass(results[key], value)
+                        bar.update()
+                lanes = [self._lane(i) for i in range(devices)]  # their libraries go with the directory
+                for future in [lane.submit("forget", (), self.timeout, "forgetting") for lane in lanes]:
+                    future.result()
 
-    def _measure_one(self, workload: dict, candidate: dict, keep: str = "") -> MeasureResult:
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stats[name] += time.perf_counter() - started
+
+    def _first_pass(self, keys: list[str], missing: dict[str, tuple[dict, dict]], compiled: dict[str, dict],
+                    devices: int, results: dict[str, MeasureResult], device_of: dict[str, int],
+                    bar: Any) -> None:
+        """Check and time the compiled kernels of ``keys`` on ``devices`` workers; record each result."""
+        jobs: list[_Job] = []
+        for key in keys:
+            outcome = compiled[key]
+            if "error" in outcome:  # it did not build
+                failure = {"median": None, "results": [], "error": outcome["error"],
+                           "build_seconds": outcome.get("build_seconds")}
+                results[key] = self._record(missing[key], failure)
+                bar.update()
+            else:
+                args = (self.runner, key, outcome, *missing[key], self.check, self.passes > 1)
+                jobs.append((key, None, "measure", args, self.timeout, "checking and timing the kernel"))
+        for key, device, status, value in self._run(jobs, devices):
+            build = compiled[key]
+            if status == "ok":  # CPU time of every thread of both workers: its cost on an idle machine
+                cpu_seconds = round(value["cpu_seconds"] + build["build_cpu_seconds"], 4)
+                outcome = {**value, "cpu_seconds": cpu_seconds}
+            else:
+                outcome = {"median": None, "results": [], "error": str(value)}
+            results[key] = self._record(missing[key], {**outcome, "build_seconds": build["build_seconds"]})
+            device_of[key] = device
+            bar.update()
+
+    def _compile(self, keys: list[str], missing: dict[str, tuple[dict, dict]], directory: str,
+                 workers: int) -> dict[str, dict]:
+        """Build and compile ``keys`` in batches on ``workers`` workers; per key, where its kernel is
+        or why it failed. A batch whose worker dies is compiled again kernel by kernel."""
         target_spec = json.loads(self.target_key)
-        request = ("measure", self.runner, target_spec, workload, candidate, self.check, keep)
-        status, value = self._call(request)
-        outcome = value if status == "ok" else {"median": None, "results": [], "error": str(value)}
-        record = self.cache.put(
-            {
-                "target": self.target_key,
-                "tvm": self.tvm_version,
-                "workload": workload,
-                "candidate": candidate,
-                "runner": self.runner.describe(),
-                **outcome,
-            }
-        )
+        outcomes: dict[str, dict] = {}
+        batches = [keys[i : i + _BATCH] for i in range(0, len(keys), _BATCH)]
+        while batches:
+            jobs: list[_Job] = [
+                (tuple(batch), None, "compile",
+                 (self.runner, target_spec, [(key, *missing[key]) for key in batch], directory),
+                 self.timeout * len(batch), "compiling")
+                for batch in batches]
+            batches = []
+            for batch, _, status, value in self._run(jobs, workers):
+                if status == "ok":
+                    outcomes.update(value)
+                elif len(batch) > 1:
+                    batches.extend([key] for key in batch)
+                else:
+                    outcomes[batch[0]] = {"error": str(value)}
+        return outcomes
+
+    def _run(self, jobs: list[_Job], lanes: int) -> Iterator[tuple[Hashable, int, str, Any]]:
+        """Run ``jobs`` on the lanes, one at a time per lane, each on its own lane or on any of the
+        first ``lanes``; yield ``(tag, lane, status, value)`` as they finish."""
+        shared: deque[_Job] = deque()
+        own: dict[int, deque[_Job]] = defaultdict(deque)
+        for job in jobs:
+            (shared if job[1] is None else own[job[1]]).append(job)
+        running: dict[Future, tuple[Hashable, int]] = {}
+
+        def feed(lane: int) -> None:
+            queue = own[lane] if own[lane] else (shared if lane < lanes else None)
+            if queue:
+                tag, _, kind, args, timeout, doing = queue.popleft()
+                running[self._lane(lane).submit(kind, args, timeout, doing)] = (tag, lane)
+
+        for lane in sorted(set(range(lanes)) | set(own)):
+            feed(lane)
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                tag, lane = running.pop(future)
+                status, value = future.result()  # WorkerStartError ends the run: no kernel's fault
+                feed(lane)
+                yield tag, lane, status, value
+
+    def _record(self, task: tuple[dict, dict], outcome: dict[str, Any]) -> MeasureResult:
+        workload, candidate = task
+        record = self.cache.put({
+            "target": self.target_key,
+            "tvm": self.tvm_version,
+            "workload": workload,
+            "candidate": candidate,
+            "runner": self.runner.describe(),
+            **outcome,
+        })
         return self._result(record, cached=False)
 
-    def _time_again(self, key: str, result: MeasureResult) -> MeasureResult:
-        """One more pass over a kernel the worker still holds; the record keeps every pass's median."""
-        status, value = self._call(("retime", key))
-        if status != "ok":  # e.g. the worker restarted after a crash and lost it: keep what we have
-            return result
+    def _add_pass(self, result: MeasureResult, value: dict[str, Any]) -> MeasureResult:
+        """One more pass's timing of a kernel; the record keeps every pass's median."""
         record = dict(result.record)
-        record["pass_medians"] = [*record.get("pass_medians", [record["median"]]), value["median"]]
-        record["results"] = [*record.get("results", []), *value["results"]]
-        record["load_average"] = max(record.get("load_average", 0.0), value["load_average"])
+        record["pass_medians"] = [*(record.get("pass_medians") or [record["median"]]), value["median"]]
+        record["results"] = [*(record.get("results") or []), *value["results"]]
+        record["load_average"] = max(record.get("load_average") or 0.0, value["load_average"])
         return self._result(self.cache.put(record), cached=False)
 
     @staticmethod

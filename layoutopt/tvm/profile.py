@@ -25,10 +25,12 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from ..errors import ProblemError
 from ..problem import Problem
 from ._tvm import import_tvm, one_blas_thread
 from .cache import task_key
 from .graph import LayoutGraph
+from .runner import LocalRunner, Runner
 
 __all__ = ["OTHER", "Call", "Category", "call_category", "layer_times", "profile_builds", "profile_calls",
            "time_breakdown"]
@@ -81,7 +83,8 @@ def call_category(symbol: str) -> str:
     return OTHER
 
 
-def profile_calls(executable, inputs: Sequence[np.ndarray], repeat: int = 5) -> list[Call]:
+def profile_calls(executable, inputs: Sequence[np.ndarray], repeat: int = 5,
+                  runner: Runner | None = None) -> list[Call]:
     """Time every call of ``main`` where it runs, ``repeat`` times after a warm-up; medians per call.
 
     The sum of the calls is not the latency (measure that with
@@ -95,21 +98,28 @@ def profile_calls(executable, inputs: Sequence[np.ndarray], repeat: int = 5) -> 
         calls = profile_calls(build(mod), random_inputs(mod))
         sum(c.seconds for c in calls if call_category(c.symbol) == "conv2d")
     """
-    return profile_builds({"build": executable}, inputs, repeat)["build"]
+    return profile_builds({"build": executable}, inputs, repeat, runner)["build"]
 
 
 def profile_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray],
-                   repeat: int = 5) -> dict[str, list[Call]]:
+                   repeat: int = 5, runner: Runner | None = None) -> dict[str, list[Call]]:
     """:func:`profile_calls` for several builds, in interleaved rounds (one run of each per round), as
     :func:`~layoutopt.tvm.measure_latencies` times them: on a shared machine interference comes in
     episodes, and builds profiled one after the other would not see the same ones.
+
+    Raises:
+        ProblemError: ``runner`` cannot time the calls of a running build (the VM's instrument hook
+            calls back into Python: an RPC device cannot).
 
     Example::
 
         calls = profile_builds({"tuned": ex1, "nchw16c": ex2}, random_inputs(mod))
     """
     tvm = import_tvm()
-    args = [tvm.runtime.tensor(x) for x in inputs]
+    runner = runner or LocalRunner()
+    if not runner.profiles_builds:
+        raise ProblemError(f"the calls of a running build cannot be timed one by one on {runner.describe()}: "
+                           "the VM's instrument hook calls back into Python, in this process only")
     runs: dict[str, list[list[tuple[str, tuple, float]]]] = {name: [] for name in executables}
     started: list[float] = []
 
@@ -122,9 +132,11 @@ def profile_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray],
             runs_of[-1].append((str(symbol), shapes, elapsed))
         return 0  # VMInstrumentReturnKind.NO_OP: run the call
 
-    machines = {}
+    machines, args = {}, []
     for name, executable in executables.items():
-        vm = tvm.relax.VirtualMachine(executable, tvm.cpu())
+        module, device = runner.load_build(executable)
+        vm = tvm.relax.VirtualMachine(module, device)
+        args = args or [tvm.runtime.tensor(x, device) for x in inputs]
         vm.set_instrument(functools.partial(instrument, runs_of=runs[name]))
         machines[name] = vm
     with one_blas_thread():

@@ -1,5 +1,9 @@
 """Run, check and time built models: the measured side of every comparison.
 
+Builds run where a :class:`~layoutopt.tvm.runner.Runner` runs code: this machine by default, or a
+device behind a TVM RPC tracker (:class:`~layoutopt.tvm.runner.RPCRunner`: the build is exported,
+uploaded, run and timed there; inputs go to the device, outputs come back).
+
 Builds are compared only side by side: :func:`time_builds` times several builds in interleaved rounds
 (one run of each per round), so that the interference episodes of a shared machine fall on all of
 them alike, and keeps every sample so that a comparison can report its spread.
@@ -21,6 +25,7 @@ import numpy as np
 
 from ..errors import ProblemError
 from ._tvm import import_tvm, one_blas_thread
+from .runner import LocalRunner, Runner
 
 __all__ = ["Latency", "measure_latencies", "measure_latency", "random_inputs", "relative_error", "run",
            "time_builds"]
@@ -50,9 +55,15 @@ def random_inputs(mod, seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
-def _virtual_machine(executable):
+def _virtual_machine(executable, runner: Runner | None):
+    """A VM running ``executable`` where ``runner`` runs code, and that place's device."""
+    module, device = (runner or LocalRunner()).load_build(executable)
+    return import_tvm().relax.VirtualMachine(module, device), device
+
+
+def _device_args(inputs: Sequence[np.ndarray], device) -> list:
     tvm = import_tvm()
-    return tvm.relax.VirtualMachine(executable, tvm.cpu())
+    return [tvm.runtime.tensor(x, device) for x in inputs]
 
 
 def _to_numpy(value) -> list[np.ndarray]:
@@ -61,11 +72,18 @@ def _to_numpy(value) -> list[np.ndarray]:
     return [array for item in value for array in _to_numpy(item)]
 
 
-def run(executable, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Run ``main`` of a built module on numpy ``inputs``; the outputs as a flat list of arrays."""
-    tvm = import_tvm()
-    vm = _virtual_machine(executable)
-    return _to_numpy(vm["main"](*[tvm.runtime.tensor(x) for x in inputs]))
+def run(executable, inputs: Sequence[np.ndarray], runner: Runner | None = None) -> list[np.ndarray]:
+    """Run ``main`` of a built module on numpy ``inputs`` (where ``runner`` runs code; default: this
+    machine); the outputs as a flat list of arrays.
+
+    Example::
+
+        (y,) = run(build(mod), random_inputs(mod))
+    """
+    vm, device = _virtual_machine(executable, runner)
+    vm.set_input("main", *_device_args(inputs, device))  # the stateful calls also work over RPC,
+    vm.invoke_stateful("main")  # where a returned tuple would stay a reference to the device's
+    return _to_numpy(vm.get_outputs("main"))
 
 
 def relative_error(outputs: Sequence[np.ndarray], references: Sequence[np.ndarray]) -> float:
@@ -87,20 +105,21 @@ def relative_error(outputs: Sequence[np.ndarray], references: Sequence[np.ndarra
 
 
 def measure_latency(
-    executable, inputs: Sequence[np.ndarray], repeat: int = 5, min_repeat_ms: int = 200
+    executable, inputs: Sequence[np.ndarray], repeat: int = 5, min_repeat_ms: int = 200,
+    runner: Runner | None = None,
 ) -> float:
-    """Median end-to-end latency of ``main`` in seconds, timed by TVM's own ``time_evaluator``.
+    """Median end-to-end latency of ``main`` in seconds, timed by TVM's own ``time_evaluator`` (where
+    ``runner`` runs code; default: this machine).
 
     Example::
 
         seconds = measure_latency(build(mod), random_inputs(mod))
     """
-    tvm = import_tvm()
-    vm = _virtual_machine(executable)
-    args = [tvm.runtime.tensor(x) for x in inputs]
+    vm, device = _virtual_machine(executable, runner)
+    args = _device_args(inputs, device)
     with one_blas_thread():
         vm["main"](*args)  # warm up (first-touch of the constants, thread pool start)
-        timer = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        timer = vm.time_evaluator("main", device, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
         return float(np.median(timer(*args).results))
 
 
@@ -132,8 +151,9 @@ class Latency:
 
 
 def time_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], repeat: int = 5,
-                min_repeat_ms: int = 100) -> dict[str, list[float]]:
-    """Every latency sample (seconds) of each build, timed in ``repeat`` interleaved rounds.
+                min_repeat_ms: int = 100, runner: Runner | None = None) -> dict[str, list[float]]:
+    """Every latency sample (seconds) of each build, timed in ``repeat`` interleaved rounds where
+    ``runner`` runs code (default: this machine).
 
     On a shared machine the load drifts; interleaving exposes every build to the same drift, which
     keeps their ratios honest where back-to-back timing would not. Each sample averages runs over
@@ -143,11 +163,10 @@ def time_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], re
 
         samples = time_builds({"tuned": ex1, "nchw16c": ex2}, random_inputs(mod))
     """
-    tvm = import_tvm()
-    device = tvm.cpu()
-    timers, args = {}, [tvm.runtime.tensor(x) for x in inputs]
+    timers, args = {}, None
     for name, executable in executables.items():
-        vm = _virtual_machine(executable)
+        vm, device = _virtual_machine(executable, runner)
+        args = args if args is not None else _device_args(inputs, device)
         vm["main"](*args)  # warm up
         timers[name] = vm.time_evaluator("main", device, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
     samples: dict[str, list[float]] = {name: [] for name in executables}
@@ -159,12 +178,12 @@ def time_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], re
 
 
 def measure_latencies(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], repeat: int = 5,
-                      min_repeat_ms: int = 100) -> dict[str, float]:
+                      min_repeat_ms: int = 100, runner: Runner | None = None) -> dict[str, float]:
     """Median latency of each build (seconds), timed in interleaved rounds (see :func:`time_builds`).
 
     Example::
 
         measure_latencies({"tuned": ex1, "nchw16c": ex2}, random_inputs(mod))
     """
-    samples = time_builds(executables, inputs, repeat, min_repeat_ms)
+    samples = time_builds(executables, inputs, repeat, min_repeat_ms, runner)
     return {name: Latency.of(values).median for name, values in samples.items()}

@@ -3,7 +3,11 @@
 extract -> measure (:func:`layoutopt.tvm.build_problem`) -> :func:`layoutopt.solve` -> apply
 (:func:`layoutopt.tvm.apply_assignment`) -> :func:`layoutopt.tvm.build` -> check the outputs against
 the untouched model on random inputs -> time it beside the baselines
-(:mod:`layoutopt.tvm.baselines`), in interleaved rounds.
+(:mod:`layoutopt.tvm.baselines`), in interleaved rounds -> profile every call.
+
+Everything runs where the ``runner`` runs code (:mod:`layoutopt.tvm.runner`): on this machine by
+default; with an :class:`~layoutopt.tvm.runner.RPCRunner`, the kernels and then the whole builds
+(for the target given: the device's) are exported, uploaded, checked and timed on the device.
 
 The guard: the tuned build is always timed beside the best fixed layout (b*, the faster of all-NCHW8c
 and all-NCHW16c), and the faster of the two is what the result hands back (``result.chosen`` says
@@ -22,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +48,7 @@ from .calibrate import Calibration
 from .graph import LayoutGraph
 from .kernels import describe_workload
 from .profile import Category, layer_times, profile_builds, time_breakdown
+from .runner import LocalRunner
 from .timing import Latency, measure_latency, random_inputs, relative_error, run, time_builds
 
 __all__ = ["TUNED", "Layer", "TuneResult", "Variant", "layer_table", "tune_and_build"]
@@ -113,6 +118,7 @@ class TuneResult:
         layers: per-layer table (:class:`Layer`), in graph order.
         timings: seconds spent per stage (prepare, measure, solve, apply, build, check, time).
         meta: what :func:`~layoutopt.tvm.build_problem` returned alongside the costs.
+        ran_on: where the builds were checked, timed and profiled (the runner's description).
     """
 
     executable: Any
@@ -129,6 +135,7 @@ class TuneResult:
     chosen: str = TUNED
     isolated_costs: Costs | None = None
     fuse: bool = True
+    ran_on: str = "this machine"
 
     def export(self, library: str | Path, solution: str | Path | None = None,
                model: str | None = None) -> tuple[Path, Path]:
@@ -172,6 +179,7 @@ class TuneResult:
             lines.append(f"handed back: {self.chosen} (it measured faster than the tuned build)")
         else:
             lines.append(f"handed back: {TUNED}")
+        lines.append(f"checked and timed on {self.ran_on}, target {self.target}")
         return "\n".join(lines)
 
 
@@ -245,7 +253,10 @@ def tune_and_build(
         target: CPU target (see :func:`~layoutopt.tvm.resolve_target`).
         method: the :func:`layoutopt.solve` method.
         cache: cost cache file (JSON lines), or None for an in-memory run.
-        runner: where kernels are measured (default: this machine; an RPC runner for a device farm).
+        runner: where kernels are measured and the builds checked, timed and profiled (default: this
+            machine; :class:`~layoutopt.tvm.runner.RPCRunner` for a device or a farm of them, the
+            ``target`` being the device's: builds are exported, uploaded and run there; their calls
+            cannot be profiled there, so neither ``profile`` nor ``calibrate`` apply).
         candidates: candidate kernels per op (default: blocks {4, 8, 16, 32, 64} and C when C < 8;
             ``{"blocks": ..., "orders": ["oc", "rows"]}`` adds the convs' loop orders: see
             :func:`~layoutopt.tvm.extract_layout_graph`).
@@ -317,108 +328,117 @@ def tune_and_build(
     with _stage(timings, "solve"):
         solution = _solve(graph, costs, method, time_limit, constraints)
 
-    reference = None
-    if check or "default" in names:
-        say("building TVM's default build of the untouched model (reference) ...")
-        with _stage(timings, "reference"):
-            default_ex = import_tvm().compile(mod, target=target)
-            reference = run(default_ex, inputs) if check else None
+    place = runner if runner is not None else LocalRunner()
+    with closing(place):  # it may hold a device session and the builds it loaded
+        where = f" on {place.describe()}"
+        reference = None
+        if check or "default" in names:
+            say(f"building TVM's default build of the untouched model (reference){where} ...")
+            with _stage(timings, "reference"):
+                default_ex = import_tvm().compile(mod, target=target)
+                reference = run(default_ex, inputs, place) if check else None
 
-    def make_variant(name: str, description: str, assignment: Mapping[Hashable, int]) -> Variant:
-        new_mod = apply_assignment(mod, graph, assignment)
-        executable = build(new_mod, target, fuse=fuse)
-        error = relative_error(run(executable, inputs), reference) if check else None
-        if error is not None and not error <= rtol:
-            raise ProblemError(f"the {name} build's outputs differ from the untouched model's by {error:.3g} "
-                               f"(relative), above rtol={rtol:g}: a layout rewrite bug, please report it")
-        return Variant(name, description, None, transforms=count_layout_transforms(new_mod),
-                       max_relative_error=error, assignment=dict(assignment), module=new_mod,
-                       executable=executable)
+        def make_variant(name: str, description: str, assignment: Mapping[Hashable, int]) -> Variant:
+            new_mod = apply_assignment(mod, graph, assignment)
+            executable = build(new_mod, target, fuse=fuse)
+            error = relative_error(run(executable, inputs, place), reference) if check else None
+            if error is not None and not error <= rtol:
+                raise ProblemError(f"the {name} build's outputs differ from the untouched model's by "
+                                   f"{error:.3g} (relative), above rtol={rtol:g}: a layout rewrite bug, "
+                                   "please report it")
+            return Variant(name, description, None, transforms=count_layout_transforms(new_mod),
+                           max_relative_error=error, assignment=dict(assignment), module=new_mod,
+                           executable=executable)
 
-    say("applying the solution, building and checking ...")
-    with _stage(timings, "build"):
-        tuned = make_variant(TUNED, f"layoutopt, method {method!r}", solution.assignment)
-    variants: dict[str, Variant] = {}
-    for name in names:
-        if name in COMPOSITES:
-            continue  # picked from its members once they are timed
-        description = BUILDS.get(name) or get_baseline(name).description
-        say(f"baseline {name}: {description} ...")
-        with _stage(timings, f"baseline {name}"):
-            if name == "default":  # TVM's default build: ~100x slower, timed once, not interleaved
-                latency = measure_latency(default_ex, inputs, repeat=1, min_repeat_ms=0)
-                variants[name] = Variant(name, description, None, latency, 0, 0.0 if check else None)
+        say(f"applying the solution, building and checking{where} ...")
+        with _stage(timings, "build"):
+            tuned = make_variant(TUNED, f"layoutopt, method {method!r}", solution.assignment)
+        variants: dict[str, Variant] = {}
+        for name in names:
+            if name in COMPOSITES:
+                continue  # picked from its members once they are timed
+            description = BUILDS.get(name) or get_baseline(name).description
+            say(f"baseline {name}: {description} ...")
+            with _stage(timings, f"baseline {name}"):
+                if name == "default":  # TVM's default build: ~100x slower, timed once, not interleaved
+                    latency = measure_latency(default_ex, inputs, repeat=1, min_repeat_ms=0, runner=place)
+                    variants[name] = Variant(name, description, None, latency, 0, 0.0 if check else None)
+                else:
+                    assignment = get_baseline(name).function(graph, Problem.from_graph(graph, isolated), None)
+                    variants[name] = make_variant(name, description, assignment)
+
+        if (calibrate or profile) and not place.profiles_builds:
+            say(f"not calibrated nor profiled: the calls of a running build cannot be timed one by one"
+                f"{where}")
+            calibrate, profile = 0, False
+        if calibrate:
+            say("calibrating the costs with every build's in-network profile ...")
+            with _stage(timings, "calibrate"):
+                calibration = Calibration(graph, isolated, meta["measured"], target)
+                builds = [tuned, *(v for v in variants.values() if v.executable is not None)]
+                profiles = profile_builds({v.name: v.executable for v in builds}, inputs, runner=place)
+                for variant in builds:
+                    calibration.observe(variant.assignment, profiles[variant.name])
+                first = tuned
+                for _ in range(calibrate):
+                    costs = calibration.costs()
+                    solution = _solve(graph, costs, method, time_limit, constraints)
+                    if calibration.observed(solution.assignment):
+                        break
+                    say("the calibrated costs choose another assignment: building and profiling it ...")
+                    latest = make_variant(TUNED, "", solution.assignment)
+                    profiled = profile_builds({TUNED: latest.executable}, inputs, runner=place)[TUNED]
+                    calibration.observe(latest.assignment, profiled)
+                    builds.append(latest)
+                final = next(v for v in reversed(builds) if v.assignment == solution.assignment)
+                tuned = replace(final, name=TUNED,
+                                description=f"layoutopt, method {method!r}, costs calibrated in the network")
+                if first.assignment != solution.assignment:
+                    isolated_description = "layoutopt on the isolated measurements"
+                    variants["layoutopt_isolated"] = replace(first, name="layoutopt_isolated",
+                                                             description=isolated_description)
+        problem = Problem.from_graph(graph, costs)
+        for variant in [tuned, *variants.values()]:
+            if variant.assignment is not None and variant.predicted is None:
+                variant.predicted = problem.evaluate([variant.assignment[n] for n in problem.nodes])
+
+        executables = {v.name: v.executable for v in [tuned, *variants.values()] if v.executable is not None}
+        say(f"timing the builds side by side{where} ...")
+        with _stage(timings, "time"):
+            samples = time_builds(executables, inputs, repeat, runner=place)
+        for variant in [tuned, *variants.values()]:
+            if variant.name in samples:
+                latency = Latency.of(samples[variant.name])
+                variant.measured, variant.spread = latency.median, (latency.low, latency.high)
+        aliases: dict[str, str] = {}  # b* (and the like) -> the member build it is
+        for composite in (name for name in names if name in COMPOSITES):  # the faster member, measured
+            members = COMPOSITES[composite]
+            fastest = aliases[composite] = min(members, key=lambda member: variants[member].measured)
+            variants[composite] = replace(variants[fastest], name=composite,
+                                          description=f"{BUILDS[composite]}: {fastest}")
+        chosen = TUNED
+        if guard and variants["best_fixed"].measured < tuned.measured:
+            if _respects(graph, variants["best_fixed"].assignment, constraints):
+                chosen = "best_fixed"
+                say(f"the best fixed layout measured faster than the tuned build: handing back {chosen}")
             else:
-                assignment = get_baseline(name).function(graph, Problem.from_graph(graph, isolated), None)
-                variants[name] = make_variant(name, description, assignment)
-
-    if calibrate:
-        say("calibrating the costs with every build's in-network profile ...")
-        with _stage(timings, "calibrate"):
-            calibration = Calibration(graph, isolated, meta["measured"], target)
-            builds = [tuned, *(v for v in variants.values() if v.executable is not None)]
-            profiles = profile_builds({v.name: v.executable for v in builds}, inputs)
-            for variant in builds:
-                calibration.observe(variant.assignment, profiles[variant.name])
-            first = tuned
-            for _ in range(calibrate):
-                costs = calibration.costs()
-                solution = _solve(graph, costs, method, time_limit, constraints)
-                if calibration.observed(solution.assignment):
-                    break
-                say("the calibrated costs choose another assignment: building and profiling it ...")
-                latest = make_variant(TUNED, "", solution.assignment)
-                calibration.observe(latest.assignment,
-                                    profile_builds({TUNED: latest.executable}, inputs)[TUNED])
-                builds.append(latest)
-            final = next(v for v in reversed(builds) if v.assignment == solution.assignment)
-            tuned = replace(final, name=TUNED, description=f"layoutopt, method {method!r}, costs calibrated "
-                            "in the network")
-            if first.assignment != solution.assignment:
-                variants["layoutopt_isolated"] = replace(
-                    first, name="layoutopt_isolated", description="layoutopt on the isolated measurements")
-    problem = Problem.from_graph(graph, costs)
-    for variant in [tuned, *variants.values()]:
-        if variant.assignment is not None and variant.predicted is None:
-            variant.predicted = problem.evaluate([variant.assignment[n] for n in problem.nodes])
-
-    executables = {v.name: v.executable for v in [tuned, *variants.values()] if v.executable is not None}
-    say("timing the builds side by side ...")
-    with _stage(timings, "time"):
-        samples = time_builds(executables, inputs, repeat)
-    for variant in [tuned, *variants.values()]:
-        if variant.name in samples:
-            latency = Latency.of(samples[variant.name])
-            variant.measured, variant.spread = latency.median, (latency.low, latency.high)
-    aliases: dict[str, str] = {}  # b* (and the like) -> the member build it is
-    for composite in (name for name in names if name in COMPOSITES):  # the faster member, as measured
-        members = COMPOSITES[composite]
-        fastest = aliases[composite] = min(members, key=lambda member: variants[member].measured)
-        variants[composite] = replace(variants[fastest], name=composite,
-                                      description=f"{BUILDS[composite]}: {fastest}")
-    chosen = TUNED
-    if guard and variants["best_fixed"].measured < tuned.measured:
-        if _respects(graph, variants["best_fixed"].assignment, constraints):
-            chosen = "best_fixed"
-            say(f"the best fixed layout measured faster than the tuned build: handing back {chosen}")
-        else:
-            say("the best fixed layout measured faster, but breaks a pin or forbid: "
-                "handing back the tuned build")
-    layers = layer_table(graph, problem, solution.assignment, isolated)
-    if profile:
-        say("profiling the builds: each call's time in the network ...")
-        with _stage(timings, "profile"):
-            profiles = profile_builds(executables, inputs)
-            for variant in [tuned, *variants.values()]:
-                calls = profiles.get(aliases.get(variant.name, variant.name))
-                if calls:
-                    variant.breakdown = time_breakdown(calls, graph, costs, variant.assignment)
-            in_network = layer_times(profiles[TUNED], graph, solution.assignment, target)
-            for layer in layers:
-                layer.in_network = in_network.get(layer.node)
-    handed_back = tuned if chosen == TUNED else variants[chosen]
-    return TuneResult(handed_back.executable, handed_back.module, solution, graph, costs, tuned, variants,
-                      layers, timings, meta, str(target), chosen, isolated, fuse)
+                say("the best fixed layout measured faster, but breaks a pin or forbid: "
+                    "handing back the tuned build")
+        layers = layer_table(graph, problem, solution.assignment, isolated)
+        if profile:
+            say("profiling the builds: each call's time in the network ...")
+            with _stage(timings, "profile"):
+                profiles = profile_builds(executables, inputs, runner=place)
+                for variant in [tuned, *variants.values()]:
+                    calls = profiles.get(aliases.get(variant.name, variant.name))
+                    if calls:
+                        variant.breakdown = time_breakdown(calls, graph, costs, variant.assignment)
+                in_network = layer_times(profiles[TUNED], graph, solution.assignment, target)
+                for layer in layers:
+                    layer.in_network = in_network.get(layer.node)
+        handed_back = tuned if chosen == TUNED else variants[chosen]
+        return TuneResult(handed_back.executable, handed_back.module, solution, graph, costs, tuned, variants,
+                          layers, timings, meta, str(target), chosen, isolated, fuse, place.describe())
 
 
 def _solve(graph: LayoutGraph, costs: Costs, method: str, time_limit: float | None,

@@ -46,14 +46,19 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
+#: RPC servers the loopback tracker has under its key: a farm of two "devices" (this CPU)
+RPC_DEVICES = 2
+
+
 @pytest.fixture(scope="session")
 def rpc_tracker():
-    """``(address, key)`` of a TVM RPC tracker on loopback with one CPU server registered under ``key``."""
+    """``(address, key)`` of a TVM RPC tracker on loopback with :data:`RPC_DEVICES` CPU servers
+    registered under ``key``."""
     pytest.importorskip("tornado", reason="TVM's RPC tracker needs tornado (in the tvm extra)")
     pytest.importorskip("cloudpickle", reason="TVM's RPC tracker needs cloudpickle (in the tvm extra)")
     import tvm.rpc
 
-    port, server_port, key = _free_port(), _free_port(), "layoutopt-test"
+    port, key = _free_port(), "layoutopt-test"
     common = {"start_new_session": True, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     tracker = subprocess.Popen(
         [
@@ -69,7 +74,7 @@ def rpc_tracker():
         ],
         **common,
     )
-    server = None
+    servers = []
     try:
         deadline = time.monotonic() + 60
         while True:  # wait for the port first: connect_tracker itself retries only every 5 s
@@ -81,30 +86,19 @@ def rpc_tracker():
                     raise
                 time.sleep(0.1)
         session = tvm.rpc.connect_tracker("127.0.0.1", port)
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tvm.exec.rpc_server",
-                "--tracker",
-                f"127.0.0.1:{port}",
-                "--key",
-                key,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(server_port),
-                "--port-end",
-                str(server_port + 1),
-            ],
-            **common,
-        )
-        while key not in session.summary()["queue_info"]:
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("the RPC server did not register with the tracker")
+        for _ in range(RPC_DEVICES):
+            server_port = _free_port()
+            servers.append(subprocess.Popen(
+                [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}", "--key", key,
+                 "--host", "127.0.0.1", "--port", str(server_port), "--port-end", str(server_port + 1)],
+                **common,
+            ))
+        while session.summary()["queue_info"].get(key, {}).get("free", 0) < RPC_DEVICES:
+            if time.monotonic() > deadline or any(server.poll() is not None for server in servers):
+                raise RuntimeError("the RPC servers did not register with the tracker")
             time.sleep(0.2)
         yield f"127.0.0.1:{port}", key
     finally:
-        if server is not None:
+        for server in servers:
             _stop(server)
         _stop(tracker)

@@ -17,8 +17,9 @@ import pytest
 pytest.importorskip("tvm")
 
 from layoutopt import ProblemError
+from layoutopt.isolation import WorkerStartError
 from layoutopt.tvm.kernels import layout_transform_workload
-from layoutopt.tvm.measure import WORKER_BLAS_THREADS, LocalRunner, Measurer, RPCRunner, parse_rpc_address
+from layoutopt.tvm.measure import LocalRunner, Measurer, RPCRunner, parse_rpc_address
 
 pytestmark = pytest.mark.tvm
 
@@ -30,19 +31,19 @@ FAST = LocalRunner(repeat=2, min_repeat_ms=1)
 class CrashingRunner(LocalRunner):
     """Kills the worker the way a segfaulting kernel would."""
 
-    def load(self, executable, name):
+    def load(self, path, name):
         os.abort()
 
 
 @dataclass
 class HangingRunner(LocalRunner):
-    def load(self, executable, name):
+    def load(self, path, name):
         time.sleep(600)
 
 
 @dataclass
 class RaisingRunner(LocalRunner):
-    def load(self, executable, name):
+    def load(self, path, name):
         raise RuntimeError("device is on fire")
 
 
@@ -74,22 +75,87 @@ def test_every_kernel_is_timed_once_per_pass_and_costs_its_fastest_pass(tiny_con
     tasks = [(tiny_conv, {"in": "NCHW8c", "out": "NCHW8c"}), *transforms(2)]
     with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False, passes=3) as m:
         results = m.measure(tasks)
-        assert m._worker.starts == 1
+        assert m.worker_starts == 1
     for result in results:
         passes = result.record["pass_medians"]
         assert len(passes) == 3 and len(result.results) == 3 * FAST.repeat
         assert result.ok and result.cost == min(passes) and result.record["median"] == passes[0]
     with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False) as again:  # the cache keeps them
         assert [r.cost for r in again.measure(tasks)] == [r.cost for r in results]
-        assert again._worker.starts == 0
+        assert again.worker_starts == 0
+
+
+@dataclass
+class LoggingRunner(LocalRunner):
+    """Logs ``[event, pid, start, end]`` of every library export and every timing to a file."""
+
+    log: str = ""
+
+    def export(self, executable, path):
+        started = time.time()
+        super().export(executable, path)
+        self._log("export", started)
+
+    def time(self, module, device, name, args):
+        started = time.time()
+        results = super().time(module, device, name, args)
+        self._log("time", started)
+        return results
+
+    def _log(self, event, started):
+        with open(self.log, "a") as log:
+            log.write(json.dumps([event, os.getpid(), started, time.time()]) + "\n")
+
+
+def test_kernels_are_compiled_ahead_on_every_worker_and_timed_alone_afterwards(tmp_path):
+    log = tmp_path / "events.jsonl"
+    runner = LoggingRunner(repeat=2, min_repeat_ms=1, log=str(log))
+    tasks = transforms(12)  # two libraries of up to 8 kernels
+    with Measurer(runner=runner, progress=False, workers=2, passes=2) as m:
+        results = m.measure(tasks)
+    assert all(r.ok for r in results) and m.stats["workers"] == 2 and m.stats["devices"] == 1
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    exports = [e for e in events if e[0] == "export"]
+    timings = [e for e in events if e[0] == "time"]
+    assert len(exports) == 2 and len({pid for _, pid, _, _ in exports}) == 2  # both workers compiled
+    assert len(timings) == 2 * len(tasks) and len({pid for _, pid, _, _ in timings}) == 1  # one timed
+    # never while compiling
+    assert max(end for *_, end in exports) <= min(start for _, _, start, _ in timings)
+    assert m.stats["compile_seconds"] > 0 and m.stats["time_seconds"] > 0
+
+
+@dataclass
+class CrashingOnceRunner(LocalRunner):
+    """Kills the compiling worker at its first library export, the way a crashing compiler would."""
+
+    marker: str = ""
+
+    def export(self, executable, path):
+        if not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.abort()
+        super().export(executable, path)
+
+
+def test_a_batch_whose_worker_dies_is_compiled_again_kernel_by_kernel(tmp_path):
+    runner = CrashingOnceRunner(repeat=1, min_repeat_ms=1, marker=str(tmp_path / "crashed"))
+    tasks = transforms(3)  # one library of three kernels: its worker dies, then each is compiled alone
+    with Measurer(runner=runner, progress=False, passes=1) as m:
+        results = m.measure(tasks)
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert m.worker_starts == 2  # the crash cost one worker
 
 
 @dataclass
 class BlasThreadsRunner(LocalRunner):
-    """Reports the worker's BLAS thread settings through the error message."""
+    """Reports the measuring worker's BLAS libraries and their thread counts through the error message."""
 
-    def load(self, executable, name):
-        raise RuntimeError(" ".join(f"{k}={os.environ.get(k)}" for k in sorted(WORKER_BLAS_THREADS)))
+    def load(self, path, name):
+        from threadpoolctl import threadpool_info
+
+        blas = [f"{pool['internal_api']}={pool['num_threads']}" for pool in threadpool_info()
+                if pool["user_api"] == "blas"]
+        raise RuntimeError("BLAS " + " ".join(blas))
 
 
 def test_the_worker_runs_blas_on_one_thread_so_it_cannot_compete_with_the_kernel(tmp_path, monkeypatch):
@@ -97,7 +163,8 @@ def test_the_worker_runs_blas_on_one_thread_so_it_cannot_compete_with_the_kernel
     with Measurer(runner=BlasThreadsRunner(), progress=False) as m:
         (result,) = m.measure(transforms(1))
     assert not result.ok
-    assert "BLIS_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1" in result.error
+    blas = result.error.split("BLAS ", 1)[1].split()
+    assert blas and all(pool.endswith("=1") for pool in blas), result.error  # numpy's BLAS is loaded
 
 
 def test_cache_hits_skip_measurement(tiny_conv, tmp_path):
@@ -106,12 +173,12 @@ def test_cache_hits_skip_measurement(tiny_conv, tmp_path):
         measured = first.measure(tasks)
     with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False) as second:
         again = second.measure(tasks + transforms(3)[2:])
-        assert second._worker.starts == 1  # only the one new transform was run
+        assert second.worker_starts == 1  # only the one new transform was run
     assert [r.cost for r in again[:3]] == [r.cost for r in measured] and all(r.cached for r in again[:3])
     assert not again[3].cached and second.stats["cached"] == 3 and second.stats["measured"] == 1
     with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False) as third:
         third.measure(tasks)
-        assert third._worker.starts == 0  # a full cache never starts TVM's worker
+        assert third.worker_starts == 0  # a full cache never starts TVM's worker
 
 
 def test_times_from_another_schedule_version_are_not_reused(tmp_path, monkeypatch):
@@ -137,7 +204,7 @@ def test_duplicates_are_measured_once(tmp_path):
 @pytest.mark.parametrize(
     "runner,reason",
     [
-        (CrashingRunner(), "worker crashed (SIGABRT)"),
+        (CrashingRunner(), "worker process died (killed by SIGABRT"),
         (RaisingRunner(), "RuntimeError: device is on fire"),
     ],
 )
@@ -165,7 +232,7 @@ def test_a_hanging_kernel_times_out_and_the_run_goes_on(tmp_path):
         assert time.monotonic() - started < 30
         assert results[0].cost == math.inf and "timed out" in results[0].error
         m.runner, m.timeout = FAST, 120.0  # a healthy kernel may take seconds to build on a busy machine
-        assert m.measure(tasks[1:])[0].ok and m._worker.starts == 2  # restarted after the kill
+        assert m.measure(tasks[1:])[0].ok and m.worker_starts == 2  # restarted after the kill
 
 
 RESUME_SCRIPT = textwrap.dedent(
@@ -218,7 +285,7 @@ def test_bad_settings_and_tasks_are_clear_errors_before_anything_runs(tiny_conv)
             m.measure([(tiny_conv, {"in": "NCHW32c", "out": "NCHW8c"})])
         with pytest.raises(ProblemError, match="expects 8 input channels"):
             m.measure([({**tiny_conv, "kernel": [16, 8, 3, 3]}, {"in": "NCHW", "out": "NCHW"})])
-        assert m._worker.starts == 0
+        assert m.worker_starts == 0
 
 
 @pytest.mark.parametrize("address", ["localhost", "host:", ":9190", "host:99999", "host:port"])
@@ -232,13 +299,14 @@ def test_bad_rpc_addresses_are_clear_errors(address):
 
 
 def test_a_worker_that_cannot_start_fails_the_run_instead_of_caching_failures(tmp_path, monkeypatch):
-    import shutil
-
-    monkeypatch.setattr(sys, "executable", shutil.which("false"))  # an "interpreter" that exits at once
+    broken = tmp_path / "broken" / "tvm"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('this TVM is broken')\n")
+    monkeypatch.syspath_prepend(str(broken.parent))  # the workers get this sys.path; this process has TVM
     path = tmp_path / "c.jsonl"
     with (
         Measurer(cache=path, runner=FAST, progress=False) as m,
-        pytest.raises(RuntimeError, match="could not start: worker exited with code 1"),
+        pytest.raises(WorkerStartError, match=r"initializer failed: .*apache-tvm"),
     ):
         m.measure(transforms(1))
     assert not path.exists()
@@ -251,8 +319,9 @@ ORPHAN_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from test_measure import HangingRunner, transforms
     m = Measurer(runner=HangingRunner(), timeout=600, progress=False)
-    m._worker._start()
-    print(m._worker.process.pid, flush=True)
+    lane = m._lane(0)
+    lane.start()  # in the lane's own thread, as every call
+    print(lane.worker.pid, flush=True)
     m.measure(transforms(1))
     """
 )

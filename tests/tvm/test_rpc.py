@@ -1,20 +1,30 @@
-"""Measuring through TVM's RPC tracker, on loopback: a tracker and a server started by the test."""
+"""Measuring, checking and timing through TVM's RPC tracker, on loopback: a tracker and a farm of two
+servers started by the tests (conftest.py)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 pytest.importorskip("tvm")
 
+from onnx_models import tiny_conv_onnx
+
+from conftest import RPC_DEVICES
+from layoutopt import ProblemError
+from layoutopt.cli import main
+from layoutopt.tvm import models, tune_and_build
 from layoutopt.tvm.kernels import layout_transform_workload
 from layoutopt.tvm.measure import Measurer, RPCRunner
+from layoutopt.tvm.profile import profile_builds
 
 pytestmark = pytest.mark.tvm
 
 
-def test_kernels_are_uploaded_checked_and_timed_on_the_rpc_device(rpc_tracker, tiny_conv, tmp_path):
+def test_kernels_are_uploaded_checked_and_timed_on_a_farm_of_rpc_devices_in_parallel(rpc_tracker, tiny_conv,
+                                                                                     tmp_path):
     address, key = rpc_tracker
     runner = RPCRunner(address, key, repeat=2, min_repeat_ms=2)
     tasks = [
@@ -26,12 +36,14 @@ def test_kernels_are_uploaded_checked_and_timed_on_the_rpc_device(rpc_tracker, t
         results = measurer.measure(tasks)
     for result in results:
         assert result.ok, result.error
-        # two passes, the second timed again on the device without re-uploading
+        # two passes, the second timed again on the device holding it, without re-uploading
         assert 0 < result.cost < 0.1 and len(result.results) == 4 and len(result.record["pass_medians"]) == 2
         # the output was read back from the device and compared with numpy
         assert result.record["check_error"] < 1e-5
         assert result.record["runner"] == f"RPC tracker {address} key {key!r}"
-    assert measurer._worker.starts == 1  # one worker, one RPC session for all kernels
+    # one worker per device, each holding its session for the whole run (a worker without a device of
+    # its own would wait in the tracker's queue until the timeout), one of them also compiling
+    assert measurer.stats["devices"] == RPC_DEVICES and measurer.worker_starts == RPC_DEVICES
     # an explicit (cross) compiler links the library that is uploaded
     linked = RPCRunner(address, key, cc="g++", repeat=1, min_repeat_ms=1)
     with Measurer(runner=linked, progress=False) as measurer:
@@ -45,3 +57,66 @@ def test_an_unknown_device_key_is_a_recorded_failure_not_a_crash(rpc_tracker, tm
         result = measurer.measure([(layout_transform_workload([1, 8, 2, 2], "NCHW", "NCHW8c"), {})])[0]
     # the tracker queues the request until such a device registers: the timeout ends the wait
     assert result.cost == math.inf and "timed out" in result.error
+
+
+def remote_target() -> dict:
+    """A target whose flags differ from the host's: an AVX2 CPU, which an AVX2 or AVX-512 host runs."""
+    import tvm
+
+    mcpu = "broadwell" if tvm.target.codegen.llvm_get_system_cpu() == "haswell" else "haswell"
+    return {"kind": "llvm", "mcpu": mcpu}
+
+
+def test_tune_and_build_checks_times_and_hands_back_builds_for_the_device(rpc_tracker, tmp_path, monkeypatch):
+    address, key = rpc_tracker
+    runner = RPCRunner(address, key, repeat=1, min_repeat_ms=1)
+    loaded, exported = [], []
+    load_build, export = RPCRunner.load_build, RPCRunner.export
+
+    def spy_load(self, executable):  # every build that runs in this process, and the device it runs on
+        module, device = load_build(self, executable)
+        loaded.append((executable, repr(device)))
+        return module, device
+
+    def spy_export(self, executable, path):  # (kernels are exported in the measuring workers)
+        exported.append(executable)
+        export(self, executable, path)
+
+    monkeypatch.setattr(RPCRunner, "load_build", spy_load)
+    monkeypatch.setattr(RPCRunner, "export", spy_export)
+    target = remote_target()
+    result = tune_and_build(models.residual(channels=16, size=8), target=target, runner=runner,
+                            candidates=[8, 16], baselines=(), repeat=2, cache=tmp_path / "c.jsonl")
+    assert result.ran_on == f"RPC tracker {address} key {key!r}" and target["mcpu"] in result.target
+    assert result.meta["stats"]["devices"] == RPC_DEVICES and target["mcpu"] in result.meta["target"]
+    # the reference (TVM's default build of the untouched model), the tuned build and b*'s members were
+    # all built for the target, exported, uploaded and run on the device, each uploaded once
+    assert len({id(executable) for executable, _ in loaded}) == len(exported) == 4
+    assert all("remote" in device for _, device in loaded)
+    assert result.tuned.max_relative_error < 1e-4 and result.baselines["nchw16c"].max_relative_error < 1e-4
+    assert result.tuned.measured > 0 and result.baselines["best_fixed"].measured > 0
+    assert result.chosen in ("layoutopt", "best_fixed")
+    # the calls of a build cannot be timed one by one over RPC: no profile, said so, nothing made up
+    assert result.tuned.breakdown is None and all(layer.in_network is None for layer in result.layers)
+    with pytest.raises(ProblemError, match="cannot be timed one by one on RPC tracker"):
+        profile_builds({"tuned": result.executable}, [], runner=runner)
+    assert f"checked and timed on RPC tracker {address}" in result.summary()
+
+
+def test_the_tune_command_with_rpc_measures_checks_and_times_on_the_device(rpc_tracker, tmp_path, capsys):
+    address, key = rpc_tracker
+    model = tiny_conv_onnx(tmp_path / "tiny.onnx")
+    cache = tmp_path / "c.jsonl"
+    target = remote_target()
+    argv = ["tune", str(model), "--input-shape", "1,4,8,8", "--blocks", "4,8", "--target", json.dumps(target),
+            "--rpc", address, "--key", key, "--cache", str(cache), "--baselines", "", "--repeat", "2",
+            "--report", ""]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    where = f"on RPC tracker {address} key {key!r}"
+    assert f"applying the solution, building and checking {where}" in out
+    assert f"timing the builds side by side {where}" in out and f"checked and timed {where}" in out
+    assert "not calibrated nor profiled" in out and "handed back:" in out
+    records = [json.loads(line) for line in cache.read_text().splitlines()]
+    assert records and all(r["runner"] == f"RPC tracker {address} key {key!r}" for r in records)
+    assert all(json.loads(r["target"])["mcpu"] == target["mcpu"] for r in records)

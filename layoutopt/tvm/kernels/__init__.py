@@ -66,7 +66,7 @@ from .workload import (
 #: Version of the hand-written schedules and of how they are timed. It is part of every cost-cache
 #: key (see ``Measurer``), so timings of kernels built by an older schedule, or timed in a way now
 #: known to be wrong, are never reused: bump it whenever either changes. 3: the measuring worker
-#: runs BLAS on one thread (``measure.WORKER_BLAS_THREADS``); times of version 2 were inflated.
+#: runs BLAS on one thread; times of version 2 were inflated.
 #: 4: a partial register tile for prime output widths above 8 (:func:`register_tile`).
 SCHEDULE_VERSION = 4
 

@@ -1,0 +1,243 @@
+"""Where compiled code runs: this machine's CPU, or devices behind a TVM RPC tracker.
+
+A :class:`Runner` is the one answer to "where does it run" for everything layoutopt executes:
+
+* kernels, measured by :class:`~layoutopt.tvm.measure.Measurer`: compiled here (in a pool, on every
+  core), exported with :meth:`Runner.export`, then loaded with :meth:`Runner.load` and timed with
+  :meth:`Runner.time` inside a measuring worker process, one worker per device
+  (:meth:`Runner.devices`);
+* whole builds, checked, timed and profiled by :func:`~layoutopt.tvm.tune_and_build` (through
+  :mod:`layoutopt.tvm.timing` and :mod:`layoutopt.tvm.profile`): :meth:`Runner.load_build` makes a
+  built model runnable where the runner runs code.
+
+:class:`LocalRunner` runs on this machine's CPU; :class:`RPCRunner` on a device registered with
+TVM's RPC tracker (``python -m tvm.exec.rpc_tracker`` /
+``python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY``), for which everything is compiled
+here for the device's target, exported as a shared library (with a cross compiler if given),
+uploaded and run there.
+
+Example::
+
+    from layoutopt.tvm import RPCRunner, tune_and_build
+    device = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
+    runner = RPCRunner("10.0.0.2:9190", "rasp4b", cc="aarch64-linux-gnu-g++")
+    result = tune_and_build(mod, target=device, runner=runner)   # measured, checked and timed on the board
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ProblemError
+from ._tvm import first_line, import_tvm
+
+__all__ = ["LocalRunner", "RPCRunner", "Runner", "parse_rpc_address"]
+
+
+@dataclass(kw_only=True)
+class Runner:
+    """Where compiled code runs, and how a kernel is timed there (TVM's ``time_evaluator``).
+
+    ``number`` runs make one repeat; ``number=0`` lets TVM grow it until a repeat lasts at least
+    ``min_repeat_ms`` (each repeat then averages many runs, which tames noise on shared machines).
+    A kernel's reported cost is the median of ``repeat`` repeats. Runners are small picklable
+    settings objects: they are sent to the measuring workers, where :meth:`load` is called.
+
+    A custom runner overrides :meth:`load` and :meth:`load_build` (and :meth:`close` if it holds
+    resources, :meth:`export` if its libraries need another linker).
+    """
+
+    number: int = 0
+    repeat: int = 3
+    min_repeat_ms: float = 20.0
+    _builds: dict[int, tuple[Any, Any, Any]] = field(default_factory=dict, init=False, repr=False,
+                                                     compare=False)
+
+    #: whether the calls of a running build can be timed one by one (the VM's instrument hook calls
+    #: back into Python, which only works in this process)
+    profiles_builds = False
+
+    def __post_init__(self) -> None:
+        if self.number < 0 or self.repeat < 1 or self.min_repeat_ms < 0:
+            raise ProblemError(
+                f"{type(self).__name__}: need number >= 0, repeat >= 1, min_repeat_ms >= 0, got "
+                f"number={self.number}, repeat={self.repeat}, min_repeat_ms={self.min_repeat_ms}"
+            )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_builds": {}}  # loaded builds do not cross processes
+
+    def export(self, executable: Any, path: str | os.PathLike[str]) -> None:
+        """Write ``executable`` (a compiled kernel library or model) as a shared library that
+        :meth:`load` can run."""
+        executable.export_library(str(path))
+
+    def load(self, path: str, name: str) -> tuple[Any, Any]:
+        """Make the library :meth:`export` wrote at ``path`` runnable; ``(runtime module, device)``."""
+        raise NotImplementedError
+
+    def load_build(self, executable: Any) -> tuple[Any, Any]:
+        """Make a built model (``tvm.runtime.Executable``) runnable: ``(module, device)`` for
+        ``tvm.relax.VirtualMachine``. By default it is exported to a temporary file and loaded, once
+        per executable until :meth:`close` (checking, timing and profiling a build load it again)."""
+        loaded = self._builds.get(id(executable))
+        if loaded is None:
+            with tempfile.TemporaryDirectory(prefix="layoutopt-build-") as directory:
+                path = Path(directory) / f"build_{os.getpid()}_{time.monotonic_ns()}.so"
+                self.export(executable, path)
+                # the executable is kept with it, so that its id cannot name another one meanwhile
+                loaded = self._builds[id(executable)] = (executable, *self.load(str(path), "build"))
+        return loaded[1], loaded[2]
+
+    def time(self, module: Any, device: Any, name: str, args: Sequence[Any]) -> list[float]:
+        """Seconds per run of ``module[name](*args)``, one value per repeat."""
+        timer = module.time_evaluator(
+            name,
+            device,
+            number=max(1, self.number),
+            repeat=self.repeat,
+            min_repeat_ms=math.ceil(self.min_repeat_ms) if self.number == 0 else 0,
+        )
+        return [float(r) for r in timer(*args).results]
+
+    def devices(self) -> int:
+        """How many devices time kernels at once without disturbing each other (one measuring
+        worker each): 1 for this machine."""
+        return 1
+
+    def close(self) -> None:
+        """Release sessions and loaded builds (called when a measuring worker stops, and when
+        :func:`~layoutopt.tvm.tune_and_build` is done with its builds)."""
+        self._builds.clear()
+
+    def describe(self) -> str:
+        """Where code runs, for messages."""
+        return "this machine"
+
+
+@dataclass
+class LocalRunner(Runner):
+    """Run on this machine's CPU.
+
+    Example::
+
+        Measurer(runner=LocalRunner(repeat=5, min_repeat_ms=50))
+    """
+
+    profiles_builds = True
+
+    def load(self, path: str, name: str) -> tuple[Any, Any]:
+        tvm = import_tvm()
+        return tvm.runtime.load_module(path), tvm.cpu()
+
+    def load_build(self, executable: Any) -> tuple[Any, Any]:
+        return executable, import_tvm().cpu()  # the VM compiles it in memory: no file, no linker
+
+
+@dataclass
+class RPCRunner(Runner):  # tracker and key are positional, the timing settings keyword-only
+    """Run on devices registered with a TVM RPC tracker under ``key``.
+
+    Code is compiled here for the target given (the device's, e.g.
+    ``{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}``), exported as a shared
+    library, uploaded and run on a device. Every measuring worker keeps one session (one device)
+    for its whole run; a farm of devices registered under one key measures in parallel.
+
+    Args:
+        tracker: ``"HOST:PORT"`` of the tracker (``python -m tvm.exec.rpc_tracker``).
+        key: the device key the RPC servers registered with (``rpc_server --key KEY``).
+        priority, session_timeout: passed to the tracker request (seconds; 0 = no limit).
+        cc: the (cross) compiler that links the uploaded libraries, e.g. ``"aarch64-linux-gnu-g++"``
+            for an ARM board; default: the host's C++ compiler.
+
+    Example::
+
+        Measurer(target=device_target, runner=RPCRunner("10.0.0.2:9190", "rasp4b"))
+    """
+
+    tracker: str = "127.0.0.1:9190"
+    key: str = ""
+    priority: int = 1
+    session_timeout: float = 0.0
+    cc: str | None = None
+    _session: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        parse_rpc_address(self.tracker)
+        if not self.key:
+            raise ProblemError("RPCRunner needs the device key the RPC servers registered with (--key)")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_session": None}  # sessions do not cross processes
+
+    def _tracker(self):
+        host, port = parse_rpc_address(self.tracker)
+        return import_tvm().rpc.connect_tracker(host, port)
+
+    def _connect(self):
+        try:
+            self._session = self._tracker().request(
+                self.key, priority=self.priority, session_timeout=int(self.session_timeout)
+            )
+        except Exception as exc:
+            raise RuntimeError(
+                f"RPC tracker {self.tracker} key {self.key!r}: {first_line(exc, with_type=True)}"
+            ) from None
+        return self._session
+
+    def export(self, executable: Any, path: str | os.PathLike[str]) -> None:
+        fcompile = None
+        if self.cc:
+            from tvm.support.cc import cross_compiler
+
+            fcompile = cross_compiler(self.cc)
+        executable.export_library(str(path), fcompile=fcompile)
+
+    def load(self, path: str, name: str) -> tuple[Any, Any]:
+        session = self._session or self._connect()
+        session.upload(path)
+        return session.load_module(Path(path).name), session.cpu()
+
+    def devices(self) -> int:
+        """The servers registered under the key, busy or free, as MetaSchedule's RPC runner counts
+        them (at least 1: a request for a key no server has registered yet waits for one).
+
+        Raises:
+            ProblemError: the tracker cannot be reached (before anything is measured).
+        """
+        host, port = parse_rpc_address(self.tracker)
+        try:  # TVM's own client retries for a minute before it gives up
+            socket.create_connection((host, port), timeout=10).close()
+            servers = self._tracker().summary()["server_info"]
+        except Exception as exc:
+            raise ProblemError(f"RPC tracker {self.tracker}: cannot reach it: {first_line(exc)}") from None
+        return max(1, sum(1 for server in servers if server.get("key") == f"server:{self.key}"))
+
+    def close(self) -> None:
+        super().close()
+        self._session = None
+
+    def describe(self) -> str:
+        return f"RPC tracker {self.tracker} key {self.key!r}"
+
+
+def parse_rpc_address(address: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` -> ``(host, port)``, or ProblemError.
+
+    Example:
+        >>> parse_rpc_address("127.0.0.1:9190")
+        ('127.0.0.1', 9190)
+    """
+    host, sep, port = str(address).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ProblemError(f"RPC tracker address {address!r} must look like HOST:PORT, e.g. 127.0.0.1:9190")
+    return host, int(port)
