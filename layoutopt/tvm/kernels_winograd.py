@@ -1,0 +1,491 @@
+"""Winograd F(m x m, 3 x 3) conv2d kernels in blocked layouts: NCHW{ib}c in, NCHW{ob}c out.
+
+A 3x3, stride-1, undilated, ungrouped conv2d computes every ``m x m`` output tile from an
+``alpha x alpha`` input tile (``alpha = m + 2``) with ``alpha**2`` products per (input, output)
+channel pair instead of ``9 m**2``: 2.25x fewer for ``m = 2``, 4x for ``m = 4``, 5.06x for ``m = 6``.
+The kernel runs in three stages, all in one PrimFunc:
+
+1. input transform ``V = B^T d B`` of every tile and input channel (two separable passes; the
+   matrices' zeros are skipped and their +-1 entries cost no multiplication);
+2. ``alpha**2`` independent GEMMs ``M[e, v] = V[e, v] @ U[e, v]`` over the input channels, ``U`` being
+   the weight transformed at compile time (:func:`weight_transform`, ``U = G g G^T``);
+3. output transform ``Y = A^T M A`` written straight into the NCHW{ob}c output, with the conv's
+   fused elementwise epilogue (bias, residual add, relu) inlined into it.
+
+The schedule (:func:`schedule`) runs the GEMM of a group of tiles for one output-channel block into a
+``[tiles x ob]`` register tile per ``(e, v)``, keeps the group's ``alpha**2`` GEMM results in a small
+stack buffer and transforms them to the output right away, so ``M`` never goes to memory.
+
+The transform matrices are TVM's (``topi.nn.winograd_util``: Cook-Toom with the interpolation points of
+Barabasz et al., chosen for accuracy). Accuracy against a float64 direct convolution is in
+:data:`ERROR_NOTES`.
+
+Interface (one module per kernel family)::
+
+    applies(workload) -> bool
+    candidates(workload, blocks) -> [{"in": "NCHW16c", "out": "NCHW16c", "algorithm": "winograd", "tile": 4}, ...]
+    weight_transform(kernel_oihw, candidate) -> np.ndarray     # (alpha, alpha, O/ob, I, ob)
+    compute(tvm, data, weight, workload, candidate) -> te.Tensor
+    schedule(sch, target)                                      # the PrimFunc may hold a fused epilogue
+
+Example::
+
+    wl = {"op": "conv2d", "data": [1, 32, 14, 14], "kernel": [32, 32, 3, 3], "strides": [1, 1],
+          "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+    applies(wl)                                   # True
+    cand = candidates(wl, blocks=[16])[0]         # {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 2}
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ProblemError
+from . import kernels
+from ._tvm import import_tvm
+
+__all__ = [
+    "ALGORITHM",
+    "DEFAULT_TILES",
+    "applies",
+    "candidates",
+    "compute",
+    "schedule",
+    "transform_matrices",
+    "weight_transform",
+]
+
+#: the candidates' ``"algorithm"`` value
+ALGORITHM = "winograd"
+#: output tile sizes ``m`` of F(m x m, 3 x 3) offered by default
+DEFAULT_TILES = (2, 4, 6)
+#: values of the ``"order"`` schedule knob, the default first: ``"channels"`` runs the input transform
+#: as its own stage and the GEMMs parallel over (output-channel block, tile rows); ``"tiles"`` runs,
+#: per group of tiles (in parallel), the group's input transform, then its GEMMs and output transform
+#: for every output-channel block, so the transformed input never leaves the cache
+ORDERS = ("channels", "tiles")
+#: block annotation naming a block's role in the kernel (the value is one of the ``_STAGE_*`` names)
+STAGE_ATTR = "layoutopt.winograd"
+#: block annotation holding the candidate, on the GEMM block (the main compute block)
+CANDIDATE_ATTR = "layoutopt.candidate"
+
+_INPUT_ROWS, _INPUT, _GEMM, _OUTPUT_ROWS, _OUTPUT = (
+    "input_rows", "input", "gemm", "output_rows", "output"
+)
+
+
+def applies(workload: dict[str, Any]) -> bool:
+    """Is ``workload`` a conv2d Winograd F(m x m, 3 x 3) can compute (3x3, stride 1, dilation 1, groups 1)?
+
+    Example::
+
+        applies({"op": "conv2d", "data": [1, 64, 56, 56], "kernel": [64, 64, 3, 3], "strides": [1, 1],
+                 "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1})     # True
+    """
+    workload = kernels.validate_workload(workload)
+    return (
+        workload["op"] == "conv2d"
+        and workload["kernel"][2:] == [3, 3]
+        and workload["strides"] == [1, 1]
+        and workload["dilation"] == [1, 1]
+        and workload["groups"] == 1
+    )
+
+
+def candidates(
+    workload: dict[str, Any],
+    blocks: Iterable[int] = kernels.DEFAULT_BLOCKS,
+    tiles: Iterable[int] = DEFAULT_TILES,
+) -> list[dict[str, Any]]:
+    """Winograd candidates of a conv2d: every (NCHW{ib}c, NCHW{ob}c) pair of dividing ``blocks`` times
+    every tile size in ``tiles`` (none if :func:`applies` is false).
+
+    Output blocks below 8 are left out: the GEMM is vectorised along the output block, and a
+    4-lane vector leaves most of an AVX register idle.
+
+    Example::
+
+        candidates(wl, blocks=[16], tiles=[4])
+        # [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4}]
+    """
+    if not applies(workload):
+        return []
+    workload = kernels.validate_workload(workload)
+    blocks = list(blocks)
+    found = []
+    in_blocks = kernels.channel_blocks(workload["data"][1], blocks)
+    out_blocks = [b for b in kernels.channel_blocks(workload["kernel"][0], blocks) if b >= 8]
+    for tile, ib, ob in itertools.product(sorted(set(tiles)), in_blocks, out_blocks):
+        found.append({"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": ALGORITHM, "tile": int(tile)})
+    return found
+
+
+def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
+    """Raise ProblemError unless ``candidate`` is a Winograd candidate valid for ``workload``."""
+    what = f"winograd candidate {candidate!r} of {workload!r}"
+    if not applies(workload):
+        raise ProblemError(f"{what}: Winograd needs a 3x3 conv2d with stride 1, dilation 1, groups 1")
+    if candidate.get("algorithm") != ALGORITHM:
+        raise ProblemError(f"{what}: 'algorithm' must be {ALGORITHM!r}")
+    tile = candidate.get("tile")
+    if tile not in (2, 3, 4, 5, 6):
+        raise ProblemError(f"{what}: 'tile' must be an output tile size 2-6")
+    in_block, out_block = kernels.layout_block(candidate["in"]), kernels.layout_block(candidate["out"])
+    if in_block is None or out_block is None:
+        raise ProblemError(f"{what}: Winograd kernels take blocked layouts NCHW<b>c in and out")
+    kernels._check_divides(in_block, workload["data"][1], f"{what} input")
+    kernels._check_divides(out_block, workload["kernel"][0], f"{what} output")
+
+
+@functools.lru_cache(maxsize=None)
+def transform_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(A, B, G)`` of F(tile x tile, 3 x 3) as float64 arrays of shapes (alpha, tile), (alpha, alpha),
+    (alpha, 3): ``Y = A^T [(G g G^T) * (B^T d B)] A``. TVM's matrices (those behind
+    ``topi.nn.winograd_transform_matrices``), computed in float64.
+
+    Example::
+
+        A, B, G = transform_matrices(2)      # A.shape == (4, 2)
+    """
+    import_tvm()
+    from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
+
+    a, b, g = _cook_toom_convolution(_interpolation_points(tile + 3 - 2), tile, 3)
+    return (np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), np.asarray(g, dtype=np.float64))
+
+
+def weight_transform(kernel_oihw: np.ndarray, candidate: dict[str, Any]) -> np.ndarray:
+    """The OIHW 3x3 weight transformed and packed for ``candidate``: ``U = G g G^T`` per (o, i), in
+    float64, laid out ``(alpha, alpha, O/ob, I, ob)`` (``ob`` the output block) and cast back to the
+    weight's dtype.
+
+    Example::
+
+        weight_transform(np.ones((32, 16, 3, 3), "float32"), {"in": "NCHW16c", "out": "NCHW16c",
+                         "algorithm": "winograd", "tile": 4}).shape          # (6, 6, 2, 16, 16)
+    """
+    kernel_oihw = np.asarray(kernel_oihw)
+    if kernel_oihw.ndim != 4 or kernel_oihw.shape[2:] != (3, 3):
+        raise ProblemError(f"winograd weight_transform needs an OIHW 3x3 kernel, got shape {kernel_oihw.shape}")
+    out_block = kernels.layout_block(candidate["out"])
+    o, i = kernel_oihw.shape[:2]
+    kernels._check_divides(out_block, o, f"winograd weight_transform for {candidate}")
+    _, _, g = transform_matrices(int(candidate["tile"]))
+    u = np.einsum("ea,oiab,vb->evio", g, kernel_oihw.astype(np.float64), g, optimize=True)
+    alpha = g.shape[0]
+    u = u.reshape(alpha, alpha, i, o // out_block, out_block).transpose(0, 1, 3, 2, 4)
+    return np.ascontiguousarray(u.astype(kernel_oihw.dtype))
+
+
+def weight_shape(workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
+    """Shape of :func:`weight_transform`'s output for ``workload`` and ``candidate``."""
+    alpha = int(candidate["tile"]) + 2
+    out_block = kernels.layout_block(candidate["out"])
+    o, i = workload["kernel"][:2]
+    return (alpha, alpha, o // out_block, i, out_block)
+
+
+def _combination(tvm, coefficients: Sequence[float], term, dtype: str):
+    """``sum_k coefficients[k] * term(k)`` as a TIR expression: zeros skipped, +-1 as add/sub, and the
+    positive terms first so that no negation is needed (unless every term is negative)."""
+    nonzero = sorted(((k, float(c)) for k, c in enumerate(coefficients) if c != 0), key=lambda kc: kc[1] < 0)
+    if not nonzero:
+        return tvm.tirx.const(0, dtype)
+    negate = nonzero[0][1] < 0  # all negative: sum the magnitudes, negate once
+    total = None
+    for k, coef in nonzero:
+        value = term(k) if abs(coef) == 1 else term(k) * tvm.tirx.const(abs(coef), dtype)
+        if total is None:
+            total = value
+        else:
+            total = total + value if (coef > 0) != negate else total - value
+    return total * tvm.tirx.const(-1, dtype) if negate else total
+
+
+def _pick(tvm, index, expressions: Sequence[Any]):
+    """``expressions[index]`` for a loop variable ``index``: a Select chain that folds to one branch
+    once the loop over ``index`` is unrolled (the schedule unrolls every such loop)."""
+    chosen = expressions[-1]
+    for position in range(len(expressions) - 2, -1, -1):
+        chosen = tvm.tirx.Select(index == position, expressions[position], chosen)
+    return chosen
+
+
+def _stage(role: str) -> dict[str, Any]:
+    return {STAGE_ATTR: role}
+
+
+def _tiles(workload: dict[str, Any], tile: int) -> tuple[int, int]:
+    _, _, out_h, out_w = kernels.conv2d_output_shape(workload)
+    return -(-out_h // tile), -(-out_w // tile)
+
+
+def input_transform(tvm, data, workload: dict[str, Any], tile: int):
+    """Stage 1: ``V[e, v, n, y, x, c] = (B^T d B)[e, v]`` of the ``alpha x alpha`` input tile at tile
+    (y, x), from the (N, C/ib, H, W, ib) ``data`` placeholder, rows then columns."""
+    te, topi = tvm.te, tvm.topi
+    dtype = workload["dtype"]
+    alpha = tile + 2
+    _, b_matrix, _ = transform_matrices(tile)
+    batch, _, height, width, in_block = (int(d) for d in data.shape)
+    channels = workload["data"][1]
+    tiles_h, tiles_w = _tiles(workload, tile)
+    top, left, _, _ = workload["padding"]
+    after_h = tiles_h * tile + 2 - height - top
+    after_w = tiles_w * tile + 2 - width - left
+    padded = data
+    if top or left or after_h or after_w:
+        padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, after_h, after_w, 0], name="winograd_pad")
+
+    def input_rows(e, b, n, y, x, c):
+        def term(a):
+            return padded[n, c // in_block, y * tile + a, x * tile + b, c % in_block]
+        return _pick(tvm, e, [_combination(tvm, b_matrix[:, col], term, dtype) for col in range(alpha)])
+
+    shape = (alpha, alpha, batch, tiles_h, tiles_w, channels)
+    rows = te.compute(shape, input_rows, name="winograd_input_rows", attrs=_stage(_INPUT_ROWS))
+
+    def input_tiles(e, v, n, y, x, c):
+        def term(b):
+            return rows[e, b, n, y, x, c]
+        return _pick(tvm, v, [_combination(tvm, b_matrix[:, col], term, dtype) for col in range(alpha)])
+
+    return te.compute(shape, input_tiles, name="winograd_input", attrs=_stage(_INPUT))
+
+
+def gemm_output(tvm, transformed, weight, workload: dict[str, Any], candidate: dict[str, Any]):
+    """Stages 2 and 3: the ``alpha**2`` GEMMs over the input channels, then ``Y = A^T M A`` into the
+    (N, O/ob, OH, OW, ob) output."""
+    te = tvm.te
+    dtype = workload["dtype"]
+    tile = int(candidate["tile"])
+    a_matrix, _, _ = transform_matrices(tile)
+    alpha, _, batch, tiles_h, tiles_w, channels = (int(d) for d in transformed.shape)
+    _, _, out_outer, _, out_block = (int(d) for d in weight.shape)
+    _, out_channels, out_h, out_w = kernels.conv2d_output_shape(workload)
+    reduce_c = te.reduce_axis((0, channels), name="c")
+    gemm = te.compute(
+        (alpha, alpha, batch, tiles_h, tiles_w, out_channels),
+        lambda e, v, n, y, x, k: te.sum(
+            transformed[e, v, n, y, x, reduce_c] * weight[e, v, k // out_block, reduce_c, k % out_block],
+            axis=reduce_c,
+        ),
+        name="winograd_gemm",
+        attrs={**_stage(_GEMM), CANDIDATE_ATTR: dict(candidate)},
+    )
+
+    def output_rows(a, n, y, x, k, j):
+        def term(b):
+            return gemm[a, b, n, y, x, k]
+        return _pick(tvm, j, [_combination(tvm, a_matrix[:, col], term, dtype) for col in range(tile)])
+
+    half = te.compute((alpha, batch, tiles_h, tiles_w, out_channels, tile), output_rows,
+                      name="winograd_output_rows", attrs=_stage(_OUTPUT_ROWS))
+
+    def output(n, ko, oh, ow, ki):
+        def term(a):
+            return half[a, n, oh // tile, ow // tile, ko * out_block + ki, ow % tile]
+        return _pick(tvm, oh % tile, [_combination(tvm, a_matrix[:, row], term, dtype) for row in range(tile)])
+
+    return te.compute((batch, out_outer, out_h, out_w, out_block), output, name="winograd_output",
+                      attrs=_stage(_OUTPUT))
+
+
+def compute(tvm, data, weight, workload: dict[str, Any], candidate: dict[str, Any]):
+    """The Winograd conv2d of ``workload`` as a TE tensor of shape (N, O/ob, OH, OW, ob).
+
+    ``data`` is the (N, C/ib, H, W, ib) placeholder, ``weight`` the (alpha, alpha, O/ob, C, ob) one
+    (:func:`weight_transform`). The GEMM block carries ``candidate`` as the :data:`CANDIDATE_ATTR`
+    annotation and every stage its role as :data:`STAGE_ATTR`, which :func:`schedule` reads.
+    """
+    workload = kernels.validate_workload(workload)
+    validate_candidate(workload, candidate)
+    transformed = input_transform(tvm, data, workload, int(candidate["tile"]))
+    return gemm_output(tvm, transformed, weight, workload, candidate)
+
+
+# --------------------------------------------------------------------------------------------------
+# schedule
+# --------------------------------------------------------------------------------------------------
+
+
+def _stage_blocks(sch) -> dict[str, Any]:
+    found = {}
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        role = sch.get(block).annotations.get(STAGE_ATTR)
+        if role is not None:
+            found[str(role)] = block
+    return found
+
+
+def gemm_tile(tiles_h: int, tiles_w: int, out_block: int, target: Any = None) -> tuple[int, int]:
+    """``(rows, columns)`` of output tiles whose GEMMs share one register tile with ``out_block``
+    channels: ``rows * columns * ceil(out_block / lanes)`` accumulators, at most 3/4 of the
+    target's vector registers; ``columns`` divides the tile columns, and ``rows`` (more than one
+    only when the group spans all columns) the tile rows. The widest such group is taken."""
+    lanes, registers = kernels._vector_registers(target)
+    per_tile = -(-out_block // lanes)
+    budget = max(1, registers * 3 // 4 // per_tile)
+    best = (1, 1)
+    for columns in range(1, tiles_w + 1):
+        if tiles_w % columns or columns > budget:
+            continue
+        row_options = [1] if columns < tiles_w else [r for r in range(1, tiles_h + 1) if tiles_h % r == 0]
+        for rows in row_options:
+            if rows * columns <= budget and rows * columns > best[0] * best[1]:
+                best = (rows, columns)
+    return best
+
+
+def schedule(sch, target: Any = None) -> None:
+    """Schedule a PrimFunc holding :func:`compute`, optionally followed by a fused elementwise epilogue
+    (bias, residual add, relu: inlined into the output transform).
+
+    Input transform: parallel over tile rows, vectorised along the channels, its loops over the
+    tile positions unrolled. GEMM + output transform: parallel over (output-channel block, group of
+    tile rows); per group of :func:`gemm_tile` tiles, one register tile per tile position (e, v)
+    accumulated over the input channels, then the output transform and the epilogue of each tile,
+    vectorised along the output block.
+
+    Example::
+
+        sch = tvm.s_tir.Schedule(te.create_prim_func([data, weight, compute(tvm, data, weight, wl, cand)]))
+        schedule(sch, target)
+    """
+    stages = _stage_blocks(sch)
+    missing = {_INPUT_ROWS, _INPUT, _GEMM, _OUTPUT_ROWS, _OUTPUT} - set(stages)
+    if missing:
+        raise ProblemError(f"winograd schedule: blocks {sorted(missing)} not found in the PrimFunc")
+    order = str(sch.get(stages[_GEMM]).annotations[CANDIDATE_ATTR].get("order", ORDERS[0]))
+    if order == "tiles":
+        group = _schedule_gemm_output(sch, stages, target, tiles_outer=True)
+        _schedule_input_at(sch, stages, target, group)
+    else:
+        _schedule_gemm_output(sch, stages, target, tiles_outer=False)
+        _schedule_input(sch, stages, target)
+
+
+def _input_vector(sch, rows_block, channels: int, target: Any) -> int:
+    lanes, _ = kernels._vector_registers(target)
+    in_block = _input_block(sch, rows_block) or channels
+    return max(d for d in range(1, min(in_block, 4 * lanes) + 1) if in_block % d == 0 and channels % d == 0)
+
+
+def _inline_padding(sch, rows_block) -> None:
+    for producer in sch.get_producers(rows_block):
+        if "pad" in sch.get(producer).name_hint:
+            sch.compute_inline(producer)
+
+
+def _finish_input(sch, rows_block, co, e, v, ci) -> None:
+    sch.compute_at(rows_block, co)
+    sch.unroll(e)
+    sch.unroll(v)
+    sch.vectorize(ci)
+    row_e, row_b, row_c = sch.get_loops(rows_block)[-3:]
+    sch.unroll(row_e)
+    sch.unroll(row_b)
+    sch.vectorize(row_c)
+
+
+def _schedule_input(sch, stages: dict[str, Any], target: Any) -> None:
+    """The input transform as its own parallel stage (order "channels")."""
+    rows_block, block = stages[_INPUT_ROWS], stages[_INPUT]
+    _inline_padding(sch, rows_block)
+    e, v, n, y, x, c = sch.get_loops(block)
+    co, ci = sch.split(c, [None, _input_vector(sch, rows_block, int(sch.get(c).extent), target)])
+    sch.reorder(n, y, x, co, e, v, ci)
+    sch.parallel(sch.fuse(n, y))
+    _finish_input(sch, rows_block, co, e, v, ci)
+
+
+def _schedule_input_at(sch, stages: dict[str, Any], target: Any, group) -> None:
+    """The input transform of one group of tiles, computed right before the group's GEMMs (order
+    "tiles"): the transformed tiles stay in cache for every output-channel block."""
+    rows_block, block = stages[_INPUT_ROWS], stages[_INPUT]
+    _inline_padding(sch, rows_block)
+    sch.compute_at(block, group)
+    e, v, *tiles, c = _loops_below(sch, block, group)
+    co, ci = sch.split(c, [None, _input_vector(sch, rows_block, int(sch.get(c).extent), target)])
+    sch.reorder(*tiles, co, e, v, ci)
+    _finish_input(sch, rows_block, co, e, v, ci)
+
+
+def _schedule_gemm_output(sch, stages: dict[str, Any], target: Any, tiles_outer: bool):
+    """GEMM and output transform per group of tiles and output-channel block; returns the loop over
+    tile groups."""
+    gemm, output = stages[_GEMM], stages[_OUTPUT]
+    tile = int(sch.get(gemm).annotations[CANDIDATE_ATTR]["tile"])
+    out_block = int(sch.get(output).writes[0].source.shape[4])
+    tiles_h, tiles_w = (int(d) for d in sch.get(gemm).writes[0].source.shape[3:5])
+    _inline_epilogue(sch, output)
+    rows, columns = gemm_tile(tiles_h, tiles_w, out_block, target)
+    n, ko, oh, ow, ki = sch.get_loops(output)
+    y, i = sch.split(oh, [None, tile])
+    x, j = sch.split(ow, [None, tile])
+    yo, yi = sch.split(y, [None, rows])
+    xo, xi = sch.split(x, [None, columns])
+    if tiles_outer:
+        sch.reorder(n, yo, xo, ko, yi, xi, i, j, ki)
+        group = sch.fuse(n, yo, xo)
+        sch.parallel(group)
+        gemm_at = ko
+    else:
+        sch.reorder(n, ko, yo, xo, yi, xi, i, j, ki)
+        sch.parallel(sch.fuse(n, ko, yo))
+        group = gemm_at = xo
+    sch.unroll(i)
+    sch.unroll(j)
+    sch.vectorize(ki)
+    sch.compute_at(stages[_OUTPUT_ROWS], xi)
+    a, k, jj = sch.get_loops(stages[_OUTPUT_ROWS])[-3:]
+    sch.reorder(a, jj, k)
+    sch.unroll(a)
+    sch.unroll(jj)
+    sch.vectorize(k)
+    sch.compute_at(gemm, gemm_at)
+    # loops below: e, v, the group's tiles (extent-1 loops are not made), k, then the reduction c
+    e, v, *tiles, gk, gc = _loops_below(sch, gemm, gemm_at)
+    sch.reorder(e, v, gc, *tiles, gk)
+    accumulators = sch.cache_write(gemm, 0, "local")
+    sch.reverse_compute_at(accumulators, v)
+    sch.vectorize(sch.get_loops(accumulators)[-1])
+    for loop in tiles:
+        sch.unroll(loop)
+    sch.vectorize(gk)
+    sch.set_scope(accumulators, 0, "local")
+    sch.decompose_reduction(gemm, gc)
+    return group
+
+
+def _inline_epilogue(sch, output) -> None:
+    """Inline the elementwise blocks FuseOps put after the conv (bias, add, relu) into ``output``."""
+    tvm = import_tvm()
+    consumers = list(sch.get_consumers(output))
+    while consumers:
+        try:
+            sch.reverse_compute_inline(consumers[0])
+        except tvm.s_tir.ScheduleError:
+            kernels._schedule_epilogue(sch, [sch.get(b).name_hint for b in consumers], set())
+            return
+        consumers = list(sch.get_consumers(output))
+
+
+def _loops_below(sch, block, outer) -> list:
+    loops = sch.get_loops(block)
+    position = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(outer)))
+    return loops[position + 1:]
+
+
+def _input_block(sch, rows_block) -> int | None:
+    # the data block ib, read from the shape of the (possibly padded) data buffer the transform reads
+    for region in sch.get(rows_block).reads:
+        shape = region.source.shape
+        if len(shape) == 5:
+            return int(shape[4])
+    return None
