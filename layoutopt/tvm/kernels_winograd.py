@@ -39,6 +39,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import os
 import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -279,17 +280,18 @@ def gemm_output(tvm, transformed, weight, workload: dict[str, Any], candidate: d
         attrs={**_stage(_GEMM), CANDIDATE_ATTR: dict(candidate)},
     )
 
-    def output_rows(a, n, y, x, k, j):
+    def output_rows(a, n, y, x, j, k):
         def term(b):
             return gemm[a, b, n, y, x, k]
         return _pick(tvm, j, [_combination(tvm, a_matrix[:, col], term, dtype) for col in range(tile)])
 
-    half = te.compute((alpha, batch, tiles_h, tiles_w, out_channels, tile), output_rows,
+    # (j before k: the channels stay the contiguous, vectorised axis)
+    half = te.compute((alpha, batch, tiles_h, tiles_w, tile, out_channels), output_rows,
                       name="winograd_output_rows", attrs=_stage(_OUTPUT_ROWS))
 
     def output(n, ko, oh, ow, ki):
         def term(a):
-            return half[a, n, oh // tile, ow // tile, ko * out_block + ki, ow % tile]
+            return half[a, n, oh // tile, ow // tile, ow % tile, ko * out_block + ki]
         return _pick(tvm, oh % tile, [_combination(tvm, a_matrix[:, row], term, dtype) for row in range(tile)])
 
     return te.compute((batch, out_outer, out_h, out_w, out_block), output, name="winograd_output",
@@ -382,6 +384,12 @@ def _inline_padding(sch, rows_block) -> None:
             sch.compute_inline(producer)
 
 
+def _pad_stage(sch, rows_block) -> None:
+    for producer in sch.get_producers(rows_block):
+        if "pad" in sch.get(producer).name_hint:
+            kernels._parallel_vectorize(sch, producer)
+
+
 def _finish_input(sch, rows_block, co, e, v, ci) -> None:
     sch.compute_at(rows_block, co)
     sch.unroll(e)
@@ -396,7 +404,7 @@ def _finish_input(sch, rows_block, co, e, v, ci) -> None:
 def _schedule_input(sch, stages: dict[str, Any], target: Any) -> None:
     """The input transform as its own parallel stage (order "channels")."""
     rows_block, block = stages[_INPUT_ROWS], stages[_INPUT]
-    _inline_padding(sch, rows_block)
+    _inline_padding(sch, rows_block) if os.environ.get("INLINE_PAD", "1") == "1" else _pad_stage(sch, rows_block)
     e, v, n, y, x, c = sch.get_loops(block)
     co, ci = sch.split(c, [None, _input_vector(sch, rows_block, int(sch.get(c).extent), target)])
     sch.reorder(n, y, x, co, e, v, ci)
@@ -408,7 +416,7 @@ def _schedule_input_at(sch, stages: dict[str, Any], target: Any, group) -> None:
     """The input transform of one group of tiles, computed right before the group's GEMMs (order
     "tiles"): the transformed tiles stay in cache for every output-channel block."""
     rows_block, block = stages[_INPUT_ROWS], stages[_INPUT]
-    _inline_padding(sch, rows_block)
+    _inline_padding(sch, rows_block) if os.environ.get("INLINE_PAD", "1") == "1" else _pad_stage(sch, rows_block)
     sch.compute_at(block, group)
     e, v, *tiles, c = _loops_below(sch, block, group)
     co, ci = sch.split(c, [None, _input_vector(sch, rows_block, int(sch.get(c).extent), target)])
@@ -443,8 +451,7 @@ def _schedule_gemm_output(sch, stages: dict[str, Any], target: Any, tiles_outer:
     sch.unroll(j)
     sch.vectorize(ki)
     sch.compute_at(stages[_OUTPUT_ROWS], xi)
-    a, k, jj = sch.get_loops(stages[_OUTPUT_ROWS])[-3:]
-    sch.reorder(a, jj, k)
+    a, jj, k = sch.get_loops(stages[_OUTPUT_ROWS])[-3:]
     sch.unroll(a)
     sch.unroll(jj)
     sch.vectorize(k)

@@ -1,0 +1,272 @@
+"""1x1 conv2d as a packed GEMM in blocked layouts: NCHW{ib}c in, NCHW{ob}c out, any stride.
+
+A 1x1 convolution is a GEMM ``out[pixel, k] = sum_c data[pixel, c] * weight[c, k]``. The direct
+NCHWc kernel computes it with AutoTVM's register tile: at most 8 consecutive output columns of one
+row times one output-channel block. This family tiles the GEMM itself: a register tile of
+``rows x columns`` output pixels (several rows when the map is narrow: 2 x 7 at 7x7) times ``kt``
+output-channel blocks (several blocks when the pixel tile is short), so that the tile holds as many
+independent accumulators as the target's vector registers allow. Each reduction step loads ``kt``
+weight vectors and broadcasts one input value per pixel.
+
+The weight is packed ``(O/ob, I, ob)`` (:func:`weight_transform`; the same bytes as the direct
+kernel's ``OIHW{ib}i{ob}o`` of a 1x1 kernel). The fused epilogue (bias, residual add, relu) is
+finished in the register tile.
+
+Interface (one module per kernel family)::
+
+    applies(workload) -> bool
+    candidates(workload, blocks) -> [{"in": "NCHW16c", "out": "NCHW16c", "algorithm": "gemm"}, ...]
+    weight_transform(kernel_oihw, candidate) -> np.ndarray     # (O/ob, I, ob)
+    compute(tvm, data, weight, workload, candidate) -> te.Tensor
+    schedule(sch, target)                                      # the PrimFunc may hold a fused epilogue
+
+Example::
+
+    wl = {"op": "conv2d", "data": [1, 64, 56, 56], "kernel": [256, 64, 1, 1], "strides": [1, 1],
+          "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+    applies(wl)                                  # True
+    candidates(wl, blocks=[16])                  # [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'gemm'}]
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from ..errors import ProblemError
+from . import kernels
+from ._tvm import import_tvm
+
+__all__ = ["ALGORITHM", "applies", "candidates", "compute", "register_tile", "schedule", "weight_transform"]
+
+#: the candidates' ``"algorithm"`` value
+ALGORITHM = "gemm"
+#: block annotation holding the candidate, on the GEMM block
+CANDIDATE_ATTR = "layoutopt.candidate"
+#: the GEMM block's name
+MAIN_BLOCK = "conv2d_1x1_gemm"
+#: values of the ``"order"`` schedule knob, the default first: the parallel loops run over
+#: output-channel blocks, then pixel tiles (``"oc"``), or pixel tiles, then channel blocks (``"rows"``)
+ORDERS = ("oc", "rows")
+
+
+def applies(workload: dict[str, Any]) -> bool:
+    """Is ``workload`` a 1x1, unpadded, ungrouped conv2d (any stride)?
+
+    Example::
+
+        applies({"op": "conv2d", "data": [1, 64, 56, 56], "kernel": [256, 64, 1, 1], "strides": [2, 2],
+                 "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1})     # True
+    """
+    workload = kernels.validate_workload(workload)
+    return (
+        workload["op"] == "conv2d"
+        and workload["kernel"][2:] == [1, 1]
+        and workload["groups"] == 1
+        and not any(workload["padding"])
+    )
+
+
+def candidates(
+    workload: dict[str, Any],
+    blocks: Iterable[int] = kernels.DEFAULT_BLOCKS,
+    orders: Iterable[str] = ORDERS[:1],
+) -> list[dict[str, Any]]:
+    """GEMM candidates of a 1x1 conv2d: every (NCHW{ib}c, NCHW{ob}c) pair of dividing ``blocks``
+    (output blocks of 8 or more: the GEMM is vectorised along them), once per loop order in
+    ``orders`` (the default order has no ``"order"`` key); none if :func:`applies` is false.
+
+    Example::
+
+        candidates(wl, blocks=[16, 32])
+        # [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'gemm'}, ..., {'in': 'NCHW32c', 'out': 'NCHW32c', ...}]
+    """
+    if not applies(workload):
+        return []
+    workload = kernels.validate_workload(workload)
+    blocks = list(blocks)
+    found = []
+    in_blocks = kernels.channel_blocks(workload["data"][1], blocks)
+    out_blocks = [b for b in kernels.channel_blocks(workload["kernel"][0], blocks) if b >= 8]
+    for ib, ob, order in itertools.product(in_blocks, out_blocks, orders):
+        knobs = {} if order == ORDERS[0] else {"order": order}
+        found.append({"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": ALGORITHM, **knobs})
+    return found
+
+
+def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
+    """Raise ProblemError unless ``candidate`` is a GEMM candidate valid for ``workload``."""
+    what = f"gemm candidate {candidate!r} of {workload!r}"
+    if not applies(workload):
+        raise ProblemError(f"{what}: the GEMM kernel needs a 1x1, unpadded conv2d with groups 1")
+    if candidate.get("algorithm") != ALGORITHM:
+        raise ProblemError(f"{what}: 'algorithm' must be {ALGORITHM!r}")
+    in_block, out_block = kernels.layout_block(candidate["in"]), kernels.layout_block(candidate["out"])
+    if in_block is None or out_block is None:
+        raise ProblemError(f"{what}: GEMM kernels take blocked layouts NCHW<b>c in and out")
+    kernels._check_divides(in_block, workload["data"][1], f"{what} input")
+    kernels._check_divides(out_block, workload["kernel"][0], f"{what} output")
+    if candidate.get("order", ORDERS[0]) not in ORDERS:
+        raise ProblemError(f"{what}: 'order' must be one of {ORDERS}")
+    unknown = sorted(set(candidate) - {"in", "out", "algorithm", "order"})
+    if unknown:
+        raise ProblemError(f"{what}: unknown keys {unknown}")
+
+
+def weight_transform(kernel_oihw: np.ndarray, candidate: dict[str, Any]) -> np.ndarray:
+    """The OIHW 1x1 weight packed ``(O/ob, I, ob)`` for ``candidate`` (``ob`` its output block).
+
+    Example::
+
+        weight_transform(np.ones((32, 16, 1, 1), "float32"), {"in": "NCHW16c", "out": "NCHW16c",
+                         "algorithm": "gemm"}).shape          # (2, 16, 16)
+    """
+    kernel_oihw = np.asarray(kernel_oihw)
+    if kernel_oihw.ndim != 4 or kernel_oihw.shape[2:] != (1, 1):
+        raise ProblemError(f"gemm weight_transform needs an OIHW 1x1 kernel, got shape {kernel_oihw.shape}")
+    out_block = kernels.layout_block(candidate["out"])
+    o, i = kernel_oihw.shape[:2]
+    kernels._check_divides(out_block, o, f"gemm weight_transform for {candidate}")
+    return np.ascontiguousarray(kernel_oihw.reshape(o // out_block, out_block, i).transpose(0, 2, 1))
+
+
+def weight_shape(workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
+    """Shape of :func:`weight_transform`'s output for ``workload`` and ``candidate``."""
+    out_block = kernels.layout_block(candidate["out"])
+    o, i = workload["kernel"][:2]
+    return (o // out_block, i, out_block)
+
+
+def compute(tvm, data, weight, workload: dict[str, Any], candidate: dict[str, Any]):
+    """The 1x1 conv2d of ``workload`` as a TE tensor of shape (N, O/ob, OH, OW, ob), from the
+    (N, C/ib, H, W, ib) ``data`` and the (O/ob, C, ob) ``weight`` placeholders; the block carries
+    ``candidate`` as its :data:`CANDIDATE_ATTR` annotation."""
+    te = tvm.te
+    workload = kernels.validate_workload(workload)
+    validate_candidate(workload, candidate)
+    in_block = int(data.shape[4])
+    out_outer, channels, out_block = (int(d) for d in weight.shape)
+    batch, _, out_h, out_w = kernels.conv2d_output_shape(workload)
+    stride_h, stride_w = workload["strides"]
+    c = te.reduce_axis((0, channels), name="c")
+    return te.compute(
+        (batch, out_outer, out_h, out_w, out_block),
+        lambda n, ko, y, x, ki: te.sum(
+            data[n, c // in_block, y * stride_h, x * stride_w, c % in_block] * weight[ko, c, ki], axis=c
+        ),
+        name=MAIN_BLOCK,
+        attrs={CANDIDATE_ATTR: dict(candidate)},
+    )
+
+
+def register_tile(out_h: int, out_w: int, out_outer: int, out_block: int, target: Any = None) -> tuple[int, int, int]:
+    """``(rows, columns, blocks)``: the register tile of output pixels (rows x columns) times output
+    channel blocks.
+
+    Each reduction step of a tile loads ``blocks * ceil(out_block / lanes)`` weight vectors and
+    broadcasts one input value per pixel for ``pixels * blocks * ceil(out_block / lanes)`` FMAs into
+    as many accumulators. Among the tiles whose accumulators fill at most 3/4 of the target's vector
+    registers (all but one weight row's when that leaves fewer than 4 pixels), those that reuse each
+    weight vector for at least 4 pixels come first (fewer, and the
+    weight panel streams through the cache once per pixel: a 1-pixel x 8-block tile ran 3x slower
+    than the direct kernel); then the one with the most FMAs per load; then more accumulators. ``columns`` divides the output width, ``rows`` (more than one only when a tile spans
+    whole rows) the height, ``blocks`` the number of output-channel blocks.
+
+    Example::
+
+        register_tile(7, 7, 32, 16, {"kind": "llvm", "mcpu": "znver4"})     # (1, 7, 2)
+    """
+    lanes, registers = kernels._vector_registers(target)
+    per_block = -(-out_block // lanes)
+    best = _best_tile(out_h, out_w, out_outer, per_block, max(per_block, registers * 3 // 4))
+    if best[0] * best[1] < 4:  # as the direct kernel's register_tile: a wider tile beside one weight row
+        best = _best_tile(out_h, out_w, out_outer, per_block, registers - per_block)
+    return best
+
+
+def _best_tile(out_h: int, out_w: int, out_outer: int, per_block: int, budget: int) -> tuple[int, int, int]:
+    best, best_key = (1, 1, 1), (0, -1.0, 0)
+    for columns in (d for d in range(1, out_w + 1) if out_w % d == 0):
+        row_options = [1] if columns < out_w else [r for r in range(1, out_h + 1) if out_h % r == 0]
+        for rows in row_options:
+            pixels = rows * columns
+            for blocks in (d for d in range(1, out_outer + 1) if out_outer % d == 0):
+                accumulators = pixels * blocks * per_block
+                if accumulators > budget:
+                    continue
+                key = (min(pixels, 4), accumulators / (blocks * per_block + pixels), accumulators)
+                if key > best_key:
+                    best, best_key = (rows, columns, blocks), key
+    return best
+
+
+def schedule(sch, target: Any = None) -> None:
+    """Schedule a PrimFunc holding :func:`compute`, optionally followed by a fused elementwise epilogue.
+
+    Parallel over (n, channel-block group, pixel-row group) (order ``"oc"``) or over (n, pixel-row
+    group, channel-block group) (order ``"rows"``); per :func:`register_tile` tile, the reduction over
+    the input channels with the tile's accumulators in registers, then the epilogue written from the
+    tile, vectorised along the output block.
+    """
+    tvm = import_tvm()
+    conv = _main_block(sch)
+    candidate = sch.get(conv).annotations[CANDIDATE_ATTR]
+    rows_outer = str(candidate.get("order", ORDERS[0])) == "rows"
+    batch, out_outer, out_h, out_w, out_block = (int(d) for d in sch.get(conv).writes[0].source.shape)
+    rows, columns, blocks = register_tile(out_h, out_w, out_outer, out_block, target)
+    in_block = next(int(r.source.shape[4]) for r in sch.get(conv).reads if len(r.source.shape) == 5)
+    n, ko, y, x, ki, c = sch.get_loops(conv)
+    koo, koi = sch.split(ko, [None, blocks])
+    yo, yi = sch.split(y, [None, rows])
+    xo, xi = sch.split(x, [None, columns])
+    # (c outer, c inner) by the input block: the data index (c // ib, c % ib) becomes two loop
+    # variables; one loop over c would compute a division per reduction step
+    co, ci = sch.split(c, [None, in_block])
+    outer = (n, yo, koo) if rows_outer else (n, koo, yo)
+    sch.reorder(*outer, xo, co, ci, koi, yi, xi, ki)
+    consumers = list(sch.get_consumers(conv))
+    epilogue = _elementwise_chain(sch, conv)
+    if epilogue is not None:
+        for block in epilogue[:-1]:
+            sch.compute_inline(block)
+        tile = epilogue[-1]
+        sch.set_scope(conv, 0, "local")
+    else:
+        tile = sch.cache_write(conv, 0, "global")
+    sch.reverse_compute_at(tile, xo)
+    sch.parallel(sch.fuse(*outer))
+    sch.vectorize(sch.get_loops(tile)[-1])
+    for loop in (koi, yi, xi):
+        sch.unroll(loop)
+    sch.vectorize(ki)
+    if epilogue is None and consumers:
+        kernels._schedule_epilogue(sch, [sch.get(b).name_hint for b in consumers], set())
+    del tvm
+    sch.decompose_reduction(conv, co)
+
+
+def _main_block(sch):
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        if CANDIDATE_ATTR in sch.get(block).annotations and sch.get(block).name_hint.startswith(MAIN_BLOCK):
+            return block
+    raise ProblemError(f"gemm schedule: no {MAIN_BLOCK} block carrying {CANDIDATE_ATTR} in the PrimFunc")
+
+
+def _elementwise_chain(sch, conv) -> list | None:
+    """The blocks after ``conv`` when they form a chain of elementwise ops of the conv's output shape
+    (bias, add, relu), else None."""
+    shape = [int(d) for d in sch.get(conv).writes[0].source.shape]
+    chain, block = [], conv
+    while True:
+        consumers = list(sch.get_consumers(block))
+        if not consumers:
+            return chain or None
+        if len(consumers) > 1:
+            return None
+        block = consumers[0]
+        if not kernels._is_spatial(sch, block) or [int(d) for d in sch.get(block).writes[0].source.shape] != shape:
+            return None
+        chain.append(block)
