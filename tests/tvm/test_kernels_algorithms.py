@@ -1,0 +1,201 @@
+"""Conv2d algorithm families (Winograd, 1x1 GEMM): candidates, transforms, numerics against numpy on
+both vector ISAs, fused epilogues, the block annotations the module scheduler reads."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+
+from layoutopt import ProblemError
+from layoutopt.tvm import kernels, kernels_gemm, kernels_winograd
+from layoutopt.tvm._tvm import import_tvm, resolve_target
+from layoutopt.tvm.kernels_algorithms import build_kernel
+
+pytestmark = pytest.mark.tvm
+
+AVX512 = {"kind": "llvm", "mcpu": "skylake-avx512"}
+AVX2 = {"kind": "llvm", "mcpu": "znver3"}
+
+
+def conv(data, kernel, strides=(1, 1), padding=(1, 1, 1, 1), groups=1, epilogue=()):
+    workload = {"op": "conv2d", "data": list(data), "kernel": list(kernel), "strides": list(strides),
+                "padding": list(padding), "dilation": [1, 1], "groups": groups, "dtype": "float32"}
+    if epilogue:
+        workload["epilogue"] = list(epilogue)
+    return workload
+
+
+def winograd(ib, ob, tile, **knobs):
+    return {"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": "winograd", "tile": tile, **knobs}
+
+
+def gemm(ib, ob, **knobs):
+    return {"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": "gemm", **knobs}
+
+
+def host_runs(target) -> bool:
+    """Can this machine run code compiled for ``target`` (an AVX-512 target needs an AVX-512 host)?"""
+    tvm = import_tvm()
+    host = resolve_target(None)
+    has = tvm.target.codegen.target_has_features
+    return not has("avx512f", resolve_target(target)) or has("avx512f", host)
+
+
+def build_and_check(workload, candidate, target) -> float:
+    """Build for ``target``; run and compare against numpy when this host can run it (else compile only)."""
+    tvm = import_tvm()
+    kernel = build_kernel(workload, candidate, target)
+    executable = tvm.compile(kernel.module, target=resolve_target(target))
+    if not host_runs(target):
+        return 0.0
+    return kernels.check_kernel(kernel, executable)
+
+
+# -- Winograd --------------------------------------------------------------------------------------
+
+
+def test_winograd_applies_to_3x3_stride_1_ungrouped_convs_only():
+    assert kernels_winograd.applies(conv([1, 16, 8, 8], [16, 16, 3, 3]))
+    assert kernels_winograd.applies(conv([1, 16, 8, 8], [16, 16, 3, 3], padding=(0, 0, 0, 0)))
+    assert not kernels_winograd.applies(conv([1, 16, 8, 8], [16, 16, 3, 3], strides=(2, 2)))
+    assert not kernels_winograd.applies(conv([1, 16, 8, 8], [16, 16, 1, 1], padding=(0, 0, 0, 0)))
+    assert not kernels_winograd.applies(conv([1, 16, 8, 8], [16, 1, 3, 3], groups=16))
+    assert kernels_winograd.candidates(conv([1, 16, 8, 8], [16, 16, 3, 3], strides=(2, 2))) == []
+
+
+def test_winograd_candidates_pair_blocks_and_tiles_with_vector_wide_outputs():
+    cands = kernels_winograd.candidates(conv([1, 16, 8, 8], [32, 16, 3, 3]), blocks=[4, 8, 16, 32], tiles=[2, 4])
+    assert {(c["in"], c["out"], c["tile"]) for c in cands} == set(
+        itertools.product(["NCHW4c", "NCHW8c", "NCHW16c"], ["NCHW8c", "NCHW16c", "NCHW32c"], [2, 4]))
+    assert all(c["algorithm"] == "winograd" and "order" not in c for c in cands)
+
+
+def test_winograd_rejects_bad_candidates():
+    wl = kernels.validate_workload(conv([1, 16, 8, 8], [16, 16, 3, 3]))
+    for bad, message in [(winograd(16, 16, 7), "tile"), ({"in": "NCHW", "out": "NCHW", "algorithm": "winograd",
+                                                          "tile": 2}, "blocked"),
+                         (winograd(32, 16, 2), "divide"), (winograd(16, 16, 2, order="zigzag"), "order"),
+                         (winograd(16, 16, 2, reg_n=4), "unknown keys")]:
+        with pytest.raises(ProblemError, match=message):
+            kernels_winograd.validate_candidate(wl, bad)
+    with pytest.raises(ProblemError, match="stride 1"):
+        kernels_winograd.validate_candidate(kernels.validate_workload(conv([1, 16, 8, 8], [16, 16, 3, 3],
+                                                                           strides=(2, 2))), winograd(16, 16, 2))
+
+
+@pytest.mark.parametrize("tile", [2, 4, 6])
+def test_winograd_matrices_compute_a_3x3_correlation(tile):
+    # one tile in float64: A^T [(G g G^T) * (B^T d B)] A is the valid 3x3 correlation of d with g
+    a, b, g = kernels_winograd.transform_matrices(tile)
+    rng = np.random.default_rng(tile)
+    d, w = rng.standard_normal((tile + 2, tile + 2)), rng.standard_normal((3, 3))
+    winograd_out = a.T @ ((g @ w @ g.T) * (b.T @ d @ b)) @ a
+    direct = np.array([[np.sum(d[i:i + 3, j:j + 3] * w) for j in range(tile)] for i in range(tile)])
+    np.testing.assert_allclose(winograd_out, direct, rtol=1e-9, atol=1e-9)
+
+
+def test_winograd_weight_transform_layout():
+    rng = np.random.default_rng(0)
+    kernel = rng.standard_normal((32, 8, 3, 3)).astype("float32")
+    packed = kernels_winograd.weight_transform(kernel, winograd(8, 16, 4))
+    assert packed.shape == (6, 6, 2, 8, 16) and packed.dtype == np.float32
+    _, _, g = kernels_winograd.transform_matrices(4)
+    o, i, e, v = 21, 5, 3, 2  # output channel 21 = block 1, lane 5
+    np.testing.assert_allclose(packed[e, v, 1, i, 5], (g @ kernel[o, i].astype(np.float64) @ g.T)[e, v], rtol=1e-6)
+    with pytest.raises(ProblemError, match="3x3"):
+        kernels_winograd.weight_transform(np.zeros((16, 16, 1, 1)), winograd(16, 16, 2))
+
+
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+@pytest.mark.parametrize("tile,order", [(2, "channels"), (4, "tiles"), (4, "channels"), (6, "tiles")])
+def test_winograd_matches_numpy(target, tile, order):
+    # odd sizes (partial tiles), asymmetric padding, in block != out block, batch 2
+    wl = conv([2, 16, 9, 7], [32, 16, 3, 3], padding=(1, 2, 0, 1))
+    knobs = {} if order == kernels_winograd.ORDERS[0] else {"order": order}
+    assert build_and_check(wl, winograd(8, 16, tile, **knobs), target) < 1e-4
+
+
+def test_winograd_fused_epilogue_is_inlined_into_the_output_transform():
+    tvm = import_tvm()
+    wl = conv([1, 16, 6, 6], [16, 16, 3, 3], epilogue=["bias", "add", "relu"])
+    cand = winograd(16, 16, 2)
+    kernel = build_kernel(wl, cand, AVX2)
+    sch = tvm.s_tir.Schedule(kernel.module["kernel"])
+    names = kernels._block_names(sch)
+    assert not any(name.startswith(("T_add", "T_relu", "compute")) for name in names), names
+    assert kernels.check_kernel(kernel, tvm.compile(kernel.module, target=resolve_target(AVX2))) < 1e-5
+
+
+def test_winograd_gemm_block_carries_the_candidate():
+    tvm = import_tvm()
+    wl = conv([1, 16, 6, 6], [16, 16, 3, 3])
+    cand = winograd(16, 16, 4, order="tiles")
+    with resolve_target(AVX2):
+        data = tvm.te.placeholder((1, 1, 6, 6, 16), name="data")
+        weight = tvm.te.placeholder(kernels_winograd.weight_shape(wl, cand), name="weight")
+        out = kernels_winograd.compute(tvm, data, weight, wl, cand)
+    sch = tvm.s_tir.Schedule(tvm.te.create_prim_func([data, weight, out]))
+    roles = {}
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        annotations = sch.get(block).annotations
+        if kernels_winograd.STAGE_ATTR in annotations:
+            roles[str(annotations[kernels_winograd.STAGE_ATTR])] = annotations
+    assert set(roles) == {"input_rows", "input", "gemm", "output_rows", "output"}
+    carried = roles["gemm"][kernels_winograd.CANDIDATE_ATTR]
+    assert {str(k): str(v) for k, v in carried.items()} == {k: str(v) for k, v in cand.items()}
+
+
+def test_winograd_gemm_tile_fits_the_target_registers():
+    # AVX-512: 24 accumulators of 32 zmm; AVX2: 12 of 16 ymm (an output block of 16 is 2 ymm)
+    assert kernels_winograd.gemm_tile(14, 14, 16, AVX512) == (1, 14)
+    assert kernels_winograd.gemm_tile(4, 4, 16, AVX512) == (4, 4)
+    assert kernels_winograd.gemm_tile(4, 4, 16, AVX2) == (1, 4)
+    assert kernels_winograd.gemm_tile(7, 7, 32, AVX2) == (1, 1)  # 4 ymm per tile: 3 tiles fit, 7 has no
+    for rows, columns in [kernels_winograd.gemm_tile(h, w, ob, t) for h, w, ob, t in
+                          itertools.product([2, 7, 14], [2, 7, 14], [8, 16, 32, 64], [AVX512, AVX2])]:
+        assert rows >= 1 and columns >= 1
+
+
+# -- 1x1 GEMM --------------------------------------------------------------------------------------
+
+
+def test_gemm_applies_to_unpadded_1x1_convs():
+    assert kernels_gemm.applies(conv([1, 16, 8, 8], [32, 16, 1, 1], padding=(0, 0, 0, 0)))
+    assert kernels_gemm.applies(conv([1, 16, 8, 8], [32, 16, 1, 1], strides=(2, 2), padding=(0, 0, 0, 0)))
+    assert not kernels_gemm.applies(conv([1, 16, 8, 8], [32, 16, 1, 1], padding=(1, 1, 1, 1)))
+    assert not kernels_gemm.applies(conv([1, 16, 8, 8], [32, 16, 3, 3]))
+    cands = kernels_gemm.candidates(conv([1, 16, 8, 8], [32, 16, 1, 1], padding=(0, 0, 0, 0)), blocks=[4, 16],
+                                    orders=kernels_gemm.ORDERS)
+    assert cands == [gemm(4, 16), gemm(4, 16, order="rows"), gemm(16, 16), gemm(16, 16, order="rows")]
+
+
+def test_gemm_weight_is_the_direct_kernels_packing():
+    kernel = np.random.default_rng(0).standard_normal((32, 16, 1, 1)).astype("float32")
+    packed = kernels_gemm.weight_transform(kernel, gemm(8, 16))
+    assert packed.shape == (2, 16, 16)
+    np.testing.assert_array_equal(packed.ravel(), kernels.pack_conv2d_kernel(kernel, 8, 16).ravel())
+
+
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+@pytest.mark.parametrize("strides,ib,ob,order", [((1, 1), 8, 16, "oc"), ((2, 2), 16, 8, "rows")])
+def test_gemm_matches_numpy_with_epilogue(target, strides, ib, ob, order):
+    wl = conv([2, 16, 10, 14], [32, 16, 1, 1], strides=strides, padding=(0, 0, 0, 0),
+              epilogue=["bias", "add", "relu"])
+    knobs = {} if order == "oc" else {"order": order}
+    assert build_and_check(wl, gemm(ib, ob, **knobs), target) < 1e-5
+
+
+def test_gemm_register_tile_reuses_weights_and_fits_the_registers():
+    # 7x7 maps: one row of 7 pixels x two 16-channel blocks (14 zmm), not 8 blocks of one pixel
+    assert kernels_gemm.register_tile(7, 7, 32, 16, AVX512) == (1, 7, 2)
+    assert kernels_gemm.register_tile(56, 56, 16, 16, AVX512) == (1, 4, 4)
+    for h, w, outer, ob, target in itertools.product([7, 14, 28, 56], [7, 14, 28, 56], [2, 4, 16], [8, 16, 32, 64],
+                                                     [AVX512, AVX2]):
+        lanes, registers = kernels._vector_registers(target)
+        rows, columns, blocks = kernels_gemm.register_tile(h, w, outer, ob, target)
+        assert h % rows == 0 and w % columns == 0 and outer % blocks == 0
+        assert rows * columns * blocks * -(-ob // lanes) <= registers - -(-ob // lanes)
