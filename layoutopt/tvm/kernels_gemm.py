@@ -188,7 +188,7 @@ def register_tile(out_h: int, out_w: int, out_outer: int, out_block: int, target
 
 
 def _best_tile(out_h: int, out_w: int, out_outer: int, per_block: int, budget: int) -> tuple[int, int, int]:
-    best, best_key = (1, 1, 1), (0, -1.0, 0)
+    best, best_key = (1, 1, 1), (0, False, -1.0, 0)
     for columns in (d for d in range(1, out_w + 1) if out_w % d == 0):
         row_options = [1] if columns < out_w else [r for r in range(1, out_h + 1) if out_h % r == 0]
         for rows in row_options:
@@ -197,7 +197,7 @@ def _best_tile(out_h: int, out_w: int, out_outer: int, per_block: int, budget: i
                 accumulators = pixels * blocks * per_block
                 if accumulators > budget:
                     continue
-                key = (min(pixels, 4), accumulators / (blocks * per_block + pixels), accumulators)
+                key = (min(pixels, 4), pixels == out_h * out_w, accumulators / (blocks * per_block + pixels), accumulators)
                 if key > best_key:
                     best, best_key = (rows, columns, blocks), key
     return best

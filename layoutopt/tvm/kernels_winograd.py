@@ -24,7 +24,7 @@ Interface (one module per kernel family)::
 
     applies(workload) -> bool
     candidates(workload, blocks) -> [{"in": "NCHW16c", "out": "NCHW16c", "algorithm": "winograd", "tile": 4}, ...]
-    weight_transform(kernel_oihw, candidate) -> np.ndarray     # (alpha, alpha, O/ob, I, ob)
+    weight_transform(kernel_oihw, candidate) -> np.ndarray     # (O/ob, alpha, alpha, I, ob)
     compute(tvm, data, weight, workload, candidate) -> te.Tensor
     schedule(sch, target)                                      # the PrimFunc may hold a fused epilogue
 
@@ -64,11 +64,11 @@ __all__ = [
 ALGORITHM = "winograd"
 #: output tile sizes ``m`` of F(m x m, 3 x 3) offered by default
 DEFAULT_TILES = (2, 4, 6)
-#: values of the ``"order"`` schedule knob, the default first: ``"channels"`` runs the input transform
-#: as its own stage and the GEMMs parallel over (output-channel block, tile rows); ``"tiles"`` runs,
-#: per group of tiles (in parallel), the group's input transform, then its GEMMs and output transform
-#: for every output-channel block, so the transformed input never leaves the cache
-ORDERS = ("channels", "tiles")
+#: values of the ``"order"`` schedule knob, the default first (see :func:`schedule`): ``"positions"``
+#: (three stages; the GEMMs parallel over the tile positions) or ``"tiles"`` (everything per group of
+#: tiles). Neither wins everywhere: on 56x56 maps with 64 channels "tiles" ran 1.2x faster, on
+#: 28x28 and smaller "positions" 1.1-1.3x (F(4x4), one thread, AVX-512)
+ORDERS = ("positions", "tiles")
 #: Inline the zero padding into the input transform (a bounds check on every load of the unrolled
 #: transform) instead of padding the input in a stage of its own. Inlined, the kernel compiled 3-4x
 #: slower (F(4x4): 3.3 s instead of 1.0 s with a fused epilogue, TVM's simplifier working through
@@ -171,7 +171,7 @@ def transform_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def weight_transform(kernel_oihw: np.ndarray, candidate: dict[str, Any]) -> np.ndarray:
     """The OIHW 3x3 weight transformed and packed for ``candidate``: ``U = G g G^T`` per (o, i), in
-    float64, laid out ``(alpha, alpha, O/ob, I, ob)`` (``ob`` the output block) and cast back to the
+    float64, laid out ``(O/ob, alpha, alpha, I, ob)`` (``ob`` the output block) and cast back to the
     weight's dtype.
 
     Example::
@@ -188,7 +188,7 @@ def weight_transform(kernel_oihw: np.ndarray, candidate: dict[str, Any]) -> np.n
     _, _, g = transform_matrices(int(candidate["tile"]))
     u = np.einsum("ea,oiab,vb->evio", g, kernel_oihw.astype(np.float64), g, optimize=True)
     alpha = g.shape[0]
-    u = u.reshape(alpha, alpha, i, o // out_block, out_block).transpose(0, 1, 3, 2, 4)
+    u = u.reshape(alpha, alpha, i, o // out_block, out_block).transpose(3, 0, 1, 2, 4)
     return np.ascontiguousarray(u.astype(kernel_oihw.dtype))
 
 
@@ -197,7 +197,7 @@ def weight_shape(workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[i
     alpha = int(candidate["tile"]) + 2
     out_block = kernels.layout_block(candidate["out"])
     o, i = workload["kernel"][:2]
-    return (alpha, alpha, o // out_block, i, out_block)
+    return (o // out_block, alpha, alpha, i, out_block)
 
 
 def _combination(tvm, coefficients: Sequence[float], term, dtype: str):
@@ -276,13 +276,13 @@ def gemm_output(tvm, transformed, weight, workload: dict[str, Any], candidate: d
     tile = int(candidate["tile"])
     a_matrix, _, _ = transform_matrices(tile)
     alpha, _, batch, tiles_h, tiles_w, channels = (int(d) for d in transformed.shape)
-    _, _, out_outer, _, out_block = (int(d) for d in weight.shape)
+    out_outer, _, _, _, out_block = (int(d) for d in weight.shape)
     _, out_channels, out_h, out_w = kernels.conv2d_output_shape(workload)
     reduce_c = te.reduce_axis((0, channels), name="c")
     gemm = te.compute(
         (alpha, alpha, batch, tiles_h, tiles_w, out_channels),
         lambda e, v, n, y, x, k: te.sum(
-            transformed[e, v, n, y, x, reduce_c] * weight[e, v, k // out_block, reduce_c, k % out_block],
+            transformed[e, v, n, y, x, reduce_c] * weight[k // out_block, e, v, reduce_c, k % out_block],
             axis=reduce_c,
         ),
         name="winograd_gemm",
@@ -310,7 +310,7 @@ def gemm_output(tvm, transformed, weight, workload: dict[str, Any], candidate: d
 def compute(tvm, data, weight, workload: dict[str, Any], candidate: dict[str, Any]):
     """The Winograd conv2d of ``workload`` as a TE tensor of shape (N, O/ob, OH, OW, ob).
 
-    ``data`` is the (N, C/ib, H, W, ib) placeholder, ``weight`` the (alpha, alpha, O/ob, C, ob) one
+    ``data`` is the (N, C/ib, H, W, ib) placeholder, ``weight`` the (O/ob, alpha, alpha, C, ob) one
     (:func:`weight_transform`). The GEMM block carries ``candidate`` as the :data:`CANDIDATE_ATTR`
     annotation and every stage its role as :data:`STAGE_ATTR`, which :func:`schedule` reads.
     """
@@ -334,34 +334,21 @@ def _stage_blocks(sch) -> dict[str, Any]:
     return found
 
 
-def gemm_tile(tiles_h: int, tiles_w: int, out_block: int, target: Any = None) -> tuple[int, int]:
-    """``(rows, columns)`` of output tiles whose GEMMs share one register tile with ``out_block``
-    channels: ``rows * columns * ceil(out_block / lanes)`` accumulators, at most 3/4 of the
-    target's vector registers; ``columns`` divides the tile columns, and ``rows`` (more than one
-    only when the group spans all columns) the tile rows. The widest such group is taken."""
-    lanes, registers = kernels._vector_registers(target)
-    per_tile = -(-out_block // lanes)
-    budget = max(1, registers * 3 // 4 // per_tile)
-    best = (1, 1)
-    for columns in range(1, tiles_w + 1):
-        if tiles_w % columns or columns > budget:
-            continue
-        row_options = [1] if columns < tiles_w else [r for r in range(1, tiles_h + 1) if tiles_h % r == 0]
-        for rows in row_options:
-            if rows * columns <= budget and rows * columns > best[0] * best[1]:
-                best = (rows, columns)
-    return best
-
-
 def schedule(sch, target: Any = None) -> None:
     """Schedule a PrimFunc holding :func:`compute`, optionally followed by a fused elementwise epilogue
     (bias, residual add, relu: inlined into the output transform).
 
-    Input transform: parallel over tile rows, vectorised along the channels, its loops over the
-    tile positions unrolled. GEMM + output transform: parallel over (output-channel block, group of
-    tile rows); per group of :func:`gemm_tile` tiles, one register tile per tile position (e, v)
-    accumulated over the input channels, then the output transform and the epilogue of each tile,
-    vectorised along the output block.
+    Every stage is vectorised along the channels (the input transform along the input block, the
+    GEMM and output transform along the output block) with its loops over tile positions unrolled.
+    The GEMM's register tile is :func:`gemm_tile`'s. The candidate's ``"order"`` (:data:`ORDERS`)
+    arranges the stages:
+
+    - ``"positions"``: three parallel stages: input transform (over tile rows), the ``alpha**2``
+      GEMMs (over the tile positions (e, v): a position's weight slice stays in cache for all
+      tiles), output transform and epilogue (over channel blocks and tile rows);
+    - ``"tiles"``: one parallel loop over groups of tiles, each running its input transform, then
+      for every output-channel block its GEMMs and output transform: the transformed input and the
+      GEMM results stay in cache, but every group streams the whole transformed weight.
 
     Example::
 
@@ -372,13 +359,35 @@ def schedule(sch, target: Any = None) -> None:
     missing = {_INPUT_ROWS, _INPUT, _GEMM, _OUTPUT_ROWS, _OUTPUT} - set(stages)
     if missing:
         raise ProblemError(f"winograd schedule: blocks {sorted(missing)} not found in the PrimFunc")
-    order = str(sch.get(stages[_GEMM]).annotations[CANDIDATE_ATTR].get("order", ORDERS[0]))
-    if order == "tiles":
-        group = _schedule_gemm_output(sch, stages, target, tiles_outer=True)
-        _schedule_input_at(sch, stages, target, group)
+    candidate = sch.get(stages[_GEMM]).annotations[CANDIDATE_ATTR]
+    tile = int(candidate["tile"])
+    out_block = int(sch.get(stages[_OUTPUT]).writes[0].source.shape[4])
+    _, _, _, tiles_h, tiles_w, out_channels = (int(d) for d in sch.get(stages[_GEMM]).writes[0].source.shape)
+    register_tile = gemm_tile(tiles_h, tiles_w, out_channels // out_block, out_block, target)
+    _inline_epilogue(sch, stages[_OUTPUT])
+    _schedule_padding(sch, stages[_INPUT_ROWS])
+    if str(candidate.get("order", ORDERS[0])) == "tiles":
+        group = _schedule_output(sch, stages, tile, register_tile, tiles_outer=True)
+        _schedule_gemm(sch, stages, register_tile, group)
+        _schedule_input(sch, stages, target, group)
     else:
-        _schedule_gemm_output(sch, stages, target, tiles_outer=False)
-        _schedule_input(sch, stages, target)
+        _schedule_output(sch, stages, tile, (1, 1, 1), tiles_outer=False)
+        _schedule_gemm(sch, stages, register_tile, None)
+        _schedule_input(sch, stages, target, None)
+
+
+def gemm_tile(tiles_h: int, tiles_w: int, out_outer: int, out_block: int, target: Any = None) -> tuple[int, int, int]:
+    """``(rows, columns, blocks)``: the GEMMs' register tile of output tiles (rows x columns) times
+    output-channel blocks, chosen like the 1x1 GEMM's (:func:`kernels_gemm.register_tile`: the most
+    FMAs per load among the tiles that fit the target's registers).
+
+    Example::
+
+        gemm_tile(7, 7, 8, 16, {"kind": "llvm", "mcpu": "znver4"})      # (1, 7, 2)
+    """
+    from .kernels_gemm import register_tile
+
+    return register_tile(tiles_h, tiles_w, out_outer, out_block, target)
 
 
 def _input_vector(sch, rows_block, channels: int, target: Any) -> int:
@@ -398,7 +407,21 @@ def _schedule_padding(sch, rows_block) -> None:
                 kernels._parallel_vectorize(sch, producer)
 
 
-def _finish_input(sch, rows_block, co, e, v, ci) -> None:
+def _schedule_input(sch, stages: dict[str, Any], target: Any, group) -> None:
+    """The input transform: a parallel stage over tile rows (``group`` None), or the transform of one
+    group of tiles computed under the loop ``group``. Per tile, a vector of channels goes through
+    the unrolled row and column passes."""
+    rows_block, block = stages[_INPUT_ROWS], stages[_INPUT]
+    if group is None:
+        e, v, n, y, x, c = sch.get_loops(block)
+        tiles = [x]
+    else:
+        sch.compute_at(block, group)
+        e, v, *tiles, c = _loops_below(sch, block, group)
+    co, ci = sch.split(c, [None, _input_vector(sch, rows_block, int(sch.get(c).extent), target)])
+    sch.reorder(*([n, y] if group is None else []), *tiles, co, e, v, ci)
+    if group is None:
+        sch.parallel(sch.fuse(n, y))
     sch.compute_at(rows_block, co)
     sch.unroll(e)
     sch.unroll(v)
@@ -409,73 +432,69 @@ def _finish_input(sch, rows_block, co, e, v, ci) -> None:
     sch.vectorize(row_c)
 
 
-def _schedule_input(sch, stages: dict[str, Any], target: Any) -> None:
-    """The input transform as its own parallel stage (order "channels")."""
-    rows_block, block = stages[_INPUT_ROWS], stages[_INPUT]
-    _schedule_padding(sch, rows_block)
-    e, v, n, y, x, c = sch.get_loops(block)
-    co, ci = sch.split(c, [None, _input_vector(sch, rows_block, int(sch.get(c).extent), target)])
-    sch.reorder(n, y, x, co, e, v, ci)
-    sch.parallel(sch.fuse(n, y))
-    _finish_input(sch, rows_block, co, e, v, ci)
-
-
-def _schedule_input_at(sch, stages: dict[str, Any], target: Any, group) -> None:
-    """The input transform of one group of tiles, computed right before the group's GEMMs (order
-    "tiles"): the transformed tiles stay in cache for every output-channel block."""
-    rows_block, block = stages[_INPUT_ROWS], stages[_INPUT]
-    _schedule_padding(sch, rows_block)
-    sch.compute_at(block, group)
-    e, v, *tiles, c = _loops_below(sch, block, group)
-    co, ci = sch.split(c, [None, _input_vector(sch, rows_block, int(sch.get(c).extent), target)])
-    sch.reorder(*tiles, co, e, v, ci)
-    _finish_input(sch, rows_block, co, e, v, ci)
-
-
-def _schedule_gemm_output(sch, stages: dict[str, Any], target: Any, tiles_outer: bool):
-    """GEMM and output transform per group of tiles and output-channel block; returns the loop over
-    tile groups."""
-    gemm, output = stages[_GEMM], stages[_OUTPUT]
-    tile = int(sch.get(gemm).annotations[CANDIDATE_ATTR]["tile"])
-    out_block = int(sch.get(output).writes[0].source.shape[4])
-    tiles_h, tiles_w = (int(d) for d in sch.get(gemm).writes[0].source.shape[3:5])
-    _inline_epilogue(sch, output)
-    rows, columns = gemm_tile(tiles_h, tiles_w, out_block, target)
-    n, ko, oh, ow, ki = sch.get_loops(output)
+def _schedule_output(sch, stages: dict[str, Any], tile: int, register_tile: tuple[int, int, int],
+                     tiles_outer: bool):
+    """The output transform (the epilogue inlined into it), vectorised along the output block, per
+    tile: parallel over (n, channel block, tile row) (``tiles_outer`` false), or over (n, group of
+    ``register_tile`` tiles), then the group's channel blocks, whose loop it returns (the GEMM goes
+    under it)."""
+    rows, columns, blocks = register_tile
+    n, ko, oh, ow, ki = sch.get_loops(stages[_OUTPUT])
     y, i = sch.split(oh, [None, tile])
     x, j = sch.split(ow, [None, tile])
-    yo, yi = sch.split(y, [None, rows])
-    xo, xi = sch.split(x, [None, columns])
     if tiles_outer:
-        sch.reorder(n, yo, xo, ko, yi, xi, i, j, ki)
-        group = sch.fuse(n, yo, xo)
-        sch.parallel(group)
-        gemm_at = ko
+        koo, koi = sch.split(ko, [None, blocks])
+        yo, yi = sch.split(y, [None, rows])
+        xo, xi = sch.split(x, [None, columns])
+        sch.reorder(n, yo, xo, koo, koi, yi, xi, i, j, ki)
+        sch.parallel(sch.fuse(n, yo, xo))
+        group, at = koo, xi
     else:
-        sch.reorder(n, ko, yo, xo, yi, xi, i, j, ki)
-        sch.parallel(sch.fuse(n, ko, yo))
-        group = gemm_at = xo
+        sch.reorder(n, ko, y, x, i, j, ki)
+        sch.parallel(sch.fuse(n, ko, y))
+        group, at = None, x
     sch.unroll(i)
     sch.unroll(j)
     sch.vectorize(ki)
-    sch.compute_at(stages[_OUTPUT_ROWS], xi)
+    sch.compute_at(stages[_OUTPUT_ROWS], at)
     a, jj, k = sch.get_loops(stages[_OUTPUT_ROWS])[-3:]
     sch.unroll(a)
     sch.unroll(jj)
     sch.vectorize(k)
-    sch.compute_at(gemm, gemm_at)
-    # loops below: e, v, the group's tiles (extent-1 loops are not made), k, then the reduction c
-    e, v, *tiles, gk, gc = _loops_below(sch, gemm, gemm_at)
-    sch.reorder(e, v, gc, *tiles, gk)
-    accumulators = sch.cache_write(gemm, 0, "local")
-    sch.reverse_compute_at(accumulators, v)
-    sch.vectorize(sch.get_loops(accumulators)[-1])
-    for loop in tiles:
-        sch.unroll(loop)
-    sch.vectorize(gk)
-    sch.set_scope(accumulators, 0, "local")
-    sch.decompose_reduction(gemm, gc)
     return group
+
+
+def _schedule_gemm(sch, stages: dict[str, Any], register_tile: tuple[int, int, int], group) -> None:
+    """The GEMMs over the input channels into a register tile of (blocks x rows x columns) tiles x
+    output block: a parallel stage over the tile positions (e, v) (``group`` None), or under the
+    loop ``group`` for its tiles and channel blocks."""
+    rows, columns, blocks = register_tile
+    gemm = stages[_GEMM]
+    out_block = int(sch.get(stages[_OUTPUT]).writes[0].source.shape[4])
+    if group is None:
+        e, v, n, y, x, k, c = sch.get_loops(gemm)
+        ko, koi, ki = sch.split(k, [None, blocks, out_block])
+        yo, yi = sch.split(y, [None, rows])
+        xo, xi = sch.split(x, [None, columns])
+        sch.reorder(e, v, ko, n, yo, xo, c, koi, yi, xi, ki)
+        sch.parallel(sch.fuse(e, v))
+        tiles, at = [yi, xi], xo
+    else:
+        sch.compute_at(gemm, group)
+        # loops below: e, v, the group's tiles (extent-1 loops are not made), its channels, then c
+        e, v, *tiles, k, c = _loops_below(sch, gemm, group)
+        koi, ki = sch.split(k, [None, out_block])
+        sch.reorder(e, v, c, koi, *tiles, ki)
+        at = v
+    accumulators = sch.cache_write(gemm, 0, "local")
+    sch.reverse_compute_at(accumulators, at)
+    sch.vectorize(sch.get_loops(accumulators)[-1])
+    for loop in (koi, *tiles):
+        sch.unroll(loop)
+    sch.vectorize(ki)
+    if group is not None:
+        sch.set_scope(accumulators, 0, "local")  # the group's GEMM results: a small stack buffer
+    sch.decompose_reduction(gemm, c)
 
 
 def _inline_epilogue(sch, output) -> None:

@@ -102,16 +102,16 @@ def test_winograd_weight_transform_layout():
     rng = np.random.default_rng(0)
     kernel = rng.standard_normal((32, 8, 3, 3)).astype("float32")
     packed = kernels_winograd.weight_transform(kernel, winograd(8, 16, 4))
-    assert packed.shape == (6, 6, 2, 8, 16) and packed.dtype == np.float32
+    assert packed.shape == (2, 6, 6, 8, 16) and packed.dtype == np.float32
     _, _, g = kernels_winograd.transform_matrices(4)
     o, i, e, v = 21, 5, 3, 2  # output channel 21 = block 1, lane 5
-    np.testing.assert_allclose(packed[e, v, 1, i, 5], (g @ kernel[o, i].astype(np.float64) @ g.T)[e, v], rtol=1e-6)
+    np.testing.assert_allclose(packed[1, e, v, i, 5], (g @ kernel[o, i].astype(np.float64) @ g.T)[e, v], rtol=1e-6)
     with pytest.raises(ProblemError, match="3x3"):
         kernels_winograd.weight_transform(np.zeros((16, 16, 1, 1)), winograd(16, 16, 2))
 
 
 @pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
-@pytest.mark.parametrize("tile,order", [(2, "channels"), (4, "tiles"), (4, "channels"), (6, "tiles")])
+@pytest.mark.parametrize("tile,order", [(2, "positions"), (4, "tiles"), (4, "positions"), (6, "tiles")])
 def test_winograd_matches_numpy(target, tile, order):
     # odd sizes (partial tiles), asymmetric padding, in block != out block, batch 2
     wl = conv([2, 16, 9, 7], [32, 16, 3, 3], padding=(1, 2, 0, 1))
@@ -149,15 +149,9 @@ def test_winograd_gemm_block_carries_the_candidate():
     assert {str(k): str(v) for k, v in carried.items()} == {k: str(v) for k, v in cand.items()}
 
 
-def test_winograd_gemm_tile_fits_the_target_registers():
-    # AVX-512: 24 accumulators of 32 zmm; AVX2: 12 of 16 ymm (an output block of 16 is 2 ymm)
-    assert kernels_winograd.gemm_tile(14, 14, 16, AVX512) == (1, 14)
-    assert kernels_winograd.gemm_tile(4, 4, 16, AVX512) == (4, 4)
-    assert kernels_winograd.gemm_tile(4, 4, 16, AVX2) == (1, 4)
-    assert kernels_winograd.gemm_tile(7, 7, 32, AVX2) == (1, 1)  # 4 ymm per tile: 3 tiles fit, 7 has no
-    for rows, columns in [kernels_winograd.gemm_tile(h, w, ob, t) for h, w, ob, t in
-                          itertools.product([2, 7, 14], [2, 7, 14], [8, 16, 32, 64], [AVX512, AVX2])]:
-        assert rows >= 1 and columns >= 1
+def test_winograd_gemm_tile_is_the_1x1_gemms():
+    # the same register tile rule: a row of 7 tiles x two 16-channel blocks on AVX-512
+    assert kernels_winograd.gemm_tile(7, 7, 8, 16, AVX512) == kernels_gemm.register_tile(7, 7, 8, 16, AVX512) == (1, 7, 2)
 
 
 # -- 1x1 GEMM --------------------------------------------------------------------------------------
