@@ -64,8 +64,8 @@ def resnet50_layers(kernel_size: int) -> list[tuple[dict[str, Any], int]]:
     from layoutopt.tvm import extract_layout_graph, models
 
     counts: dict[str, int] = {}
-    for _, data in extract_layout_graph(models.resnet(depth=50)).nodes(data=True):
-        workload = data.get("workload") or {}
+    for node in extract_layout_graph(models.resnet(depth=50)).layout_nodes():
+        workload = node.workload
         if workload.get("op") != "conv2d" or workload["kernel"][2] != kernel_size:
             continue
         if kernel_size == 3 and workload["strides"] != [1, 1]:
@@ -97,30 +97,26 @@ def describe(workload: dict[str, Any]) -> str:
 
 def families(workload: dict[str, Any], blocks: Sequence[int]) -> dict[str, list[dict[str, Any]]]:
     """Candidates per compared variant: ``direct``, ``winograd F2`` ..., ``gemm``."""
-    from layoutopt.tvm import kernels, kernels_gemm, kernels_winograd
+    from layoutopt.tvm import kernels
+    from layoutopt.tvm.kernels import gemm, winograd
 
-    variants = {"direct": [c for c in kernels.conv2d_candidates(workload, blocks=blocks, include_nchw=False)]}
-    if kernels_winograd.applies(workload):
+    workload = kernels.validate_workload(workload)
+    variants = {"direct": kernels.conv2d_candidates(workload, blocks=blocks, include_nchw=False)}
+    if winograd.applies(workload):
         for tile in TILES:
-            variants[f"winograd F{tile}"] = [
-                {**c, "order": order}
-                for c in kernels_winograd.candidates(workload, blocks=blocks, tiles=[tile])
-                for order in kernels_winograd.ORDERS
-            ]
-    if kernels_gemm.applies(workload):
-        variants["gemm"] = kernels_gemm.candidates(workload, blocks=blocks, orders=kernels_gemm.ORDERS)
+            variants[f"winograd F{tile}"] = winograd.candidates(workload, blocks=blocks, tiles=[tile])
+    if gemm.applies(workload):
+        variants["gemm"] = gemm.candidates(workload, blocks=blocks, orders=gemm.ORDERS)
     return {name: cands for name, cands in variants.items() if cands}
 
 
 def build(workload: dict[str, Any], candidate: dict[str, Any], target) -> tuple[Any, Any]:
     """``(executable, kernel)``: the compiled kernel of any family and its :class:`Kernel` record."""
-    from layoutopt.tvm import kernels
-    from layoutopt.tvm.kernels_algorithms import build_kernel
-
     import tvm
 
-    kernel = build_kernel(workload, candidate, target) if "algorithm" in candidate else \
-        kernels.build_kernel(workload, candidate, target)
+    from layoutopt.tvm import kernels
+
+    kernel = kernels.build_kernel(workload, candidate, target)
     return tvm.compile(kernel.module, target=target), kernel
 
 
@@ -133,7 +129,7 @@ def realistic_inputs(workload: dict[str, Any], seed: int = 1) -> list[np.ndarray
     data = np.maximum(rng.standard_normal(workload["data"]), 0).astype("float32")
     weight = (rng.standard_normal(workload["kernel"]) * math.sqrt(2.0 / (c * kh * kw))).astype("float32")
     extra = []
-    for shape in kernels._workload_epilogue_shapes(workload):
+    for shape in kernels.epilogue_shapes(workload.get("epilogue", []), kernels.conv2d_output_shape(workload)):
         scale = 0.1 if shape[2:] == [1, 1] else 1.0
         extra.append((rng.standard_normal(shape) * scale).astype("float32"))
     return [data, weight, *extra]
@@ -172,7 +168,7 @@ def measure_layer(workload: dict[str, Any], target, blocks: Sequence[int], round
 
     device = tvm.cpu()
     inputs = [np.random.default_rng(0).uniform(-1, 1, s).astype("float32")
-              for s in [workload["data"], workload["kernel"], *kernels._workload_epilogue_shapes(workload)]]
+              for s in kernels.conv2d.logical_shapes(kernels.validate_workload(workload))]
     reference = (inputs, kernels.reference_output(kernels.validate_workload(workload), inputs))
     realistic = realistic_inputs(workload)
     exact = kernels.reference_output(kernels.validate_workload(workload), realistic)
@@ -289,27 +285,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     from layoutopt.tvm._tvm import resolve_target
-    from layoutopt.tvm.kernels import _vector_registers
-    from layoutopt.tvm.report import environment
+    from layoutopt.tvm.kernels import isa_name
+    from layoutopt.machine import stamp_line
 
-    env = environment()
     results = []
     for target_name in args.targets.split(","):
         spec = None if target_name == "host" else AVX2_TARGET if target_name == "avx2" else \
             {"kind": "llvm", "mcpu": target_name}
         target = resolve_target(spec)
         mcpu = str(target.attrs.get("mcpu", ""))
-        lanes = _vector_registers(target)[0]
-        isa = "AVX-512" if lanes == 16 else "AVX2" if lanes == 8 else f"{lanes}-lane"
-        blocks = [int(b) for b in (args.blocks if lanes == 16 else args.avx2_blocks).split(",")]
+        isa = isa_name(target)
+        blocks = [int(b) for b in (args.blocks if isa == "AVX-512" else args.avx2_blocks).split(",")]
         for set_name in args.layers.split(","):
             print(f"{set_name} on {mcpu} ({isa}), blocks {blocks}", flush=True)
             for workload, count in layer_sets()[set_name]():
                 for row in measure_layer(workload, target, blocks, args.rounds):
                     results.append({**row, "set": set_name, "target": mcpu, "isa": isa,
                                     "layer": describe(workload), "count": count})
-    stamp = ", ".join(f"{k} {v}" for k, v in env.items())
-    write_outputs(results, stamp, Path(args.out))
+    write_outputs(results, stamp_line(), Path(args.out))
     print((Path(args.out) / "algorithms.md").read_text())
     return 0
 

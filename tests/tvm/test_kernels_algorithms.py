@@ -11,9 +11,12 @@ import pytest
 pytest.importorskip("tvm")
 
 from layoutopt import ProblemError
-from layoutopt.tvm import kernels, kernels_gemm, kernels_winograd
+from layoutopt.tvm import kernels
 from layoutopt.tvm._tvm import import_tvm, resolve_target
-from layoutopt.tvm.kernels_algorithms import build_kernel
+from layoutopt.tvm.kernels import build_kernel
+from layoutopt.tvm.kernels import gemm as kernels_gemm
+from layoutopt.tvm.kernels import winograd as kernels_winograd
+from layoutopt.tvm.kernels.common import annotated_candidate, block_names
 
 pytestmark = pytest.mark.tvm
 
@@ -68,10 +71,16 @@ def test_winograd_applies_to_3x3_stride_1_ungrouped_convs_only():
 
 
 def test_winograd_candidates_pair_blocks_and_tiles_with_vector_wide_outputs():
-    cands = kernels_winograd.candidates(conv([1, 16, 8, 8], [32, 16, 3, 3]), blocks=[4, 8, 16, 32], tiles=[2, 4])
+    wl = kernels.validate_workload(conv([1, 16, 8, 8], [32, 16, 3, 3]))
+    cands = kernels_winograd.candidates(wl, blocks=[4, 8, 16, 32], tiles=[2, 4], orders=["positions"])
     assert {(c["in"], c["out"], c["tile"]) for c in cands} == set(
         itertools.product(["NCHW4c", "NCHW8c", "NCHW16c"], ["NCHW8c", "NCHW16c", "NCHW32c"], [2, 4]))
     assert all(c["algorithm"] == "winograd" and "order" not in c for c in cands)
+    # every order by default, the default order without an "order" key
+    both = kernels_winograd.candidates(wl, blocks=[16], tiles=[4])
+    assert both == [winograd(16, 16, 4), winograd(16, 16, 4, order="tiles")]
+    with pytest.raises(ProblemError, match="orders"):
+        kernels_winograd.candidates(wl, orders=["zigzag"])
 
 
 def test_winograd_rejects_bad_candidates():
@@ -125,28 +134,27 @@ def test_winograd_fused_epilogue_is_inlined_into_the_output_transform():
     cand = winograd(16, 16, 2)
     kernel = build_kernel(wl, cand, AVX2)
     sch = tvm.s_tir.Schedule(kernel.module["kernel"])
-    names = kernels._block_names(sch)
+    names = block_names(sch)
     assert not any(name.startswith(("T_add", "T_relu", "compute")) for name in names), names
     assert kernels.check_kernel(kernel, tvm.compile(kernel.module, target=resolve_target(AVX2))) < 1e-5
 
 
-def test_winograd_gemm_block_carries_the_candidate():
+def test_winograd_blocks_carry_their_roles_and_the_gemm_the_candidate():
     tvm = import_tvm()
-    wl = conv([1, 16, 6, 6], [16, 16, 3, 3])
+    wl = kernels.validate_workload(conv([1, 16, 6, 6], [16, 16, 3, 3]))
     cand = winograd(16, 16, 4, order="tiles")
     with resolve_target(AVX2):
-        data = tvm.te.placeholder((1, 1, 6, 6, 16), name="data")
-        weight = tvm.te.placeholder(kernels_winograd.weight_shape(wl, cand), name="weight")
-        out = kernels_winograd.compute(tvm, data, weight, wl, cand)
-    sch = tvm.s_tir.Schedule(tvm.te.create_prim_func([data, weight, out]))
+        inputs = kernels_winograd.placeholders(tvm, wl, cand)
+        out = kernels_winograd.compute(tvm, inputs, wl, cand)
+    sch = tvm.s_tir.Schedule(tvm.te.create_prim_func([*inputs, out]))
     roles = {}
     for block in sch.get_child_blocks(sch.get_sblock("root")):
-        annotations = sch.get(block).annotations
-        if kernels_winograd.STAGE_ATTR in annotations:
-            roles[str(annotations[kernels_winograd.STAGE_ATTR])] = annotations
+        role = sch.get(block).annotations.get(kernels_winograd.STAGE_ANNOTATION)
+        if role is not None:
+            roles[str(role)] = block
     assert set(roles) == {"input_rows", "input", "gemm", "output_rows", "output"}
-    carried = roles["gemm"][kernels_winograd.CANDIDATE_ATTR]
-    assert {str(k): str(v) for k, v in carried.items()} == {k: str(v) for k, v in cand.items()}
+    assert sch.get(roles["gemm"]).name_hint in kernels_winograd.MAIN_BLOCKS
+    assert annotated_candidate(sch, roles["gemm"]) == cand
 
 
 def test_winograd_gemm_tile_is_the_1x1_gemms():
@@ -171,7 +179,7 @@ def test_gemm_weight_is_the_direct_kernels_packing():
     kernel = np.random.default_rng(0).standard_normal((32, 16, 1, 1)).astype("float32")
     packed = kernels_gemm.weight_transform(kernel, gemm(8, 16))
     assert packed.shape == (2, 16, 16)
-    np.testing.assert_array_equal(packed.ravel(), kernels.pack_conv2d_kernel(kernel, 8, 16).ravel())
+    np.testing.assert_array_equal(packed.ravel(), kernels.pack_conv2d_kernel(kernel, {"in": "NCHW8c", "out": "NCHW16c"}).ravel())
 
 
 @pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
@@ -189,7 +197,7 @@ def test_gemm_register_tile_reuses_weights_and_fits_the_registers():
     assert kernels_gemm.register_tile(56, 56, 16, 16, AVX512) == (1, 4, 4)
     for h, w, outer, ob, target in itertools.product([7, 14, 28, 56], [7, 14, 28, 56], [2, 4, 16], [8, 16, 32, 64],
                                                      [AVX512, AVX2]):
-        lanes, registers = kernels._vector_registers(target)
+        lanes, registers = kernels.vector_registers(target)
         rows, columns, blocks = kernels_gemm.register_tile(h, w, outer, ob, target)
         assert h % rows == 0 and w % columns == 0 and outer % blocks == 0
         assert rows * columns * blocks * -(-ob // lanes) <= registers - -(-ob // lanes)

@@ -45,18 +45,37 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ProblemError
-from . import kernels
-from ._tvm import import_tvm
+from ...errors import ProblemError
+from .._tvm import import_tvm
+from . import conv2d
+from .common import CANDIDATE_ANNOTATION, annotated_candidate, parallel_vectorize, schedule_epilogue
+from .isa import vector_registers
+from .workload import (
+    DEFAULT_BLOCKS,
+    validate_workload,
+    channel_blocks,
+    check_divides,
+    conv2d_output_shape,
+    epilogue_shapes,
+    layout_block,
+    layout_shape,
+    pack_data,
+    unpack_data,
+)
 
 __all__ = [
     "ALGORITHM",
     "DEFAULT_TILES",
+    "MAIN_BLOCKS",
+    "ORDERS",
     "applies",
     "candidates",
     "compute",
+    "gemm_tile",
     "schedule",
     "transform_matrices",
+    "validate_candidate",
+    "weight_shape",
     "weight_transform",
 ]
 
@@ -74,10 +93,12 @@ ORDERS = ("positions", "tiles")
 #: slower (F(4x4): 3.3 s instead of 1.0 s with a fused epilogue, TVM's simplifier working through
 #: the bounds checks of every unrolled load).
 INLINE_PADDING = False
-#: block annotation naming a block's role in the kernel (the value is one of the ``_STAGE_*`` names)
-STAGE_ATTR = "layoutopt.winograd"
-#: block annotation holding the candidate, on the GEMM block (the main compute block)
-CANDIDATE_ATTR = "layoutopt.candidate"
+#: block annotation naming each block's role in the kernel (``"input_rows"``, ``"input"``, ``"gemm"``,
+#: ``"output_rows"``, ``"output"``): the schedule finds its blocks by role, in a fused function too
+STAGE_ANNOTATION = "layoutopt_winograd_stage"
+#: the main block (the GEMMs, carrying the candidate as its ``CANDIDATE_ANNOTATION``), by which
+#: :data:`~layoutopt.tvm.kernels.module.RULES` recognises the kernel
+MAIN_BLOCKS = ("winograd_gemm",)
 
 _INPUT_ROWS, _INPUT, _GEMM, _OUTPUT_ROWS, _OUTPUT = (
     "input_rows", "input", "gemm", "output_rows", "output"
@@ -92,7 +113,7 @@ def applies(workload: dict[str, Any]) -> bool:
         applies({"op": "conv2d", "data": [1, 64, 56, 56], "kernel": [64, 64, 3, 3], "strides": [1, 1],
                  "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1})     # True
     """
-    workload = kernels.validate_workload(workload)
+    workload = validate_workload(workload)
     return (
         workload["op"] == "conv2d"
         and workload["kernel"][2:] == [3, 3]
@@ -104,11 +125,13 @@ def applies(workload: dict[str, Any]) -> bool:
 
 def candidates(
     workload: dict[str, Any],
-    blocks: Iterable[int] = kernels.DEFAULT_BLOCKS,
+    blocks: Iterable[int] = DEFAULT_BLOCKS,
     tiles: Iterable[int] = DEFAULT_TILES,
+    orders: Iterable[str] = ORDERS,
 ) -> list[dict[str, Any]]:
-    """Winograd candidates of a conv2d: every (NCHW{ib}c, NCHW{ob}c) pair of dividing ``blocks`` times
-    every tile size in ``tiles`` (none if :func:`applies` is false).
+    """Winograd candidates of a conv2d: every (NCHW{ib}c, NCHW{ob}c) pair of dividing ``blocks``, for
+    every tile size in ``tiles`` and schedule order in ``orders`` (the default order has no
+    ``"order"`` key); none if :func:`applies` is false.
 
     Output blocks below 8 are left out: the GEMM is vectorised along the output block, and a
     4-lane vector leaves most of an AVX register idle.
@@ -116,18 +139,23 @@ def candidates(
     Example::
 
         candidates(wl, blocks=[16], tiles=[4])
-        # [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4}]
+        # [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4},
+        #  {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4, 'order': 'tiles'}]
     """
     if not applies(workload):
         return []
-    workload = kernels.validate_workload(workload)
+    orders = list(orders)
+    unknown = sorted(set(orders) - set(ORDERS))
+    if unknown or not orders:
+        raise ProblemError(f"winograd orders {unknown or orders} are not in {ORDERS}")
     blocks = list(blocks)
-    found = []
-    in_blocks = kernels.channel_blocks(workload["data"][1], blocks)
-    out_blocks = [b for b in kernels.channel_blocks(workload["kernel"][0], blocks) if b >= 8]
-    for tile, ib, ob in itertools.product(sorted(set(tiles)), in_blocks, out_blocks):
-        found.append({"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": ALGORITHM, "tile": int(tile)})
-    return found
+    in_blocks = channel_blocks(workload["data"][1], blocks)
+    out_blocks = [b for b in channel_blocks(workload["kernel"][0], blocks) if b >= 8]
+    return [
+        {"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": ALGORITHM, "tile": int(tile),
+         **({} if order == ORDERS[0] else {"order": order})}
+        for tile, ib, ob, order in itertools.product(sorted(set(tiles)), in_blocks, out_blocks, orders)
+    ]
 
 
 def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
@@ -140,11 +168,11 @@ def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> N
     tile = candidate.get("tile")
     if tile not in (2, 3, 4, 5, 6):
         raise ProblemError(f"{what}: 'tile' must be an output tile size 2-6")
-    in_block, out_block = kernels.layout_block(candidate["in"]), kernels.layout_block(candidate["out"])
+    in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
     if in_block is None or out_block is None:
         raise ProblemError(f"{what}: Winograd kernels take blocked layouts NCHW<b>c in and out")
-    kernels._check_divides(in_block, workload["data"][1], f"{what} input")
-    kernels._check_divides(out_block, workload["kernel"][0], f"{what} output")
+    check_divides(in_block, workload["data"][1], f"{what} input")
+    check_divides(out_block, workload["kernel"][0], f"{what} output")
     if candidate.get("order", ORDERS[0]) not in ORDERS:
         raise ProblemError(f"{what}: 'order' must be one of {ORDERS}")
     unknown = sorted(set(candidate) - {"in", "out", "algorithm", "tile", "order"})
@@ -182,9 +210,9 @@ def weight_transform(kernel_oihw: np.ndarray, candidate: dict[str, Any]) -> np.n
     kernel_oihw = np.asarray(kernel_oihw)
     if kernel_oihw.ndim != 4 or kernel_oihw.shape[2:] != (3, 3):
         raise ProblemError(f"winograd weight_transform needs an OIHW 3x3 kernel, got shape {kernel_oihw.shape}")
-    out_block = kernels.layout_block(candidate["out"])
+    out_block = layout_block(candidate["out"])
     o, i = kernel_oihw.shape[:2]
-    kernels._check_divides(out_block, o, f"winograd weight_transform for {candidate}")
+    check_divides(out_block, o, f"winograd weight_transform for {candidate}")
     _, _, g = transform_matrices(int(candidate["tile"]))
     u = np.einsum("ea,oiab,vb->evio", g, kernel_oihw.astype(np.float64), g, optimize=True)
     alpha = g.shape[0]
@@ -195,9 +223,41 @@ def weight_transform(kernel_oihw: np.ndarray, candidate: dict[str, Any]) -> np.n
 def weight_shape(workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
     """Shape of :func:`weight_transform`'s output for ``workload`` and ``candidate``."""
     alpha = int(candidate["tile"]) + 2
-    out_block = kernels.layout_block(candidate["out"])
+    out_block = layout_block(candidate["out"])
     o, i = workload["kernel"][:2]
     return (o // out_block, alpha, alpha, i, out_block)
+
+
+#: the logical inputs are the direct conv's (NCHW data, OIHW weight, epilogue operands), and so is the
+#: numpy reference
+logical_shapes = conv2d.logical_shapes
+reference = conv2d.reference
+
+
+def pack_inputs(workload: dict[str, Any], candidate: dict[str, Any], inputs: Sequence[np.ndarray]) -> list:
+    """Logical inputs in the kernel's layouts: data, transformed weight, epilogue operands in the output's."""
+    data, weight, *extra = inputs
+    return [pack_data(data, candidate["in"]), weight_transform(weight, candidate),
+            *(pack_data(x, candidate["out"]) for x in extra)]
+
+
+def unpack_output(workload: dict[str, Any], candidate: dict[str, Any], output: np.ndarray) -> np.ndarray:
+    """The kernel's output buffer as a logical NCHW array."""
+    return unpack_data(output, candidate["out"])
+
+
+def placeholders(tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
+    """TE placeholders of the kernel's inputs: data (N, C/ib, H, W, ib), transformed weight
+    (:func:`weight_shape`), epilogue operands in the output's layout."""
+    te, dtype = tvm.te, workload["dtype"]
+    data = te.placeholder(layout_shape(workload["data"], candidate["in"]), dtype=dtype, name="data")
+    weight = te.placeholder(weight_shape(workload, candidate), dtype=dtype, name="weight")
+    out = conv2d_output_shape(workload)
+    operands = [
+        te.placeholder(layout_shape(shape, candidate["out"]), dtype=dtype, name=f"epilogue_in{i}")
+        for i, shape in enumerate(epilogue_shapes(workload.get("epilogue", []), out))
+    ]
+    return [data, weight, *operands]
 
 
 def _combination(tvm, coefficients: Sequence[float], term, dtype: str):
@@ -227,11 +287,11 @@ def _pick(tvm, index, expressions: Sequence[Any]):
 
 
 def _stage(role: str) -> dict[str, Any]:
-    return {STAGE_ATTR: role}
+    return {STAGE_ANNOTATION: role}
 
 
 def _tiles(workload: dict[str, Any], tile: int) -> tuple[int, int]:
-    _, _, out_h, out_w = kernels.conv2d_output_shape(workload)
+    _, _, out_h, out_w = conv2d_output_shape(workload)
     return -(-out_h // tile), -(-out_w // tile)
 
 
@@ -277,7 +337,7 @@ def gemm_output(tvm, transformed, weight, workload: dict[str, Any], candidate: d
     a_matrix, _, _ = transform_matrices(tile)
     alpha, _, batch, tiles_h, tiles_w, channels = (int(d) for d in transformed.shape)
     out_outer, _, _, _, out_block = (int(d) for d in weight.shape)
-    _, out_channels, out_h, out_w = kernels.conv2d_output_shape(workload)
+    _, out_channels, out_h, out_w = conv2d_output_shape(workload)
     reduce_c = te.reduce_axis((0, channels), name="c")
     gemm = te.compute(
         (alpha, alpha, batch, tiles_h, tiles_w, out_channels),
@@ -286,7 +346,7 @@ def gemm_output(tvm, transformed, weight, workload: dict[str, Any], candidate: d
             axis=reduce_c,
         ),
         name="winograd_gemm",
-        attrs={**_stage(_GEMM), CANDIDATE_ATTR: dict(candidate)},
+        attrs={**_stage(_GEMM), CANDIDATE_ANNOTATION: dict(candidate)},
     )
 
     def output_rows(a, n, y, x, j, k):
@@ -307,14 +367,15 @@ def gemm_output(tvm, transformed, weight, workload: dict[str, Any], candidate: d
                       attrs=_stage(_OUTPUT))
 
 
-def compute(tvm, data, weight, workload: dict[str, Any], candidate: dict[str, Any]):
-    """The Winograd conv2d of ``workload`` as a TE tensor of shape (N, O/ob, OH, OW, ob).
+def compute(tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
+    """The Winograd conv2d of a (validated) ``workload`` as a TE tensor of shape (N, O/ob, OH, OW, ob),
+    without its epilogue.
 
-    ``data`` is the (N, C/ib, H, W, ib) placeholder, ``weight`` the (O/ob, alpha, alpha, C, ob) one
-    (:func:`weight_transform`). The GEMM block carries ``candidate`` as the :data:`CANDIDATE_ATTR`
-    annotation and every stage its role as :data:`STAGE_ATTR`, which :func:`schedule` reads.
+    ``inputs`` starts with the :func:`placeholders` data (N, C/ib, H, W, ib) and transformed weight
+    (O/ob, alpha, alpha, C, ob). The GEMM block carries ``candidate`` as its ``CANDIDATE_ANNOTATION``
+    and every stage its role as :data:`STAGE_ANNOTATION`, which :func:`schedule` reads.
     """
-    workload = kernels.validate_workload(workload)
+    data, weight = inputs[:2]
     validate_candidate(workload, candidate)
     transformed = input_transform(tvm, data, workload, int(candidate["tile"]))
     return gemm_output(tvm, transformed, weight, workload, candidate)
@@ -328,15 +389,16 @@ def compute(tvm, data, weight, workload: dict[str, Any], candidate: dict[str, An
 def _stage_blocks(sch) -> dict[str, Any]:
     found = {}
     for block in sch.get_child_blocks(sch.get_sblock("root")):
-        role = sch.get(block).annotations.get(STAGE_ATTR)
+        role = sch.get(block).annotations.get(STAGE_ANNOTATION)
         if role is not None:
             found[str(role)] = block
     return found
 
 
-def schedule(sch, target: Any = None) -> None:
-    """Schedule a PrimFunc holding :func:`compute`, optionally followed by a fused elementwise epilogue
-    (bias, residual add, relu: inlined into the output transform).
+def schedule(func, target: Any = None):
+    """The schedule of a PrimFunc holding :func:`compute`, optionally followed by a fused elementwise
+    epilogue (bias, residual add, relu: inlined into the output transform); returns the
+    ``s_tir.Schedule``.
 
     Every stage is vectorised along the channels (the input transform along the input block, the
     GEMM and output transform along the output block) with its loops over tile positions unrolled.
@@ -352,21 +414,22 @@ def schedule(sch, target: Any = None) -> None:
 
     Example::
 
-        sch = tvm.s_tir.Schedule(te.create_prim_func([data, weight, compute(tvm, data, weight, wl, cand)]))
-        schedule(sch, target)
+        inputs = placeholders(tvm, wl, cand)
+        sch = schedule(te.create_prim_func([*inputs, compute(tvm, inputs, wl, cand)]), target)
     """
+    sch = import_tvm().s_tir.Schedule(func)
     stages = _stage_blocks(sch)
     missing = {_INPUT_ROWS, _INPUT, _GEMM, _OUTPUT_ROWS, _OUTPUT} - set(stages)
     if missing:
         raise ProblemError(f"winograd schedule: blocks {sorted(missing)} not found in the PrimFunc")
-    candidate = sch.get(stages[_GEMM]).annotations[CANDIDATE_ATTR]
+    candidate = annotated_candidate(sch, stages[_GEMM]) or {}
     tile = int(candidate["tile"])
     out_block = int(sch.get(stages[_OUTPUT]).writes[0].source.shape[4])
     _, _, _, tiles_h, tiles_w, out_channels = (int(d) for d in sch.get(stages[_GEMM]).writes[0].source.shape)
     register_tile = gemm_tile(tiles_h, tiles_w, out_channels // out_block, out_block, target)
     _inline_epilogue(sch, stages[_OUTPUT])
     _schedule_padding(sch, stages[_INPUT_ROWS])
-    if str(candidate.get("order", ORDERS[0])) == "tiles":
+    if candidate.get("order", ORDERS[0]) == "tiles":
         group = _schedule_output(sch, stages, tile, register_tile, tiles_outer=True)
         _schedule_gemm(sch, stages, register_tile, group)
         _schedule_input(sch, stages, target, group)
@@ -374,24 +437,25 @@ def schedule(sch, target: Any = None) -> None:
         _schedule_output(sch, stages, tile, (1, 1, 1), tiles_outer=False)
         _schedule_gemm(sch, stages, register_tile, None)
         _schedule_input(sch, stages, target, None)
+    return sch
 
 
 def gemm_tile(tiles_h: int, tiles_w: int, out_outer: int, out_block: int, target: Any = None) -> tuple[int, int, int]:
     """``(rows, columns, blocks)``: the GEMMs' register tile of output tiles (rows x columns) times
-    output-channel blocks, chosen like the 1x1 GEMM's (:func:`kernels_gemm.register_tile`: the most
+    output-channel blocks, chosen like the 1x1 GEMM's (:func:`.gemm.register_tile`: the most
     FMAs per load among the tiles that fit the target's registers).
 
     Example::
 
         gemm_tile(7, 7, 8, 16, {"kind": "llvm", "mcpu": "znver4"})      # (1, 7, 2)
     """
-    from .kernels_gemm import register_tile
+    from .gemm import register_tile
 
     return register_tile(tiles_h, tiles_w, out_outer, out_block, target)
 
 
 def _input_vector(sch, rows_block, channels: int, target: Any) -> int:
-    lanes, _ = kernels._vector_registers(target)
+    lanes, _ = vector_registers(target)
     in_block = _input_block(sch, rows_block) or channels
     return max(d for d in range(1, min(in_block, 4 * lanes) + 1) if in_block % d == 0 and channels % d == 0)
 
@@ -404,7 +468,7 @@ def _schedule_padding(sch, rows_block) -> None:
             if INLINE_PADDING:
                 sch.compute_inline(producer)
             else:
-                kernels._parallel_vectorize(sch, producer)
+                parallel_vectorize(sch, producer)
 
 
 def _schedule_input(sch, stages: dict[str, Any], target: Any, group) -> None:
@@ -505,7 +569,7 @@ def _inline_epilogue(sch, output) -> None:
         try:
             sch.reverse_compute_inline(consumers[0])
         except tvm.s_tir.ScheduleError:
-            kernels._schedule_epilogue(sch, [sch.get(b).name_hint for b in consumers], set())
+            schedule_epilogue(sch, [sch.get(b).name_hint for b in consumers], set())
             return
         consumers = list(sch.get_consumers(output))
 

@@ -31,23 +31,37 @@ Example::
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import ProblemError
-from . import kernels
-from ._tvm import import_tvm
+from ...errors import ProblemError
+from .._tvm import import_tvm
+from . import conv2d
+from .common import CANDIDATE_ANNOTATION, annotated_candidate, is_spatial, schedule_epilogue
+from .isa import vector_registers
+from .workload import (
+    DEFAULT_BLOCKS,
+    channel_blocks,
+    check_divides,
+    conv2d_output_shape,
+    epilogue_shapes,
+    layout_block,
+    layout_shape,
+    pack_data,
+    unpack_data,
+    validate_workload,
+)
 
-__all__ = ["ALGORITHM", "applies", "candidates", "compute", "register_tile", "schedule", "weight_transform"]
+__all__ = ["ALGORITHM", "MAIN_BLOCKS", "ORDERS", "applies", "candidates", "compute", "register_tile", "schedule",
+           "validate_candidate", "weight_shape", "weight_transform"]
 
 #: the candidates' ``"algorithm"`` value
 ALGORITHM = "gemm"
-#: block annotation holding the candidate, on the GEMM block
-CANDIDATE_ATTR = "layoutopt.candidate"
-#: the GEMM block's name
-MAIN_BLOCK = "conv2d_1x1_gemm"
+#: the GEMM block (carrying the candidate as its ``CANDIDATE_ANNOTATION``), by which
+#: :data:`~layoutopt.tvm.kernels.module.RULES` recognises the kernel
+MAIN_BLOCKS = ("conv2d_1x1_gemm",)
 #: values of the ``"order"`` schedule knob, the default first: the parallel loops run over
 #: output-channel blocks, then pixel tiles (``"oc"``), or pixel tiles, then channel blocks (``"rows"``)
 ORDERS = ("oc", "rows")
@@ -61,7 +75,7 @@ def applies(workload: dict[str, Any]) -> bool:
         applies({"op": "conv2d", "data": [1, 64, 56, 56], "kernel": [256, 64, 1, 1], "strides": [2, 2],
                  "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1})     # True
     """
-    workload = kernels.validate_workload(workload)
+    workload = validate_workload(workload)
     return (
         workload["op"] == "conv2d"
         and workload["kernel"][2:] == [1, 1]
@@ -72,7 +86,7 @@ def applies(workload: dict[str, Any]) -> bool:
 
 def candidates(
     workload: dict[str, Any],
-    blocks: Iterable[int] = kernels.DEFAULT_BLOCKS,
+    blocks: Iterable[int] = DEFAULT_BLOCKS,
     orders: Iterable[str] = ORDERS[:1],
 ) -> list[dict[str, Any]]:
     """GEMM candidates of a 1x1 conv2d: every (NCHW{ib}c, NCHW{ob}c) pair of dividing ``blocks``
@@ -86,11 +100,14 @@ def candidates(
     """
     if not applies(workload):
         return []
-    workload = kernels.validate_workload(workload)
+    orders = list(orders)
+    unknown = sorted(set(orders) - set(ORDERS))
+    if unknown or not orders:
+        raise ProblemError(f"gemm orders {unknown or orders} are not in {ORDERS}")
     blocks = list(blocks)
     found = []
-    in_blocks = kernels.channel_blocks(workload["data"][1], blocks)
-    out_blocks = [b for b in kernels.channel_blocks(workload["kernel"][0], blocks) if b >= 8]
+    in_blocks = channel_blocks(workload["data"][1], blocks)
+    out_blocks = [b for b in channel_blocks(workload["kernel"][0], blocks) if b >= 8]
     for ib, ob, order in itertools.product(in_blocks, out_blocks, orders):
         knobs = {} if order == ORDERS[0] else {"order": order}
         found.append({"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": ALGORITHM, **knobs})
@@ -104,11 +121,11 @@ def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> N
         raise ProblemError(f"{what}: the GEMM kernel needs a 1x1, unpadded conv2d with groups 1")
     if candidate.get("algorithm") != ALGORITHM:
         raise ProblemError(f"{what}: 'algorithm' must be {ALGORITHM!r}")
-    in_block, out_block = kernels.layout_block(candidate["in"]), kernels.layout_block(candidate["out"])
+    in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
     if in_block is None or out_block is None:
         raise ProblemError(f"{what}: GEMM kernels take blocked layouts NCHW<b>c in and out")
-    kernels._check_divides(in_block, workload["data"][1], f"{what} input")
-    kernels._check_divides(out_block, workload["kernel"][0], f"{what} output")
+    check_divides(in_block, workload["data"][1], f"{what} input")
+    check_divides(out_block, workload["kernel"][0], f"{what} output")
     if candidate.get("order", ORDERS[0]) not in ORDERS:
         raise ProblemError(f"{what}: 'order' must be one of {ORDERS}")
     unknown = sorted(set(candidate) - {"in", "out", "algorithm", "order"})
@@ -127,29 +144,60 @@ def weight_transform(kernel_oihw: np.ndarray, candidate: dict[str, Any]) -> np.n
     kernel_oihw = np.asarray(kernel_oihw)
     if kernel_oihw.ndim != 4 or kernel_oihw.shape[2:] != (1, 1):
         raise ProblemError(f"gemm weight_transform needs an OIHW 1x1 kernel, got shape {kernel_oihw.shape}")
-    out_block = kernels.layout_block(candidate["out"])
+    out_block = layout_block(candidate["out"])
     o, i = kernel_oihw.shape[:2]
-    kernels._check_divides(out_block, o, f"gemm weight_transform for {candidate}")
+    check_divides(out_block, o, f"gemm weight_transform for {candidate}")
     return np.ascontiguousarray(kernel_oihw.reshape(o // out_block, out_block, i).transpose(0, 2, 1))
 
 
 def weight_shape(workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
     """Shape of :func:`weight_transform`'s output for ``workload`` and ``candidate``."""
-    out_block = kernels.layout_block(candidate["out"])
+    out_block = layout_block(candidate["out"])
     o, i = workload["kernel"][:2]
     return (o // out_block, i, out_block)
 
 
-def compute(tvm, data, weight, workload: dict[str, Any], candidate: dict[str, Any]):
-    """The 1x1 conv2d of ``workload`` as a TE tensor of shape (N, O/ob, OH, OW, ob), from the
-    (N, C/ib, H, W, ib) ``data`` and the (O/ob, C, ob) ``weight`` placeholders; the block carries
-    ``candidate`` as its :data:`CANDIDATE_ATTR` annotation."""
+#: the logical inputs are the direct conv's (NCHW data, OIHW weight, epilogue operands), and so is the
+#: numpy reference
+logical_shapes = conv2d.logical_shapes
+reference = conv2d.reference
+
+
+def pack_inputs(workload: dict[str, Any], candidate: dict[str, Any], inputs: Sequence[np.ndarray]) -> list:
+    """Logical inputs in the kernel's layouts: data, packed weight, epilogue operands in the output's."""
+    data, weight, *extra = inputs
+    return [pack_data(data, candidate["in"]), weight_transform(weight, candidate),
+            *(pack_data(x, candidate["out"]) for x in extra)]
+
+
+def unpack_output(workload: dict[str, Any], candidate: dict[str, Any], output: np.ndarray) -> np.ndarray:
+    """The kernel's output buffer as a logical NCHW array."""
+    return unpack_data(output, candidate["out"])
+
+
+def placeholders(tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
+    """TE placeholders of the kernel's inputs: data (N, C/ib, H, W, ib), packed weight (O/ob, C, ob),
+    epilogue operands in the output's layout."""
+    te, dtype = tvm.te, workload["dtype"]
+    data = te.placeholder(layout_shape(workload["data"], candidate["in"]), dtype=dtype, name="data")
+    weight = te.placeholder(weight_shape(workload, candidate), dtype=dtype, name="weight")
+    operands = [
+        te.placeholder(layout_shape(shape, candidate["out"]), dtype=dtype, name=f"epilogue_in{i}")
+        for i, shape in enumerate(epilogue_shapes(workload.get("epilogue", []), conv2d_output_shape(workload)))
+    ]
+    return [data, weight, *operands]
+
+
+def compute(tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
+    """The 1x1 conv2d of a (validated) ``workload`` as a TE tensor of shape (N, O/ob, OH, OW, ob), from
+    the :func:`placeholders` data (N, C/ib, H, W, ib) and weight (O/ob, C, ob), without its epilogue;
+    the block carries ``candidate`` as its ``CANDIDATE_ANNOTATION``."""
     te = tvm.te
-    workload = kernels.validate_workload(workload)
+    data, weight = inputs[:2]
     validate_candidate(workload, candidate)
     in_block = int(data.shape[4])
     out_outer, channels, out_block = (int(d) for d in weight.shape)
-    batch, _, out_h, out_w = kernels.conv2d_output_shape(workload)
+    batch, _, out_h, out_w = conv2d_output_shape(workload)
     stride_h, stride_w = workload["strides"]
     c = te.reduce_axis((0, channels), name="c")
     return te.compute(
@@ -157,8 +205,8 @@ def compute(tvm, data, weight, workload: dict[str, Any], candidate: dict[str, An
         lambda n, ko, y, x, ki: te.sum(
             data[n, c // in_block, y * stride_h, x * stride_w, c % in_block] * weight[ko, c, ki], axis=c
         ),
-        name=MAIN_BLOCK,
-        attrs={CANDIDATE_ATTR: dict(candidate)},
+        name=MAIN_BLOCKS[0],
+        attrs={CANDIDATE_ANNOTATION: dict(candidate)},
     )
 
 
@@ -179,7 +227,7 @@ def register_tile(out_h: int, out_w: int, out_outer: int, out_block: int, target
 
         register_tile(7, 7, 32, 16, {"kind": "llvm", "mcpu": "znver4"})     # (1, 7, 2)
     """
-    lanes, registers = kernels._vector_registers(target)
+    lanes, registers = vector_registers(target)
     per_block = -(-out_block // lanes)
     best = _best_tile(out_h, out_w, out_outer, per_block, max(per_block, registers * 3 // 4))
     if best[0] * best[1] < 4:  # as the direct kernel's register_tile: a wider tile beside one weight row
@@ -203,18 +251,24 @@ def _best_tile(out_h: int, out_w: int, out_outer: int, per_block: int, budget: i
     return best
 
 
-def schedule(sch, target: Any = None) -> None:
-    """Schedule a PrimFunc holding :func:`compute`, optionally followed by a fused elementwise epilogue.
+def schedule(func, target: Any = None):
+    """The schedule of a PrimFunc holding :func:`compute`, optionally followed by a fused elementwise
+    epilogue; returns the ``s_tir.Schedule``.
 
     Parallel over (n, channel-block group, pixel-row group) (order ``"oc"``) or over (n, pixel-row
     group, channel-block group) (order ``"rows"``); per :func:`register_tile` tile, the reduction over
     the input channels with the tile's accumulators in registers, then the epilogue written from the
     tile, vectorised along the output block.
+
+    Example::
+
+        inputs = placeholders(tvm, wl, cand)
+        sch = schedule(te.create_prim_func([*inputs, compute(tvm, inputs, wl, cand)]), target)
     """
-    tvm = import_tvm()
+    sch = import_tvm().s_tir.Schedule(func)
     conv = _main_block(sch)
-    candidate = sch.get(conv).annotations[CANDIDATE_ATTR]
-    rows_outer = str(candidate.get("order", ORDERS[0])) == "rows"
+    candidate = annotated_candidate(sch, conv) or {}
+    rows_outer = candidate.get("order", ORDERS[0]) == "rows"
     batch, out_outer, out_h, out_w, out_block = (int(d) for d in sch.get(conv).writes[0].source.shape)
     rows, columns, blocks = register_tile(out_h, out_w, out_outer, out_block, target)
     in_block = next(int(r.source.shape[4]) for r in sch.get(conv).reads if len(r.source.shape) == 5)
@@ -243,16 +297,16 @@ def schedule(sch, target: Any = None) -> None:
         sch.unroll(loop)
     sch.vectorize(ki)
     if epilogue is None and consumers:
-        kernels._schedule_epilogue(sch, [sch.get(b).name_hint for b in consumers], set())
-    del tvm
+        schedule_epilogue(sch, [sch.get(b).name_hint for b in consumers], set())
     sch.decompose_reduction(conv, co)
+    return sch
 
 
 def _main_block(sch):
     for block in sch.get_child_blocks(sch.get_sblock("root")):
-        if CANDIDATE_ATTR in sch.get(block).annotations and sch.get(block).name_hint.startswith(MAIN_BLOCK):
+        if sch.get(block).name_hint in MAIN_BLOCKS and CANDIDATE_ANNOTATION in sch.get(block).annotations:
             return block
-    raise ProblemError(f"gemm schedule: no {MAIN_BLOCK} block carrying {CANDIDATE_ATTR} in the PrimFunc")
+    raise ProblemError(f"gemm schedule: no {MAIN_BLOCKS[0]} block carrying {CANDIDATE_ANNOTATION} in the PrimFunc")
 
 
 def _elementwise_chain(sch, conv) -> list | None:
@@ -267,6 +321,6 @@ def _elementwise_chain(sch, conv) -> list | None:
         if len(consumers) > 1:
             return None
         block = consumers[0]
-        if not kernels._is_spatial(sch, block) or [int(d) for d in sch.get(block).writes[0].source.shape] != shape:
+        if not is_spatial(sch, block) or [int(d) for d in sch.get(block).writes[0].source.shape] != shape:
             return None
         chain.append(block)
