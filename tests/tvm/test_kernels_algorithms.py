@@ -201,3 +201,52 @@ def test_gemm_register_tile_reuses_weights_and_fits_the_registers():
         rows, columns, blocks = kernels_gemm.register_tile(h, w, outer, ob, target)
         assert h % rows == 0 and w % columns == 0 and outer % blocks == 0
         assert rows * columns * blocks * -(-ob // lanes) <= registers - -(-ob // lanes)
+
+
+# -- in a fused Relax build ------------------------------------------------------------------------
+
+
+def test_algorithm_kernels_in_a_fused_build_match_the_untouched_model():
+    # the rewrite calls the families' computes; FuseOps fuses each conv's epilogue into its kernel,
+    # whose schedule (found by the main block) finishes it in the output transform / register tile
+    tvm = import_tvm()
+    from layoutopt.tvm import apply_layouts, build, models
+    from layoutopt.tvm.apply import _legalize_conv2d
+    from layoutopt.tvm.kernels import schedule_module
+
+    target = resolve_target(AVX2)
+    mod = models.concat3((8, 16, 8), in_channels=16, size=9)
+    choices = {
+        "stem": winograd(16, 16, 4, order="tiles"),
+        "branch2": winograd(16, 8, 2),
+        "branch1": gemm(16, 8),
+        "head": gemm(16, 16, order="rows"),
+    }
+    new = apply_layouts(mod, choices)
+    x = np.random.default_rng(0).standard_normal((1, 16, 9, 9)).astype("float32")
+
+    def run(module):
+        vm = tvm.relax.VirtualMachine(build(module, target), tvm.cpu())
+        out = vm["main"](tvm.runtime.tensor(x))
+        return (out if hasattr(out, "numpy") else out[0]).numpy()
+
+    expected = run(mod)
+    assert np.max(np.abs(run(new) - expected)) / np.max(np.abs(expected)) < 1e-5
+    with target:
+        fused = tvm.relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _legalize_conv2d})(new)
+        for make in (tvm.relax.transform.AnnotateTIROpPattern, tvm.relax.transform.FuseOps,
+                     tvm.relax.transform.FuseTIR):
+            fused = make()(fused)
+    scheduled = schedule_module(fused, target)
+    kernels_seen = {}
+    for gvar, func in scheduled.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            names = block_names(tvm.s_tir.Schedule(func))
+            # (scheduled, the main block is split into its init and update)
+            if any(n.startswith((*kernels_winograd.MAIN_BLOCKS, *kernels_gemm.MAIN_BLOCKS)) for n in names):
+                kernels_seen[gvar.name_hint] = names
+                assert func.attrs["tirx.is_scheduled"]
+    # two Winograd and two GEMM kernels; the stem's bias + relu went into its output transform
+    assert len(kernels_seen) == 4
+    stem = next(names for name, names in kernels_seen.items() if "winograd" in name and "relu" in name)
+    assert not any(n.startswith(("T_add", "compute")) for n in stem), stem

@@ -163,6 +163,12 @@ logical_shapes = conv2d.logical_shapes
 reference = conv2d.reference
 
 
+def pack_weight(workload: dict[str, Any], candidate: dict[str, Any], weight: np.ndarray) -> np.ndarray:
+    """The OIHW weight of a (validated) workload packed for the candidate's kernel (what the rewrite
+    stores as the constant): :func:`weight_transform`."""
+    return weight_transform(weight, candidate)
+
+
 def pack_inputs(workload: dict[str, Any], candidate: dict[str, Any], inputs: Sequence[np.ndarray]) -> list:
     """Logical inputs in the kernel's layouts: data, packed weight, epilogue operands in the output's."""
     data, weight, *extra = inputs
