@@ -128,6 +128,14 @@ def test_winograd_matches_numpy(target, tile, order):
     assert build_and_check(wl, winograd(8, 16, tile, **knobs), target) < 1e-4
 
 
+def test_winograd_pads_a_prime_count_of_tile_columns():
+    # 22 output columns = 11 tiles of 2: computed as 12 (a register tile of 4 or 6 divides them)
+    wl = conv([1, 8, 3, 22], [16, 8, 3, 3])
+    assert kernels_winograd._tiles(kernels.validate_workload(wl), 2) == (2, 12)
+    assert build_and_check(wl, winograd(8, 16, 2), AVX2) < 1e-5
+    assert build_and_check(wl, winograd(8, 16, 2, order="tiles"), AVX2) < 1e-5
+
+
 def test_winograd_fused_epilogue_is_inlined_into_the_output_transform():
     tvm = import_tvm()
     wl = conv([1, 16, 6, 6], [16, 16, 3, 3], epilogue=["bias", "add", "relu"])
