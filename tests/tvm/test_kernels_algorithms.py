@@ -85,15 +85,15 @@ def test_winograd_candidates_pair_blocks_and_tiles_with_vector_wide_outputs():
 
 def test_winograd_rejects_bad_candidates():
     wl = kernels.validate_workload(conv([1, 16, 8, 8], [16, 16, 3, 3]))
-    for bad, message in [(winograd(16, 16, 7), "tile"), ({"in": "NCHW", "out": "NCHW", "algorithm": "winograd",
-                                                          "tile": 2}, "blocked"),
+    unblocked = {"in": "NCHW", "out": "NCHW", "algorithm": "winograd", "tile": 2}
+    for bad, message in [(winograd(16, 16, 7), "tile"), (unblocked, "blocked"),
                          (winograd(32, 16, 2), "divide"), (winograd(16, 16, 2, order="zigzag"), "order"),
                          (winograd(16, 16, 2, reg_n=4), "unknown keys")]:
         with pytest.raises(ProblemError, match=message):
             kernels_winograd.validate_candidate(wl, bad)
+    strided = kernels.validate_workload(conv([1, 16, 8, 8], [16, 16, 3, 3], strides=(2, 2)))
     with pytest.raises(ProblemError, match="stride 1"):
-        kernels_winograd.validate_candidate(kernels.validate_workload(conv([1, 16, 8, 8], [16, 16, 3, 3],
-                                                                           strides=(2, 2))), winograd(16, 16, 2))
+        kernels_winograd.validate_candidate(strided, winograd(16, 16, 2))
 
 
 @pytest.mark.parametrize("tile", [2, 4, 6])
@@ -114,7 +114,8 @@ def test_winograd_weight_transform_layout():
     assert packed.shape == (2, 6, 6, 8, 16) and packed.dtype == np.float32
     _, _, g = kernels_winograd.transform_matrices(4)
     o, i, e, v = 21, 5, 3, 2  # output channel 21 = block 1, lane 5
-    np.testing.assert_allclose(packed[1, e, v, i, 5], (g @ kernel[o, i].astype(np.float64) @ g.T)[e, v], rtol=1e-6)
+    expected = (g @ kernel[o, i].astype(np.float64) @ g.T)[e, v]
+    np.testing.assert_allclose(packed[1, e, v, i, 5], expected, rtol=1e-6)
     with pytest.raises(ProblemError, match="3x3"):
         kernels_winograd.weight_transform(np.zeros((16, 16, 1, 1)), winograd(16, 16, 2))
 
@@ -167,7 +168,8 @@ def test_winograd_blocks_carry_their_roles_and_the_gemm_the_candidate():
 
 def test_winograd_gemm_tile_is_the_1x1_gemms():
     # the same register tile rule: a row of 7 tiles x two 16-channel blocks on AVX-512
-    assert kernels_winograd.gemm_tile(7, 7, 8, 16, AVX512) == kernels_gemm.register_tile(7, 7, 8, 16, AVX512) == (1, 7, 2)
+    tile = kernels_winograd.gemm_tile(7, 7, 8, 16, AVX512)
+    assert tile == kernels_gemm.register_tile(7, 7, 8, 16, AVX512) == (1, 7, 2)
 
 
 # -- 1x1 GEMM --------------------------------------------------------------------------------------
@@ -187,7 +189,8 @@ def test_gemm_weight_is_the_direct_kernels_packing():
     kernel = np.random.default_rng(0).standard_normal((32, 16, 1, 1)).astype("float32")
     packed = kernels_gemm.weight_transform(kernel, gemm(8, 16))
     assert packed.shape == (2, 16, 16)
-    np.testing.assert_array_equal(packed.ravel(), kernels.pack_conv2d_kernel(kernel, {"in": "NCHW8c", "out": "NCHW16c"}).ravel())
+    direct = kernels.pack_conv2d_kernel(kernel, {"in": "NCHW8c", "out": "NCHW16c"})
+    np.testing.assert_array_equal(packed.ravel(), direct.ravel())
 
 
 @pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
@@ -203,8 +206,9 @@ def test_gemm_register_tile_reuses_weights_and_fits_the_registers():
     # 7x7 maps: one row of 7 pixels x two 16-channel blocks (14 zmm), not 8 blocks of one pixel
     assert kernels_gemm.register_tile(7, 7, 32, 16, AVX512) == (1, 7, 2)
     assert kernels_gemm.register_tile(56, 56, 16, 16, AVX512) == (1, 4, 4)
-    for h, w, outer, ob, target in itertools.product([7, 14, 28, 56], [7, 14, 28, 56], [2, 4, 16], [8, 16, 32, 64],
-                                                     [AVX512, AVX2]):
+    sizes = [7, 14, 28, 56]
+    shapes = itertools.product(sizes, sizes, [2, 4, 16], [8, 16, 32, 64], [AVX512, AVX2])
+    for h, w, outer, ob, target in shapes:
         lanes, registers = kernels.vector_registers(target)
         rows, columns, blocks = kernels_gemm.register_tile(h, w, outer, ob, target)
         assert h % rows == 0 and w % columns == 0 and outer % blocks == 0
@@ -241,7 +245,8 @@ def test_algorithm_kernels_in_a_fused_build_match_the_untouched_model():
     expected = run(mod)
     assert np.max(np.abs(run(new) - expected)) / np.max(np.abs(expected)) < 1e-5
     with target:
-        fused = tvm.relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _legalize_conv2d})(new)
+        legalize = {"relax.nn.conv2d": _legalize_conv2d}
+        fused = tvm.relax.transform.LegalizeOps(customize_legalize_map=legalize)(new)
         for make in (tvm.relax.transform.AnnotateTIROpPattern, tvm.relax.transform.FuseOps,
                      tvm.relax.transform.FuseTIR):
             fused = make()(fused)

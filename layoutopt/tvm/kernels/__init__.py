@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import conv2d, dense, gemm, transform, winograd
+from . import conv2d, dense, transform
 from .common import CANDIDATE_ANNOTATION, MAX_VECTOR_LOOP
 from .conv2d import DEFAULT_ORDERS
 from .conv2d import ORDERS as CONV2D_ORDERS

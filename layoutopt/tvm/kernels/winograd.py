@@ -1,39 +1,40 @@
-"""Winograd F(m x m, 3 x 3) conv2d kernels in blocked layouts: NCHW{ib}c in, NCHW{ob}c out.
+"""Winograd F(m x m, 3 x 3) conv2d, NCHW{ib}c in, NCHW{ob}c out (candidates ``"algorithm": "winograd"``).
 
-A 3x3, stride-1, undilated, ungrouped conv2d computes every ``m x m`` output tile from an
-``alpha x alpha`` input tile (``alpha = m + 2``) with ``alpha**2`` products per (input, output)
-channel pair instead of ``9 m**2``: 2.25x fewer for ``m = 2``, 4x for ``m = 4``, 5.06x for ``m = 6``.
-The kernel runs in three stages, all in one PrimFunc:
+A 3x3, stride-1, undilated, ungrouped conv2d computes each ``m x m`` output tile from an ``alpha x
+alpha`` input tile (``alpha = m + 2``) with ``alpha**2`` multiplications per (input, output) channel
+pair instead of ``9 m**2``: 2.25x fewer for F(2x2,3x3), 4x for F(4x4,3x3), 5.06x for F(6x6,3x3).
+One PrimFunc runs three stages:
 
-1. input transform ``V = B^T d B`` of every tile and input channel (two separable passes; the
-   matrices' zeros are skipped and their +-1 entries cost no multiplication);
-2. ``alpha**2`` independent GEMMs ``M[e, v] = V[e, v] @ U[e, v]`` over the input channels, ``U`` being
-   the weight transformed at compile time (:func:`weight_transform`, ``U = G g G^T``);
-3. output transform ``Y = A^T M A`` written straight into the NCHW{ob}c output, with the conv's
-   fused elementwise epilogue (bias, residual add, relu) inlined into it.
+1. input transform ``V = B^T d B`` of every tile and input channel, vectorised along the channels
+   (two separable passes; the matrices' zeros are skipped, their +-1 entries cost no multiplication);
+2. ``alpha**2`` GEMMs ``M[e, v] = V[e, v] @ U[e, v]`` over the input channels, ``U = G g G^T`` being
+   the weight transformed at compile time in float64 (:func:`weight_transform`), vectorised along
+   the output block with a register tile of several tiles and channel blocks (:func:`gemm_tile`);
+3. output transform ``Y = A^T M A`` into the NCHW{ob}c output, with the conv's fused elementwise
+   epilogue (bias, residual add, relu) inlined into it.
 
-The schedule (:func:`schedule`) runs the GEMM of a group of tiles for one output-channel block into a
-``[tiles x ob]`` register tile per ``(e, v)``, keeps the group's ``alpha**2`` GEMM results in a small
-stack buffer and transforms them to the output right away, so ``M`` never goes to memory.
+The ``"order"`` knob (:data:`ORDERS`, see :func:`schedule`) arranges the stages: as three parallel
+stages (the GEMMs parallel over tile positions), or per group of tiles (everything in cache; pays
+on large maps with few channels). The transform matrices are TVM's
+(``topi.nn.winograd_transform_matrices``: Cook-Toom with the interpolation points of Barabasz et al.,
+chosen for accuracy).
 
-The transform matrices are TVM's (``topi.nn.winograd_util``: Cook-Toom with the interpolation points of
-Barabasz et al., chosen for accuracy). Accuracy against a float64 direct convolution is in
-:data:`ERROR_NOTES`.
-
-Interface (one module per kernel family)::
-
-    applies(workload) -> bool
-    candidates(workload, blocks) -> [{"in": "NCHW16c", "out": "NCHW16c", "algorithm": "winograd", "tile": 4}, ...]
-    weight_transform(kernel_oihw, candidate) -> np.ndarray     # (O/ob, alpha, alpha, I, ob)
-    compute(tvm, data, weight, workload, candidate) -> te.Tensor
-    schedule(sch, target)                                      # the PrimFunc may hold a fused epilogue
+Measured (``benchmarks/results/algorithms.md``): F(4x4) runs ResNet-50's and VGG-19's 3x3 layers
+at 14x14 and larger 1.6-2.7x faster than the best direct kernel, F(2x2) the 7x7 ones 1.2-1.8x;
+F(6x6) never beat F(4x4) and is not offered by default. Numerical error (max |out - ref| / max |ref|
+against a float64 direct conv, post-ReLU data, He-initialised weights, ResNet-50/VGG-19 layers):
+direct ~1e-6, F(2x2) ~5e-7, F(4x4) ~3e-6 (half a digit lost), F(6x6) ~2e-5 (1.3 digits lost): all
+per layer within the 1e-4 a build is checked at.
 
 Example::
 
     wl = {"op": "conv2d", "data": [1, 32, 14, 14], "kernel": [32, 32, 3, 3], "strides": [1, 1],
           "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
     applies(wl)                                   # True
-    cand = candidates(wl, blocks=[16])[0]         # {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 2}
+    candidates(wl, blocks=[16], tiles=[4])
+    # [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4},
+    #  {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4, 'order': 'tiles'}]
+    kernel = build_kernel(wl, candidates(wl, blocks=[16], tiles=[4])[0])   # layoutopt.tvm.kernels
 """
 
 from __future__ import annotations
@@ -48,11 +49,10 @@ import numpy as np
 from ...errors import ProblemError
 from .._tvm import import_tvm
 from . import conv2d
-from .common import CANDIDATE_ANNOTATION, annotated_candidate, parallel_vectorize, schedule_epilogue
+from .common import CANDIDATE_ANNOTATION, annotated_candidate, schedule_epilogue
 from .isa import vector_registers
 from .workload import (
     DEFAULT_BLOCKS,
-    validate_workload,
     channel_blocks,
     check_divides,
     conv2d_output_shape,
@@ -61,6 +61,7 @@ from .workload import (
     layout_shape,
     pack_data,
     unpack_data,
+    validate_workload,
 )
 
 __all__ = [
@@ -81,18 +82,14 @@ __all__ = [
 
 #: the candidates' ``"algorithm"`` value
 ALGORITHM = "winograd"
-#: output tile sizes ``m`` of F(m x m, 3 x 3) offered by default
-DEFAULT_TILES = (2, 4, 6)
+#: output tile sizes ``m`` of F(m x m, 3 x 3) offered by default (F(6x6) never beat F(4x4) on ResNet-50's
+#: or VGG-19's layers and loses a digit more: ask for it with ``tiles=``)
+DEFAULT_TILES = (2, 4)
 #: values of the ``"order"`` schedule knob, the default first (see :func:`schedule`): ``"positions"``
 #: (three stages; the GEMMs parallel over the tile positions) or ``"tiles"`` (everything per group of
 #: tiles). Neither wins everywhere: on 56x56 maps with 64 channels "tiles" ran 1.2x faster, on
 #: 28x28 and smaller "positions" 1.1-1.3x (F(4x4), one thread, AVX-512)
 ORDERS = ("positions", "tiles")
-#: Inline the zero padding into the input transform (a bounds check on every load of the unrolled
-#: transform) instead of padding the input in a stage of its own. Inlined, the kernel compiled 3-4x
-#: slower (F(4x4): 3.3 s instead of 1.0 s with a fused epilogue, TVM's simplifier working through
-#: the bounds checks of every unrolled load).
-INLINE_PADDING = False
 #: the most transformed input a group of the ``"tiles"`` order holds (see :func:`group_rows`): half of
 #: the smallest L2 of the x86 CPUs in use (512 KB, AMD Zen 3), for it to stay there while the whole
 #: transformed weight streams past it
@@ -186,7 +183,7 @@ def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> N
         raise ProblemError(f"{what}: unknown keys {unknown}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def transform_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(A, B, G)`` of F(tile x tile, 3 x 3) as float64 arrays of shapes (alpha, tile), (alpha, alpha),
     (alpha, 3): ``Y = A^T [(G g G^T) * (B^T d B)] A``. TVM's matrices (those behind
@@ -215,7 +212,7 @@ def weight_transform(kernel_oihw: np.ndarray, candidate: dict[str, Any]) -> np.n
     """
     kernel_oihw = np.asarray(kernel_oihw)
     if kernel_oihw.ndim != 4 or kernel_oihw.shape[2:] != (3, 3):
-        raise ProblemError(f"winograd weight_transform needs an OIHW 3x3 kernel, got shape {kernel_oihw.shape}")
+        raise ProblemError(f"winograd weight_transform needs an OIHW 3x3 kernel, not {kernel_oihw.shape}")
     out_block = layout_block(candidate["out"])
     o, i = kernel_oihw.shape[:2]
     check_divides(out_block, o, f"winograd weight_transform for {candidate}")
@@ -279,13 +276,13 @@ def _combination(tvm, coefficients: Sequence[float], term, dtype: str):
     if not nonzero:
         return tvm.tirx.const(0, dtype)
     negate = nonzero[0][1] < 0  # all negative: sum the magnitudes, negate once
-    total = None
-    for k, coef in nonzero:
-        value = term(k) if abs(coef) == 1 else term(k) * tvm.tirx.const(abs(coef), dtype)
-        if total is None:
-            total = value
-        else:
-            total = total + value if (coef > 0) != negate else total - value
+
+    def magnitude(k: int, coef: float):
+        return term(k) if abs(coef) == 1 else term(k) * tvm.tirx.const(abs(coef), dtype)
+
+    total = magnitude(*nonzero[0])
+    for k, coef in nonzero[1:]:
+        total = total + magnitude(k, coef) if (coef > 0) != negate else total - magnitude(k, coef)
     return total * tvm.tirx.const(-1, dtype) if negate else total
 
 
@@ -379,7 +376,8 @@ def gemm_output(tvm, transformed, weight, workload: dict[str, Any], candidate: d
     def output(n, ko, oh, ow, ki):
         def term(a):
             return half[a, n, oh // tile, ow // tile, ow % tile, ko * out_block + ki]
-        return _pick(tvm, oh % tile, [_combination(tvm, a_matrix[:, row], term, dtype) for row in range(tile)])
+        rows = [_combination(tvm, a_matrix[:, row], term, dtype) for row in range(tile)]
+        return _pick(tvm, oh % tile, rows)
 
     return te.compute((batch, out_outer, out_h, out_w, out_block), output, name="winograd_output",
                       attrs=_stage(_OUTPUT))
@@ -446,7 +444,6 @@ def schedule(func, target: Any = None):
     _, _, _, tiles_h, tiles_w, out_channels = (int(d) for d in sch.get(stages[_GEMM]).writes[0].source.shape)
     register_tile = gemm_tile(tiles_h, tiles_w, out_channels // out_block, out_block, target)
     _inline_epilogue(sch, stages[_OUTPUT])
-    _schedule_padding(sch, stages[_INPUT_ROWS])
     if candidate.get("order", ORDERS[0]) == "tiles":
         channels = int(sch.get(stages[_INPUT]).writes[0].source.shape[5])
         rows = group_rows(tiles_h, tiles_w, tile + 2, channels, out_channels, register_tile[0])
@@ -460,7 +457,8 @@ def schedule(func, target: Any = None):
     return sch
 
 
-def gemm_tile(tiles_h: int, tiles_w: int, out_outer: int, out_block: int, target: Any = None) -> tuple[int, int, int]:
+def gemm_tile(tiles_h: int, tiles_w: int, out_outer: int, out_block: int,
+              target: Any = None) -> tuple[int, int, int]:
     """``(rows, columns, blocks)``: the GEMMs' register tile of output tiles (rows x columns) times
     output-channel blocks, chosen like the 1x1 GEMM's (:func:`.gemm.register_tile`: the most
     FMAs per load among the tiles that fit the target's registers).
@@ -480,21 +478,24 @@ def _input_vector(sch, rows_block, channels: int, target: Any) -> int:
     return max(d for d in range(1, min(in_block, 4 * lanes) + 1) if in_block % d == 0 and channels % d == 0)
 
 
-def _schedule_padding(sch, rows_block) -> None:
-    """The zero padding of the input: its own parallel, vectorised stage, or inlined into the
-    transform's reads when :data:`INLINE_PADDING` is set."""
+def _schedule_padding(sch, rows_block, at) -> None:
+    """The zero-padded input, computed under the input transform's loop ``at`` (a tile row, or a group
+    of tiles): copied there while it is needed, the padded rows stay in cache for the transform.
+
+    Inlining the padding into the transform's reads instead (a bounds check on every load of the
+    unrolled transform) made TVM's simplifier take 3-4x longer to compile the kernel (F(4x4): 3.3 s
+    instead of 1.0 s); a padded copy of the whole input, in a stage of its own, made the kernel
+    5-11 % slower than inlined at 28x28 and 56x56."""
     for producer in sch.get_producers(rows_block):
         if "pad" in sch.get(producer).name_hint:
-            if INLINE_PADDING:
-                sch.compute_inline(producer)
-            else:
-                parallel_vectorize(sch, producer)
+            sch.compute_at(producer, at)
+            sch.vectorize(sch.get_loops(producer)[-1])
 
 
 def _schedule_input(sch, stages: dict[str, Any], target: Any, group) -> None:
     """The input transform: a parallel stage over tile rows (``group`` None), or the transform of one
     group of tiles computed under the loop ``group``. Per tile, a vector of channels goes through
-    the unrolled row and column passes."""
+    the unrolled row and column passes; the zero padding is copied per tile row or group."""
     rows_block, block = stages[_INPUT_ROWS], stages[_INPUT]
     if group is None:
         e, v, n, y, x, c = sch.get_loops(block)
@@ -505,7 +506,8 @@ def _schedule_input(sch, stages: dict[str, Any], target: Any, group) -> None:
     co, ci = sch.split(c, [None, _input_vector(sch, rows_block, int(sch.get(c).extent), target)])
     sch.reorder(*([n, y] if group is None else []), *tiles, co, e, v, ci)
     if group is None:
-        sch.parallel(sch.fuse(n, y))
+        group = sch.fuse(n, y)
+        sch.parallel(group)
     sch.compute_at(rows_block, co)
     sch.unroll(e)
     sch.unroll(v)
@@ -514,6 +516,7 @@ def _schedule_input(sch, stages: dict[str, Any], target: Any, group) -> None:
     sch.unroll(row_e)
     sch.unroll(row_b)
     sch.vectorize(row_c)
+    _schedule_padding(sch, rows_block, group)
 
 
 def _schedule_output(sch, stages: dict[str, Any], tile: int, register_tile: tuple[int, int, int],
