@@ -230,6 +230,39 @@ def measure_layer(workload: dict[str, Any], target, blocks: Sequence[int],
     return rows
 
 
+def network_errors(depth: int = 50, tiles: Sequence[int] = TILES, target=None) -> list[dict[str, Any]]:
+    """Whole-network error of each algorithm: ResNet-``depth`` (:func:`layoutopt.tvm.models.resnet`,
+    He-initialised) built with every 3x3 stride-1 conv as Winograd F(m x m) (and every 1x1 conv as a
+    GEMM; the rest direct NCHW16c), against TVM's default build of the untouched model, as
+    :func:`layoutopt.tvm.tune_and_build` checks a build (max |out - ref| / max |ref|, seeded input)."""
+    from layoutopt.tvm import apply_layouts, build, extract_layout_graph, models
+    from layoutopt.tvm.kernels import gemm, winograd
+    from layoutopt.tvm.timing import random_inputs, relative_error, run
+
+    mod = models.resnet(depth=depth)
+    inputs = random_inputs(mod)
+    reference = run(build(mod, target), inputs)
+    convs = [node for node in extract_layout_graph(mod).layout_nodes() if node.workload.get("op") == "conv2d"]
+
+    def choice(workload: dict[str, Any], algorithm: str, tile: int) -> dict[str, Any]:
+        blocks = {"in": "NCHW3c" if workload["data"][1] == 3 else "NCHW16c", "out": "NCHW16c"}
+        if algorithm == "winograd" and winograd.applies(workload):
+            return {**blocks, "algorithm": "winograd", "tile": tile}
+        if algorithm != "direct" and gemm.applies(workload):
+            return {**blocks, "algorithm": "gemm"}
+        return blocks
+
+    rows = []
+    for algorithm, tile in [("direct", 0), ("gemm", 0), *(("winograd", t) for t in tiles)]:
+        choices = {node.binding: choice(node.workload, algorithm, tile) for node in convs}
+        error = relative_error(run(build(apply_layouts(mod, choices), target), inputs), reference)
+        name = f"winograd F{tile} (+ gemm 1x1)" if algorithm == "winograd" else algorithm
+        count = sum("algorithm" in c and c["algorithm"] != "gemm" for c in choices.values())
+        rows.append({"variant": name, "winograd_convs": count, "error": error})
+        print(f"  ResNet-{depth}, {name}: max relative error {error:.2e}", flush=True)
+    return rows
+
+
 # --------------------------------------------------------------------------------------------------
 # report
 
@@ -315,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--cpu-time", action="store_true",
                         help="one thread, timed by this process's CPU time (writes algorithms_cputime.*)")
+    parser.add_argument("--network-error", action="store_true",
+                        help="only each algorithm's whole-network error on ResNet-50 (algorithms_error.md)")
     args = parser.parse_args(argv)
     CPU_TIME = args.cpu_time
     os.environ["TVM_NUM_THREADS"] = "1" if args.cpu_time else "2"  # before TVM starts its thread pool
@@ -322,6 +357,21 @@ def main(argv: list[str] | None = None) -> int:
     from layoutopt.tvm._tvm import resolve_target
     from layoutopt.tvm.kernels import isa_name
 
+    if args.network_error:
+        rows = network_errors()
+        lines = [
+            "# Whole-network error of each conv2d algorithm", "", f"*{stamp_line()}*", "",
+            "ResNet-50 (`layoutopt.tvm.models.resnet`, He-initialised, BN folded into biases) built with",
+            "every 3x3 stride-1 conv as the variant's kernel (1x1 convs as GEMMs beside Winograd), against",
+            "TVM's default build of the untouched model: max |out - ref| / max |ref| on the logits, seeded",
+            "input, as a tuned build is checked (tolerance 1e-4). Command: `python -m benchmarks.algorithms",
+            "--network-error`.", "", "| build | Winograd convs | max relative error |", "|---|---|---|",
+            *(f"| {r['variant']} | {r['winograd_convs']} | {r['error']:.2e} |" for r in rows),
+        ]
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "algorithms_error.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return 0
     results = []
     for target_name in args.targets.split(","):
         spec = {"host": None, "avx2": AVX2_TARGET}.get(target_name, {"kind": "llvm", "mcpu": target_name})
