@@ -4,8 +4,10 @@ The package is laid out by job:
 
 - :mod:`.workload`: the plain-data schema (workloads, layouts, packing) with no TVM import;
 - one module per kernel family, each with its candidates, numpy reference, compute and schedule:
-  :mod:`.conv2d` (direct: NCHW, NCHWc, depthwise NCHWc), :mod:`.dense`, :mod:`.transform`
-  (layout transforms); :data:`~.kernel.FAMILIES` maps ``(op, algorithm)`` to them;
+  :mod:`.conv2d` (direct: NCHW, NCHWc, depthwise NCHWc), :mod:`.winograd` (Winograd F(m x m, 3x3)
+  conv2d, ``"algorithm": "winograd"``), :mod:`.gemm` (1x1 conv2d as a packed GEMM,
+  ``"algorithm": "gemm"``), :mod:`.dense`, :mod:`.transform` (layout transforms);
+  :data:`~.kernel.FAMILIES` maps ``(op, algorithm)`` to them;
 - :mod:`.isa`: what the *target* CPU offers (vector width, registers, register tiles);
 - :mod:`.kernel`: one measurable kernel (:func:`build_kernel`, :func:`check_kernel`);
 - :mod:`.module`: the schedule rules and :func:`schedule_module`, which schedules a legalized Relax

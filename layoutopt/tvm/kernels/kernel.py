@@ -29,7 +29,7 @@ import numpy as np
 
 from ...errors import ProblemError
 from .._tvm import import_tvm, resolve_target
-from . import conv2d, dense, transform
+from . import conv2d, dense, gemm, transform, winograd
 from .workload import validate_workload
 
 __all__ = ["FAMILIES", "RELATIVE_TOLERANCE", "Kernel", "build_kernel", "check_kernel", "family",
@@ -41,6 +41,8 @@ RELATIVE_TOLERANCE = 1e-3
 #: ``(op, algorithm)`` -> the module implementing that kernel family
 FAMILIES: dict[tuple[str, str], ModuleType] = {
     ("conv2d", "direct"): conv2d,
+    ("conv2d", winograd.ALGORITHM): winograd,
+    ("conv2d", gemm.ALGORITHM): gemm,
     ("dense", "direct"): dense,
     ("layout_transform", "direct"): transform,
 }

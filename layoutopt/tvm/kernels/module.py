@@ -27,7 +27,7 @@ from typing import Any
 
 from ...errors import ProblemError
 from .._tvm import first_line, import_tvm, resolve_target
-from . import conv2d, dense
+from . import conv2d, dense, gemm, winograd
 from .common import SCHEDULED_ATTR, block_names, is_spatial, parallel_vectorize
 
 __all__ = ["RULES", "Rule", "ScheduleModule", "schedule_module", "schedule_primfunc"]
@@ -49,6 +49,8 @@ class Rule:
 RULES: list[Rule] = [
     Rule(conv2d.MAIN_BLOCKS, conv2d.schedule),
     Rule(dense.MAIN_BLOCKS, dense.schedule, dense.accepts),
+    Rule(winograd.MAIN_BLOCKS, winograd.schedule),
+    Rule(gemm.MAIN_BLOCKS, gemm.schedule),
 ]
 
 

@@ -1,0 +1,265 @@
+"""Conv2d algorithm families (Winograd, 1x1 GEMM): candidates, transforms, numerics against numpy on
+both vector ISAs, fused epilogues, the block annotations the module scheduler reads."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+
+from layoutopt import ProblemError
+from layoutopt.tvm import kernels
+from layoutopt.tvm._tvm import import_tvm, resolve_target
+from layoutopt.tvm.kernels import build_kernel
+from layoutopt.tvm.kernels import gemm as kernels_gemm
+from layoutopt.tvm.kernels import winograd as kernels_winograd
+from layoutopt.tvm.kernels.common import annotated_candidate, block_names
+
+pytestmark = pytest.mark.tvm
+
+AVX512 = {"kind": "llvm", "mcpu": "skylake-avx512"}
+AVX2 = {"kind": "llvm", "mcpu": "znver3"}
+
+
+def conv(data, kernel, strides=(1, 1), padding=(1, 1, 1, 1), groups=1, epilogue=()):
+    workload = {"op": "conv2d", "data": list(data), "kernel": list(kernel), "strides": list(strides),
+                "padding": list(padding), "dilation": [1, 1], "groups": groups, "dtype": "float32"}
+    if epilogue:
+        workload["epilogue"] = list(epilogue)
+    return workload
+
+
+def winograd(ib, ob, tile, **knobs):
+    return {"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": "winograd", "tile": tile, **knobs}
+
+
+def gemm(ib, ob, **knobs):
+    return {"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": "gemm", **knobs}
+
+
+def host_runs(target) -> bool:
+    """Can this machine run code compiled for ``target`` (an AVX-512 target needs an AVX-512 host)?"""
+    tvm = import_tvm()
+    host = resolve_target(None)
+    has = tvm.target.codegen.target_has_features
+    return not has("avx512f", resolve_target(target)) or has("avx512f", host)
+
+
+def build_and_check(workload, candidate, target) -> float:
+    """Build for ``target``; run and compare against numpy when this host can run it (else compile only)."""
+    tvm = import_tvm()
+    kernel = build_kernel(workload, candidate, target)
+    executable = tvm.compile(kernel.module, target=resolve_target(target))
+    if not host_runs(target):
+        return 0.0
+    return kernels.check_kernel(kernel, executable)
+
+
+# -- Winograd --------------------------------------------------------------------------------------
+
+
+def test_winograd_applies_to_3x3_stride_1_ungrouped_convs_only():
+    assert kernels_winograd.applies(conv([1, 16, 8, 8], [16, 16, 3, 3]))
+    assert kernels_winograd.applies(conv([1, 16, 8, 8], [16, 16, 3, 3], padding=(0, 0, 0, 0)))
+    assert not kernels_winograd.applies(conv([1, 16, 8, 8], [16, 16, 3, 3], strides=(2, 2)))
+    assert not kernels_winograd.applies(conv([1, 16, 8, 8], [16, 16, 1, 1], padding=(0, 0, 0, 0)))
+    assert not kernels_winograd.applies(conv([1, 16, 8, 8], [16, 1, 3, 3], groups=16))
+    assert kernels_winograd.candidates(conv([1, 16, 8, 8], [16, 16, 3, 3], strides=(2, 2))) == []
+
+
+def test_winograd_candidates_pair_blocks_and_tiles_with_vector_wide_outputs():
+    wl = kernels.validate_workload(conv([1, 16, 8, 8], [32, 16, 3, 3]))
+    cands = kernels_winograd.candidates(wl, blocks=[4, 8, 16, 32], tiles=[2, 4], orders=["positions"])
+    assert {(c["in"], c["out"], c["tile"]) for c in cands} == set(
+        itertools.product(["NCHW4c", "NCHW8c", "NCHW16c"], ["NCHW8c", "NCHW16c", "NCHW32c"], [2, 4]))
+    assert all(c["algorithm"] == "winograd" and "order" not in c for c in cands)
+    # every order by default, the default order without an "order" key
+    both = kernels_winograd.candidates(wl, blocks=[16], tiles=[4])
+    assert both == [winograd(16, 16, 4), winograd(16, 16, 4, order="tiles")]
+    with pytest.raises(ProblemError, match="orders"):
+        kernels_winograd.candidates(wl, orders=["zigzag"])
+
+
+def test_winograd_rejects_bad_candidates():
+    wl = kernels.validate_workload(conv([1, 16, 8, 8], [16, 16, 3, 3]))
+    unblocked = {"in": "NCHW", "out": "NCHW", "algorithm": "winograd", "tile": 2}
+    for bad, message in [(winograd(16, 16, 7), "tile"), (unblocked, "blocked"),
+                         (winograd(32, 16, 2), "divide"), (winograd(16, 16, 2, order="zigzag"), "order"),
+                         (winograd(16, 16, 2, reg_n=4), "unknown keys")]:
+        with pytest.raises(ProblemError, match=message):
+            kernels_winograd.validate_candidate(wl, bad)
+    strided = kernels.validate_workload(conv([1, 16, 8, 8], [16, 16, 3, 3], strides=(2, 2)))
+    with pytest.raises(ProblemError, match="stride 1"):
+        kernels_winograd.validate_candidate(strided, winograd(16, 16, 2))
+
+
+@pytest.mark.parametrize("tile", [2, 4, 6])
+def test_winograd_matrices_compute_a_3x3_correlation(tile):
+    # one tile in float64: A^T [(G g G^T) * (B^T d B)] A is the valid 3x3 correlation of d with g
+    a, b, g = kernels_winograd.transform_matrices(tile)
+    rng = np.random.default_rng(tile)
+    d, w = rng.standard_normal((tile + 2, tile + 2)), rng.standard_normal((3, 3))
+    winograd_out = a.T @ ((g @ w @ g.T) * (b.T @ d @ b)) @ a
+    direct = np.array([[np.sum(d[i:i + 3, j:j + 3] * w) for j in range(tile)] for i in range(tile)])
+    np.testing.assert_allclose(winograd_out, direct, rtol=1e-9, atol=1e-9)
+
+
+def test_winograd_weight_transform_layout():
+    rng = np.random.default_rng(0)
+    kernel = rng.standard_normal((32, 8, 3, 3)).astype("float32")
+    packed = kernels_winograd.weight_transform(kernel, winograd(8, 16, 4))
+    assert packed.shape == (2, 6, 6, 8, 16) and packed.dtype == np.float32
+    _, _, g = kernels_winograd.transform_matrices(4)
+    o, i, e, v = 21, 5, 3, 2  # output channel 21 = block 1, lane 5
+    expected = (g @ kernel[o, i].astype(np.float64) @ g.T)[e, v]
+    np.testing.assert_allclose(packed[1, e, v, i, 5], expected, rtol=1e-6)
+    with pytest.raises(ProblemError, match="3x3"):
+        kernels_winograd.weight_transform(np.zeros((16, 16, 1, 1)), winograd(16, 16, 2))
+
+
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+@pytest.mark.parametrize("tile,order", [(2, "positions"), (4, "tiles"), (4, "positions"), (6, "tiles")])
+def test_winograd_matches_numpy(target, tile, order):
+    # odd sizes (partial tiles), asymmetric padding, in block != out block, batch 2
+    wl = conv([2, 16, 9, 7], [32, 16, 3, 3], padding=(1, 2, 0, 1))
+    knobs = {} if order == kernels_winograd.ORDERS[0] else {"order": order}
+    assert build_and_check(wl, winograd(8, 16, tile, **knobs), target) < 1e-4
+
+
+def test_winograd_pads_a_prime_count_of_tile_columns():
+    # 22 output columns = 11 tiles of 2: computed as 12 (a register tile of 4 or 6 divides them)
+    wl = conv([1, 8, 3, 22], [16, 8, 3, 3])
+    assert kernels_winograd._tiles(kernels.validate_workload(wl), 2) == (2, 12)
+    assert build_and_check(wl, winograd(8, 16, 2), AVX2) < 1e-5
+    assert build_and_check(wl, winograd(8, 16, 2, order="tiles"), AVX2) < 1e-5
+
+
+def test_winograd_fused_epilogue_is_inlined_into_the_output_transform():
+    tvm = import_tvm()
+    wl = conv([1, 16, 6, 6], [16, 16, 3, 3], epilogue=["bias", "add", "relu"])
+    cand = winograd(16, 16, 2)
+    kernel = build_kernel(wl, cand, AVX2)
+    sch = tvm.s_tir.Schedule(kernel.module["kernel"])
+    names = block_names(sch)
+    assert not any(name.startswith(("T_add", "T_relu", "compute")) for name in names), names
+    assert kernels.check_kernel(kernel, tvm.compile(kernel.module, target=resolve_target(AVX2))) < 1e-5
+
+
+def test_winograd_blocks_carry_their_roles_and_the_gemm_the_candidate():
+    tvm = import_tvm()
+    wl = kernels.validate_workload(conv([1, 16, 6, 6], [16, 16, 3, 3]))
+    cand = winograd(16, 16, 4, order="tiles")
+    with resolve_target(AVX2):
+        inputs = kernels_winograd.placeholders(tvm, wl, cand)
+        out = kernels_winograd.compute(tvm, inputs, wl, cand)
+    sch = tvm.s_tir.Schedule(tvm.te.create_prim_func([*inputs, out]))
+    roles = {}
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        role = sch.get(block).annotations.get(kernels_winograd.STAGE_ANNOTATION)
+        if role is not None:
+            roles[str(role)] = block
+    assert set(roles) == {"input_rows", "input", "gemm", "output_rows", "output"}
+    assert sch.get(roles["gemm"]).name_hint in kernels_winograd.MAIN_BLOCKS
+    assert annotated_candidate(sch, roles["gemm"]) == cand
+
+
+def test_winograd_gemm_tile_is_the_1x1_gemms():
+    # the same register tile rule: a row of 7 tiles x two 16-channel blocks on AVX-512
+    tile = kernels_winograd.gemm_tile(7, 7, 8, 16, AVX512)
+    assert tile == kernels_gemm.register_tile(7, 7, 8, 16, AVX512) == (1, 7, 2)
+
+
+# -- 1x1 GEMM --------------------------------------------------------------------------------------
+
+
+def test_gemm_applies_to_unpadded_1x1_convs():
+    assert kernels_gemm.applies(conv([1, 16, 8, 8], [32, 16, 1, 1], padding=(0, 0, 0, 0)))
+    assert kernels_gemm.applies(conv([1, 16, 8, 8], [32, 16, 1, 1], strides=(2, 2), padding=(0, 0, 0, 0)))
+    assert not kernels_gemm.applies(conv([1, 16, 8, 8], [32, 16, 1, 1], padding=(1, 1, 1, 1)))
+    assert not kernels_gemm.applies(conv([1, 16, 8, 8], [32, 16, 3, 3]))
+    cands = kernels_gemm.candidates(conv([1, 16, 8, 8], [32, 16, 1, 1], padding=(0, 0, 0, 0)), blocks=[4, 16],
+                                    orders=kernels_gemm.ORDERS)
+    assert cands == [gemm(4, 16), gemm(4, 16, order="rows"), gemm(16, 16), gemm(16, 16, order="rows")]
+
+
+def test_gemm_weight_is_the_direct_kernels_packing():
+    kernel = np.random.default_rng(0).standard_normal((32, 16, 1, 1)).astype("float32")
+    packed = kernels_gemm.weight_transform(kernel, gemm(8, 16))
+    assert packed.shape == (2, 16, 16)
+    direct = kernels.pack_conv2d_kernel(kernel, {"in": "NCHW8c", "out": "NCHW16c"})
+    np.testing.assert_array_equal(packed.ravel(), direct.ravel())
+
+
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+@pytest.mark.parametrize("strides,ib,ob,order", [((1, 1), 8, 16, "oc"), ((2, 2), 16, 8, "rows")])
+def test_gemm_matches_numpy_with_epilogue(target, strides, ib, ob, order):
+    wl = conv([2, 16, 10, 14], [32, 16, 1, 1], strides=strides, padding=(0, 0, 0, 0),
+              epilogue=["bias", "add", "relu"])
+    knobs = {} if order == "oc" else {"order": order}
+    assert build_and_check(wl, gemm(ib, ob, **knobs), target) < 1e-5
+
+
+def test_gemm_register_tile_reuses_weights_and_fits_the_registers():
+    # 7x7 maps: one row of 7 pixels x two 16-channel blocks (14 zmm), not 8 blocks of one pixel
+    assert kernels_gemm.register_tile(7, 7, 32, 16, AVX512) == (1, 7, 2)
+    assert kernels_gemm.register_tile(56, 56, 16, 16, AVX512) == (1, 4, 4)
+    sizes = [7, 14, 28, 56]
+    shapes = itertools.product(sizes, sizes, [2, 4, 16], [8, 16, 32, 64], [AVX512, AVX2])
+    for h, w, outer, ob, target in shapes:
+        lanes, registers = kernels.vector_registers(target)
+        rows, columns, blocks = kernels_gemm.register_tile(h, w, outer, ob, target)
+        assert h % rows == 0 and w % columns == 0 and outer % blocks == 0
+        assert rows * columns * blocks * -(-ob // lanes) <= registers - -(-ob // lanes)
+
+
+# -- in a fused Relax build ------------------------------------------------------------------------
+
+
+def test_algorithm_kernels_in_a_fused_build_match_the_untouched_model():
+    # the rewrite calls the families' computes; FuseOps fuses each conv's epilogue into its kernel,
+    # whose schedule (found by the main block) finishes it in the output transform / register tile
+    tvm = import_tvm()
+    from layoutopt.tvm import apply_layouts, build, models
+    from layoutopt.tvm.apply import _legalize_conv2d
+    from layoutopt.tvm.kernels import schedule_module
+
+    target = resolve_target(AVX2)
+    mod = models.concat3((8, 16, 8), in_channels=16, size=9)
+    choices = {
+        "stem": winograd(16, 16, 4, order="tiles"),
+        "branch2": winograd(16, 8, 2),
+        "branch1": gemm(16, 8),
+        "head": gemm(16, 16, order="rows"),
+    }
+    new = apply_layouts(mod, choices)
+    x = np.random.default_rng(0).standard_normal((1, 16, 9, 9)).astype("float32")
+
+    def run(module):
+        vm = tvm.relax.VirtualMachine(build(module, target), tvm.cpu())
+        out = vm["main"](tvm.runtime.tensor(x))
+        return (out if hasattr(out, "numpy") else out[0]).numpy()
+
+    expected = run(mod)
+    assert np.max(np.abs(run(new) - expected)) / np.max(np.abs(expected)) < 1e-5
+    with target:
+        legalize = {"relax.nn.conv2d": _legalize_conv2d}
+        fused = tvm.relax.transform.LegalizeOps(customize_legalize_map=legalize)(new)
+        for make in (tvm.relax.transform.AnnotateTIROpPattern, tvm.relax.transform.FuseOps,
+                     tvm.relax.transform.FuseTIR):
+            fused = make()(fused)
+    scheduled = schedule_module(fused, target)
+    kernels_seen = {}
+    for gvar, func in scheduled.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            names = block_names(tvm.s_tir.Schedule(func))
+            # (scheduled, the main block is split into its init and update)
+            if any(n.startswith((*kernels_winograd.MAIN_BLOCKS, *kernels_gemm.MAIN_BLOCKS)) for n in names):
+                kernels_seen[gvar.name_hint] = names
+                assert func.attrs["tirx.is_scheduled"]
+    # two Winograd and two GEMM kernels; the stem's bias + relu went into its output transform
+    assert len(kernels_seen) == 4
+    stem = next(names for name, names in kernels_seen.items() if "winograd" in name and "relu" in name)
+    assert not any(n.startswith(("T_add", "compute")) for n in stem), stem
