@@ -44,6 +44,7 @@ from .kernels import (
     CONV2D_ORDERS,
     DEFAULT_BLOCKS,
     DEFAULT_ORDERS,
+    FAMILIES,
     NCHW,
     channel_blocks,
     conv2d_candidates,
@@ -259,10 +260,13 @@ def extract_layout_graph(
             its weight out at run time, a cost the graph does not model).
         candidates: the channel blocks to try (default ``(4, 8, 16, 32, 64)``; ``C`` itself is
             added when ``C < 8``; a block is kept only where it divides the channels); or options
-            ``{"blocks": [...], "orders": ["oc", "rows"]}`` to add the blocked convs' loop orders
+            ``{"blocks": [...], "orders": ["oc", "rows"], "algorithms": ["direct", "winograd",
+            "gemm"]}`` to add the blocked convs' loop orders
             (:data:`~layoutopt.tvm.kernels.CONV2D_SCHEDULE_KNOBS`: each layout pair becomes one
-            choice per order); or a function ``workload -> list of candidate dicts`` choosing
-            target ops' candidates (multi-input nodes then use the default blocks).
+            choice per order) and other algorithms' kernels where they apply (Winograd for 3x3
+            stride-1 convs, a packed GEMM for 1x1 ones); or a function ``workload -> list of
+            candidate dicts`` choosing target ops' candidates (multi-input nodes then use the
+            default blocks).
         prepared: ``mod`` already went through :func:`prepare` (skip it).
         fuse: the build fuses each conv2d with its elementwise epilogue (``FuseOps``): give each
             conv2d workload that ``epilogue`` (bias, residual add, relu: see
@@ -284,7 +288,7 @@ def extract_layout_graph(
         graph = extract_layout_graph(models.chain((16, 16)), [8, 16])
         list(graph)     # ['data', 'conv1', 'conv2', 'output:gv'] (bias and relu follow their conv)
     """
-    blocks, choose, orders = _candidate_options(candidates)
+    blocks, choose, conv_options = _candidate_options(candidates)
     if not prepared:
         mod = prepare(mod)
     main = _main(mod)
@@ -292,7 +296,7 @@ def extract_layout_graph(
     duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
     if duplicates:
         raise ProblemError(f"binding names {duplicates[:5]} are not unique in main: run prepare(mod) first")
-    extractor = _Extractor(blocks, choose, fuse, orders)
+    extractor = _Extractor(blocks, choose, fuse, conv_options)
     graph = extractor.run(main)
     graph.mod = mod
     if not any(node.kind == "target" for node in graph.layout_nodes()):
@@ -303,23 +307,27 @@ def extract_layout_graph(
     return graph
 
 
-def _candidate_options(candidates: Candidates) -> tuple[list[int] | None, Callable | None, list[str]]:
-    """``candidates`` as (blocks given by the user or None, custom candidate function or None, loop
-    orders of blocked convs)."""
+def _candidate_options(candidates: Candidates) -> tuple[list[int] | None, Callable | None, dict[str, Any]]:
+    """``candidates`` as (blocks given by the user or None, custom candidate function or None, the
+    conv2d options: loop orders of blocked convs, algorithms)."""
+    defaults = {"orders": list(DEFAULT_ORDERS), "algorithms": ["direct"]}
     if candidates is None:
-        return None, None, list(DEFAULT_ORDERS)
+        return None, None, defaults
     if callable(candidates):
-        return None, candidates, list(DEFAULT_ORDERS)
+        return None, candidates, defaults
     if isinstance(candidates, Mapping):
-        unknown = sorted(set(candidates) - {"blocks", "orders"})
+        unknown = sorted(set(candidates) - {"blocks", "orders", "algorithms"})
         orders = list(candidates.get("orders") or DEFAULT_ORDERS)
-        if unknown or any(order not in CONV2D_ORDERS for order in orders):
+        algorithms = list(candidates.get("algorithms") or ["direct"])
+        known = sorted(algorithm for op, algorithm in FAMILIES if op == "conv2d")
+        if unknown or any(order not in CONV2D_ORDERS for order in orders) or set(algorithms) - set(known):
             raise ProblemError(
-                f"candidate options {dict(candidates)!r}: expected 'blocks' (channel blocks) and 'orders' "
-                f"(from {CONV2D_ORDERS})"
+                f"candidate options {dict(candidates)!r}: expected 'blocks' (channel blocks), 'orders' "
+                f"(from {CONV2D_ORDERS}) and 'algorithms' (from {known})"
             )
         blocks = candidates.get("blocks")
-        return (None if blocks is None else _candidate_options(blocks)[0]), None, orders
+        return (None if blocks is None else _candidate_options(blocks)[0]), None, {"orders": orders,
+                                                                                  "algorithms": algorithms}
     try:
         values = list(candidates)
     except TypeError:
@@ -329,16 +337,16 @@ def _candidate_options(candidates: Candidates) -> tuple[list[int] | None, Callab
             f"candidates must be a list of channel blocks (positive integers), a function "
             f"workload -> candidates, or None; got {candidates!r}"
         )
-    return sorted(set(values)), None, list(DEFAULT_ORDERS)
+    return sorted(set(values)), None, defaults
 
 
 class _Extractor:
     """One walk over ``main``'s bindings, in order (they are topologically sorted by construction)."""
 
     def __init__(self, blocks: list[int] | None, candidates: Callable | None, fuse: bool = True,
-                 orders: Sequence[str] = DEFAULT_ORDERS):
+                 conv_options: Mapping[str, Any] | None = None):
         self.tvm = import_tvm()
-        self.orders = list(orders)
+        self.conv_options = dict(conv_options or {})
         self.relax = self.tvm.relax
         self.given_blocks = blocks  # also restricts dense weight blocks when the user chose them
         self.blocks = blocks or list(DEFAULT_BLOCKS)
@@ -536,7 +544,7 @@ class _Extractor:
         if self.candidates:
             cands = self.candidates(workload)
         else:
-            cands = conv2d_candidates(workload, blocks=self.blocks, orders=self.orders)
+            cands = conv2d_candidates(workload, blocks=self.blocks, **self.conv_options)
         self.add_node(name, "target", name, "relax.nn.conv2d", workload, self.checked(name, cands))
         self.connect(name, [data])
         return True

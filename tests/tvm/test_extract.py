@@ -343,3 +343,24 @@ def test_a_residual_add_joins_one_conv_only():
     adds = [n for n in graph.layout_nodes() if n.kind == "multi" and n.op == "relax.add"]
     with_add = [n for n in graph.layout_nodes() if "add" in n.workload.get("epilogue", [])]
     assert len(adds) == 16 and len(with_add) == len(adds)
+
+
+def test_other_algorithms_are_choices_where_they_apply_and_the_fixed_rule_takes_them():
+    from layoutopt.problem import Costs, Problem
+    from layoutopt.tvm.baselines import winograd_nchw16c
+
+    options = {"blocks": [8, 16], "algorithms": ["direct", "winograd", "gemm"]}
+    graph = extract_layout_graph(models.residual(channels=16, size=8), options)
+    conv1 = graph.layout_node("conv1")  # 3x3 stride 1: Winograd applies; no 1x1 conv: no GEMM
+    algorithms = {choice.candidate.get("algorithm", "direct") for choice in conv1.choices}
+    assert algorithms == {"direct", "winograd"}
+    assert "NCHW16c->NCHW16c" in conv1.labels  # the direct kernels stay
+    costs = Costs({node.name: [1.0 if c.candidate.get("algorithm") == "winograd" else 2.0
+                               for c in node.choices] for node in graph.layout_nodes()},
+                  {edge: np.zeros((len(graph.layout_node(edge[0]).choices),
+                                   len(graph.layout_node(edge[1]).choices))) for edge in graph.edges})
+    rule = winograd_nchw16c(graph, Problem.from_graph(graph, costs))
+    chosen = graph.choice("conv1", rule["conv1"])
+    assert chosen.candidate["algorithm"] == "winograd" and chosen.out_layout == "NCHW16c"
+    with pytest.raises(layoutopt.ProblemError, match="algorithms"):
+        extract_layout_graph(models.residual(channels=16, size=8), {"algorithms": ["fft"]})

@@ -28,8 +28,10 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from ...errors import ProblemError
 from . import conv2d, dense, transform
 from .common import CANDIDATE_ANNOTATION, MAX_VECTOR_LOOP
 from .conv2d import DEFAULT_ORDERS
@@ -122,9 +124,11 @@ __all__ = [
 ]
 
 
-def conv2d_candidates(workload: dict[str, Any], **options: Any) -> list[dict[str, Any]]:
-    """Kernel candidates of a conv2d (see :func:`.conv2d.candidates`: ``blocks``, ``include_nchw``,
-    ``orders``).
+def conv2d_candidates(workload: dict[str, Any], algorithms: Sequence[str] = ("direct",),
+                      **options: Any) -> list[dict[str, Any]]:
+    """Kernel candidates of a conv2d: the direct ones (see :func:`.conv2d.candidates`: ``blocks``,
+    ``include_nchw``, ``orders``), then those of every other algorithm in ``algorithms`` that applies
+    (:data:`FAMILIES`: ``"winograd"``, ``"gemm"``), over the same ``blocks``.
 
     Example::
 
@@ -133,8 +137,24 @@ def conv2d_candidates(workload: dict[str, Any], **options: Any) -> list[dict[str
         #  {'in': 'NCHW', 'out': 'NCHW'}]
         conv2d_candidates(wl, blocks=[8, 16], orders=["oc", "rows"])
         # [{'in': 'NCHW8c', 'out': 'NCHW8c'}, {'in': 'NCHW8c', 'out': 'NCHW8c', 'order': 'rows'}, ...]
+        conv2d_candidates(wl, blocks=[16], algorithms=["direct", "winograd"])
+        # [..., {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4}, ...]
     """
-    return conv2d.candidates(validate_workload(workload), **options)
+    workload = validate_workload(workload)
+    found = conv2d.candidates(workload, **options) if "direct" in algorithms else []
+    for algorithm in algorithms:
+        if algorithm == "direct":
+            continue
+        kernels = FAMILIES.get(("conv2d", algorithm))
+        if kernels is None:
+            raise ProblemError(f"unknown conv2d algorithm {algorithm!r}; known: "
+                               f"{sorted(a for op, a in FAMILIES if op == 'conv2d')}")
+        if kernels.applies(workload):
+            blocks = options.get("blocks")
+            found += kernels.candidates(workload) if blocks is None else kernels.candidates(workload, blocks)
+    if not found:
+        found = conv2d.candidates(workload, **options)  # no other algorithm applies: direct kernels
+    return found
 
 
 def dense_candidates(workload: dict[str, Any], **options: Any) -> list[dict[str, Any]]:
