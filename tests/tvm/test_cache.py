@@ -218,16 +218,14 @@ def test_a_write_failing_mid_run_keeps_the_record_in_memory(tmp_path):
 
 
 def test_a_second_timing_pass_after_a_non_finite_repeat_is_kept(tmp_path, monkeypatch):
-    """Measurer._time_again puts back the record the cache returned (its inf repeat now None)."""
+    """A second timing pass puts back the record the cache returned (its inf repeat now None)."""
     from layoutopt.tvm.measure import Measurer
 
     measurer = Measurer(cache=tmp_path / "c.jsonl")
     first = measurer._result(measurer.cache.put({**record(1e-3, results=[math.inf, 1e-3, 1e-3]),
                                                  "target": measurer.target_key, "tvm": measurer.tvm_version}),
                              cached=False)
-    monkeypatch.setattr(measurer, "_call", lambda request: ("ok", {"median": 0.8e-3, "results": [0.8e-3],
-                                                                    "load_average": 0.1}))
-    again = measurer._time_again("key", first)
+    again = measurer._add_pass(first, {"median": 0.8e-3, "results": [0.8e-3], "load_average": 0.1})
     assert again.cost == 0.8e-3 and again.record["pass_medians"] == [1e-3, 0.8e-3]
     stored = CostCache(tmp_path / "c.jsonl").get(measurer.target_key, measurer.tvm_version, WORKLOAD, {})
     assert stored["pass_medians"] == [1e-3, 0.8e-3]
