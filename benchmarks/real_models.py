@@ -185,7 +185,9 @@ def _ms(seconds) -> str:
 
 
 def write_markdown(rows: list[dict], out: Path) -> None:
-    stamps = sorted({(r["stamp"]["date"], r["stamp"]["machine"]) for r in rows})
+    machines: dict[str, list[str]] = {}
+    for r in rows:
+        machines.setdefault(r["stamp"]["machine"], []).append(r["stamp"]["date"])
     lines = [
         "# Real models: public ONNX CNNs from PyPI packages, tuned end to end",
         "",
@@ -197,7 +199,9 @@ def write_markdown(rows: list[dict], out: Path) -> None:
         "the original file (same thread count, graph optimisations all, spinning off). Latencies are "
         "medians (ms) with their 25th-75th percentile spread; ratios > 1 mean layoutopt is faster.",
         "",
-        "Machines: " + "; ".join(f"{date}: {machine}" for date, machine in stamps),
+        "Machine: " + "; ".join(f"{machine} ({min(dates)} to {max(dates)})"
+                                for machine, dates in machines.items())
+        + f"; {rows[0]['threads']} threads. Each row's load average and stamp are below.",
         "",
         "| model | package (file, MB) | input | ONNX nodes (convs) | layout nodes: target/multi/boundary "
         "| kernels measured | tune s | layoutopt ms | b* ms (which) | ORT ms | b* / layoutopt "
