@@ -327,7 +327,9 @@ def write_outputs(results: list[dict[str, Any]], stamp: str, out: Path, name: st
         "over the fastest direct kernel of the same layer and target, and its blocks (in/out, the schedule",
         "order when not the default). `total`: the sum of time x count over the layers (their share of one",
         "inference). `error`: max |out - ref| / max |ref| against a float64 direct conv, on post-ReLU",
-        "activations and He-initialised weights.", "",
+        "activations and He-initialised weights. `others' cores`: the cores other processes used during",
+        "the rounds; on a shared 2-core machine they inflate wall-clock times (the `--cpu-time` report,",
+        "one thread timed by its own CPU time, is robust to them).", "",
     ]
     for target in dict.fromkeys(r["target"] for r in results):
         for layer_set in dict.fromkeys(r["set"] for r in results):
