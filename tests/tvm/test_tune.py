@@ -76,7 +76,8 @@ def test_the_guard_hands_back_the_faster_of_the_tuned_build_and_the_best_fixed_l
 
 def test_without_the_guard_the_tuned_build_is_handed_back():
     result = tune_and_build(models.chain((8,), in_channels=4, size=8), method="pbqp", candidates=[4, 8],
-                            baselines=(), guard=False, repeat=1, profile=False, check=False)
+                            baselines=(), guard=False, repeat=1, profile=False, check=False,
+                            calibrate=0)
     assert result.chosen == "layoutopt" and not result.baselines
 
 
