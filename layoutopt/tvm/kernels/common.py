@@ -118,6 +118,24 @@ def schedule_epilogue(sch, names: Sequence[str], done: set[str]) -> None:
                 parallel_vectorize(sch, block)
 
 
+def register_tile_output(sch, conv, epilogue: Sequence[str], fuse: bool = True):
+    """``(block, rest)``: the block that writes a register-tiled conv's output tile, and the
+    epilogue blocks left to schedule on their own.
+
+    When ``fuse`` and every block of the fused ``epilogue`` (bias, relu, residual add...) is
+    elementwise after ``conv``, they are finished per register tile, right after the tile's
+    accumulation: the middle ones inlined, the last one writing the tile, the conv's own output a
+    local buffer that never leaves it (the output tensor is written once instead of being re-read by
+    every elementwise op). Otherwise a cache of the conv's output writes the tile and the epilogue
+    runs after the conv."""
+    if fuse and epilogue and all(is_elementwise_after(sch, name, conv) for name in epilogue):
+        for name in epilogue[:-1]:
+            sch.compute_inline(sch.get_sblock(name))
+        sch.set_scope(conv, 0, "local")
+        return sch.get_sblock(epilogue[-1]), []
+    return sch.cache_write(conv, 0, "global"), list(epilogue)
+
+
 def finish_register_tile(sch, tile, owo, outer: tuple, ocb, owi) -> None:
     """The blocked convolutions' common tail: the output tile (``[reg_n, oc_bn]``) is written per
     ``owo`` step, the outer loops run in parallel, the channel block is vectorised and the row

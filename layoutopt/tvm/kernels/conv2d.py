@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,8 +27,8 @@ from .common import (
     annotated_candidate,
     block_names,
     finish_register_tile,
-    is_elementwise_after,
     parallel_vectorize,
+    register_tile_output,
     schedule_epilogue,
 )
 from .isa import register_tile, vector_registers
@@ -209,8 +209,16 @@ def logical_shapes(workload: dict[str, Any]) -> list[list[int]]:
 
 def pack_inputs(workload: dict[str, Any], candidate: dict[str, Any], inputs: Sequence[np.ndarray]) -> list:
     """Logical inputs in the kernel's layouts: data, packed kernel, epilogue operands in the output's."""
+    return pack_inputs_with(pack_weight, workload, candidate, inputs)
+
+
+def pack_inputs_with(pack: Callable, workload: dict[str, Any], candidate: dict[str, Any],
+                     inputs: Sequence[np.ndarray]) -> list:
+    """Logical conv2d inputs in a kernel's layouts: the data in the candidate's input layout, the
+    weight by ``pack(workload, candidate, weight)`` (each conv2d family packs its own), the epilogue
+    operands in the output's layout."""
     data, kernel, *extra = inputs
-    return [pack_data(data, candidate["in"]), pack_weight(workload, candidate, kernel),
+    return [pack_data(data, candidate["in"]), pack(workload, candidate, kernel),
             *(pack_data(x, candidate["out"]) for x in extra)]
 
 
@@ -225,18 +233,26 @@ def unpack_output(workload: dict[str, Any], candidate: dict[str, Any], output: n
 
 def placeholders(tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
     """TE placeholders of the kernel's inputs in the candidate's layouts: data, kernel, epilogue operands."""
-    te = tvm.te
-    dtype = workload["dtype"]
     in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
     o, i, kh, kw = workload["kernel"]
-    data = te.placeholder(layout_shape(workload["data"], candidate["in"]), dtype=dtype, name="data")
     if in_block is None:
         kernel_shape: tuple[int, ...] = (o, i, kh, kw)
     elif workload["groups"] > 1:
         kernel_shape = (o // out_block, 1, kh, kw, 1, out_block)
     else:
         kernel_shape = (o // out_block, i // in_block, kh, kw, in_block, out_block)
-    kernel = te.placeholder(kernel_shape, dtype=dtype, name="kernel")
+    return placeholders_with(tvm, kernel_shape, workload, candidate)
+
+
+def placeholders_with(tvm, weight_shape: Sequence[int], workload: dict[str, Any],
+                      candidate: dict[str, Any]) -> list:
+    """TE placeholders of a conv2d kernel's inputs: the data in the candidate's input layout, the
+    (packed) weight of ``weight_shape`` (each conv2d family's own), the epilogue operands in the
+    output's layout."""
+    te = tvm.te
+    dtype = workload["dtype"]
+    data = te.placeholder(layout_shape(workload["data"], candidate["in"]), dtype=dtype, name="data")
+    kernel = te.placeholder(tuple(weight_shape), dtype=dtype, name="kernel")
     out = conv2d_output_shape(workload)
     operands = [
         te.placeholder(layout_shape(shape, candidate["out"]), dtype=dtype, name=f"epilogue_in{i}")
@@ -371,17 +387,7 @@ def _schedule_nchwc(sch, in_block: int, reg_n: int, fuse_epilogue: bool, rows_ou
     outer = (n, oh, occ) if rows_outer else (n, occ, oh)
     sch.reorder(*outer, owo, ico, kh, kw, ici, owi, ocb)
     epilogue = [name for name in names if name not in ("conv2d_NCHWc", "data_pad")]
-    if fuse_epilogue and epilogue and all(is_elementwise_after(sch, name, conv) for name in epilogue):
-        # a fused epilogue (bias, relu, residual add...) is finished per register tile, right after the
-        # tile's accumulation: the conv's own output never leaves the tile, and the output tensor is
-        # written once instead of being re-read by every elementwise op
-        for name in epilogue[:-1]:
-            sch.compute_inline(sch.get_sblock(name))
-        tile = sch.get_sblock(epilogue[-1])
-        sch.set_scope(conv, 0, "local")
-        epilogue = []
-    else:
-        tile = sch.cache_write(conv, 0, "global")
+    tile, epilogue = register_tile_output(sch, conv, epilogue, fuse_epilogue)
     finish_register_tile(sch, tile, owo, outer, ocb, owi)
     schedule_epilogue(sch, epilogue, set())
     # must come last: before parallel/vectorize it breaks the "compact dataflow" check

@@ -22,7 +22,6 @@ Example::
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -35,7 +34,7 @@ from .common import (
     CANDIDATE_ANNOTATION,
     annotated_candidate,
     block_names,
-    is_elementwise_after,
+    register_tile_output,
     schedule_epilogue,
 )
 from .isa import vector_registers
@@ -44,11 +43,7 @@ from .workload import (
     channel_blocks,
     check_divides,
     conv2d_output_shape,
-    epilogue_shapes,
     layout_block,
-    layout_shape,
-    pack_data,
-    unpack_data,
     validate_workload,
 )
 
@@ -99,18 +94,28 @@ def candidates(
     """
     if not applies(workload):
         return []
-    orders = list(orders)
-    unknown = sorted(set(orders) - set(ORDERS))
-    if unknown or not orders:
-        raise ProblemError(f"gemm orders {unknown or orders} are not in {ORDERS}")
+    orders = checked_orders(orders, ORDERS, ALGORITHM)
+    return [{"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": ALGORITHM,
+             **({} if order == ORDERS[0] else {"order": order})}
+            for ib, ob in block_pairs(workload, blocks) for order in orders]
+
+
+def block_pairs(workload: dict[str, Any], blocks: Iterable[int]) -> list[tuple[int, int]]:
+    """(input block, output block) pairs of a conv2d among the dividing ``blocks`` (see
+    :func:`~layoutopt.tvm.kernels.channel_blocks`), output blocks of 8 or more: the GEMM kernels are
+    vectorised along the output block, and a 4-lane vector leaves most of an AVX register idle."""
     blocks = list(blocks)
-    found = []
-    in_blocks = channel_blocks(workload["data"][1], blocks)
-    out_blocks = [b for b in channel_blocks(workload["kernel"][0], blocks) if b >= 8]
-    for ib, ob, order in itertools.product(in_blocks, out_blocks, orders):
-        knobs = {} if order == ORDERS[0] else {"order": order}
-        found.append({"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": ALGORITHM, **knobs})
-    return found
+    outs = [b for b in channel_blocks(workload["kernel"][0], blocks) if b >= 8]
+    return [(ib, ob) for ib in channel_blocks(workload["data"][1], blocks) for ob in outs]
+
+
+def checked_orders(orders: Iterable[str], known: Sequence[str], family: str) -> list[str]:
+    """``orders`` as a list; ProblemError when empty or naming an order not in ``known``."""
+    orders = list(orders)
+    unknown = sorted(set(orders) - set(known))
+    if unknown or not orders:
+        raise ProblemError(f"{family} orders {unknown or orders} are not in {tuple(known)}")
+    return orders
 
 
 def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
@@ -120,14 +125,21 @@ def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> N
         raise ProblemError(f"{what}: the GEMM kernel needs a 1x1, unpadded conv2d with groups 1")
     if candidate.get("algorithm") != ALGORITHM:
         raise ProblemError(f"{what}: 'algorithm' must be {ALGORITHM!r}")
+    check_blocked(workload, candidate, what, ORDERS, {"algorithm"})
+
+
+def check_blocked(workload: dict[str, Any], candidate: dict[str, Any], what: str, orders: Sequence[str],
+                  knobs: set[str]) -> None:
+    """ProblemError unless ``candidate`` has blocked in/out layouts dividing the channels, an order
+    among ``orders`` (if any) and no keys but in, out, order and ``knobs``."""
     in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
     if in_block is None or out_block is None:
-        raise ProblemError(f"{what}: GEMM kernels take blocked layouts NCHW<b>c in and out")
+        raise ProblemError(f"{what}: the kernel takes blocked layouts NCHW<b>c in and out")
     check_divides(in_block, workload["data"][1], f"{what} input")
     check_divides(out_block, workload["kernel"][0], f"{what} output")
-    if candidate.get("order", ORDERS[0]) not in ORDERS:
-        raise ProblemError(f"{what}: 'order' must be one of {ORDERS}")
-    unknown = sorted(set(candidate) - {"in", "out", "algorithm", "order"})
+    if candidate.get("order", orders[0]) not in orders:
+        raise ProblemError(f"{what}: 'order' must be one of {tuple(orders)}")
+    unknown = sorted(set(candidate) - {"in", "out", "order", *knobs})
     if unknown:
         raise ProblemError(f"{what}: unknown keys {unknown}")
 
@@ -170,28 +182,16 @@ def pack_weight(workload: dict[str, Any], candidate: dict[str, Any], weight: np.
 
 def pack_inputs(workload: dict[str, Any], candidate: dict[str, Any], inputs: Sequence[np.ndarray]) -> list:
     """Logical inputs in the kernel's layouts: data, packed weight, epilogue operands in the output's."""
-    data, weight, *extra = inputs
-    return [pack_data(data, candidate["in"]), weight_transform(weight, candidate),
-            *(pack_data(x, candidate["out"]) for x in extra)]
+    return conv2d.pack_inputs_with(pack_weight, workload, candidate, inputs)
 
 
-def unpack_output(workload: dict[str, Any], candidate: dict[str, Any], output: np.ndarray) -> np.ndarray:
-    """The kernel's output buffer as a logical NCHW array."""
-    return unpack_data(output, candidate["out"])
+unpack_output = conv2d.unpack_output
 
 
 def placeholders(tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
     """TE placeholders of the kernel's inputs: data (N, C/ib, H, W, ib), packed weight (O/ob, C, ob),
     epilogue operands in the output's layout."""
-    te, dtype = tvm.te, workload["dtype"]
-    data = te.placeholder(layout_shape(workload["data"], candidate["in"]), dtype=dtype, name="data")
-    weight = te.placeholder(weight_shape(workload, candidate), dtype=dtype, name="weight")
-    operands = [
-        te.placeholder(layout_shape(shape, candidate["out"]), dtype=dtype, name=f"epilogue_in{i}")
-        for i, shape in enumerate(epilogue_shapes(workload.get("epilogue", []),
-                                                  conv2d_output_shape(workload)))
-    ]
-    return [data, weight, *operands]
+    return conv2d.placeholders_with(tvm, weight_shape(workload, candidate), workload, candidate)
 
 
 def compute(tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
@@ -290,19 +290,11 @@ def schedule(func, target: Any = None):
     co, ci = sch.split(c, [None, in_block])
     outer = (n, yo, koo) if rows_outer else (n, koo, yo)
     sch.reorder(*outer, xo, co, ci, koi, yi, xi, ki)
-    # the fused epilogue (bias, relu, residual add) is finished per register tile: the conv's own
-    # output never leaves the tile. Unlike the direct kernel's, also for blocks wider than a vector:
-    # with bias + add + relu, 1x1 convs at 56x56 ran 1.4-1.9x faster so, at 14x14 1.1x, and at 7x7
-    # 0.93-1.05x (one thread, AVX-512)
+    # the fused epilogue (bias, relu, residual add) is finished per register tile. Unlike the direct
+    # kernel's, also for blocks wider than a vector: with bias + add + relu, 1x1 convs at 56x56 ran
+    # 1.4-1.9x faster so, at 14x14 1.1x, and at 7x7 0.93-1.05x (one thread, AVX-512)
     epilogue = [name for name in block_names(sch) if name not in MAIN_BLOCKS]
-    if epilogue and all(is_elementwise_after(sch, name, conv) for name in epilogue):
-        for name in epilogue[:-1]:
-            sch.compute_inline(sch.get_sblock(name))
-        tile = sch.get_sblock(epilogue[-1])
-        sch.set_scope(conv, 0, "local")
-        epilogue = []
-    else:
-        tile = sch.cache_write(conv, 0, "global")
+    tile, epilogue = register_tile_output(sch, conv, epilogue)
     sch.reverse_compute_at(tile, xo)
     sch.parallel(sch.fuse(*outer))
     sch.vectorize(sch.get_loops(tile)[-1])

@@ -40,7 +40,6 @@ Example::
 from __future__ import annotations
 
 import functools
-import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -50,17 +49,13 @@ from ...errors import ProblemError
 from .._tvm import import_tvm
 from . import conv2d
 from .common import CANDIDATE_ANNOTATION, annotated_candidate, schedule_epilogue
+from .gemm import block_pairs, check_blocked, checked_orders, register_tile
 from .isa import vector_registers
 from .workload import (
     DEFAULT_BLOCKS,
-    channel_blocks,
     check_divides,
     conv2d_output_shape,
-    epilogue_shapes,
     layout_block,
-    layout_shape,
-    pack_data,
-    unpack_data,
     validate_workload,
 )
 
@@ -147,18 +142,10 @@ def candidates(
     """
     if not applies(workload):
         return []
-    orders = list(orders)
-    unknown = sorted(set(orders) - set(ORDERS))
-    if unknown or not orders:
-        raise ProblemError(f"winograd orders {unknown or orders} are not in {ORDERS}")
-    blocks = list(blocks)
-    in_blocks = channel_blocks(workload["data"][1], blocks)
-    out_blocks = [b for b in channel_blocks(workload["kernel"][0], blocks) if b >= 8]
-    return [
-        {"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": ALGORITHM, "tile": int(tile),
-         **({} if order == ORDERS[0] else {"order": order})}
-        for tile, ib, ob, order in itertools.product(sorted(set(tiles)), in_blocks, out_blocks, orders)
-    ]
+    orders = checked_orders(orders, ORDERS, ALGORITHM)
+    return [{"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": ALGORITHM, "tile": int(tile),
+             **({} if order == ORDERS[0] else {"order": order})}
+            for tile in sorted(set(tiles)) for ib, ob in block_pairs(workload, blocks) for order in orders]
 
 
 def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
@@ -171,16 +158,7 @@ def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> N
     tile = candidate.get("tile")
     if tile not in (2, 3, 4, 5, 6):
         raise ProblemError(f"{what}: 'tile' must be an output tile size 2-6")
-    in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
-    if in_block is None or out_block is None:
-        raise ProblemError(f"{what}: Winograd kernels take blocked layouts NCHW<b>c in and out")
-    check_divides(in_block, workload["data"][1], f"{what} input")
-    check_divides(out_block, workload["kernel"][0], f"{what} output")
-    if candidate.get("order", ORDERS[0]) not in ORDERS:
-        raise ProblemError(f"{what}: 'order' must be one of {ORDERS}")
-    unknown = sorted(set(candidate) - {"in", "out", "algorithm", "tile", "order"})
-    if unknown:
-        raise ProblemError(f"{what}: unknown keys {unknown}")
+    check_blocked(workload, candidate, what, ORDERS, {"algorithm", "tile"})
 
 
 @functools.cache
@@ -245,28 +223,16 @@ def pack_weight(workload: dict[str, Any], candidate: dict[str, Any], weight: np.
 
 def pack_inputs(workload: dict[str, Any], candidate: dict[str, Any], inputs: Sequence[np.ndarray]) -> list:
     """Logical inputs in the kernel's layouts: data, transformed weight, epilogue operands in the output's."""
-    data, weight, *extra = inputs
-    return [pack_data(data, candidate["in"]), weight_transform(weight, candidate),
-            *(pack_data(x, candidate["out"]) for x in extra)]
+    return conv2d.pack_inputs_with(pack_weight, workload, candidate, inputs)
 
 
-def unpack_output(workload: dict[str, Any], candidate: dict[str, Any], output: np.ndarray) -> np.ndarray:
-    """The kernel's output buffer as a logical NCHW array."""
-    return unpack_data(output, candidate["out"])
+unpack_output = conv2d.unpack_output
 
 
 def placeholders(tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
     """TE placeholders of the kernel's inputs: data (N, C/ib, H, W, ib), transformed weight
     (:func:`weight_shape`), epilogue operands in the output's layout."""
-    te, dtype = tvm.te, workload["dtype"]
-    data = te.placeholder(layout_shape(workload["data"], candidate["in"]), dtype=dtype, name="data")
-    weight = te.placeholder(weight_shape(workload, candidate), dtype=dtype, name="weight")
-    out = conv2d_output_shape(workload)
-    operands = [
-        te.placeholder(layout_shape(shape, candidate["out"]), dtype=dtype, name=f"epilogue_in{i}")
-        for i, shape in enumerate(epilogue_shapes(workload.get("epilogue", []), out))
-    ]
-    return [data, weight, *operands]
+    return conv2d.placeholders_with(tvm, weight_shape(workload, candidate), workload, candidate)
 
 
 def _combination(tvm, coefficients: Sequence[float], term, dtype: str):
@@ -467,8 +433,6 @@ def gemm_tile(tiles_h: int, tiles_w: int, out_outer: int, out_block: int,
 
         gemm_tile(7, 7, 8, 16, {"kind": "llvm", "mcpu": "znver4"})      # (1, 7, 2)
     """
-    from .gemm import register_tile
-
     return register_tile(tiles_h, tiles_w, out_outer, out_block, target)
 
 
