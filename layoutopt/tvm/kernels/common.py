@@ -46,23 +46,13 @@ def param_shapes(func) -> list[list[int]]:
 
 
 def plain_value(value: Any) -> Any:
-    """A TVM annotation value (String, IntImm, Map, Array) as a plain Python value."""
-    tvm = import_tvm()
-    if isinstance(value, (str, int, float, bool)):
-        return value
-    if isinstance(value, tvm.tirx.IntImm):
-        return int(value.value)
-    if isinstance(value, tvm.tirx.FloatImm):
-        return float(value.value)
+    """A TVM annotation value as a plain Python value: tvm-ffi hands back strings and integers as
+    such, but a dict as a ``Map`` (and an integer made in TIR as an ``IntImm``)."""
     if hasattr(value, "items"):
         return {str(k): plain_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) or (hasattr(value, "__len__") and not hasattr(value, "encode")):
-        try:
-            return [plain_value(v) for v in value]
-        except TypeError:
-            pass
-    text = str(value)
-    return int(text) if text.lstrip("-").isdigit() else text
+    if isinstance(value, import_tvm().tirx.IntImm):
+        return int(value.value)
+    return value
 
 
 def annotated_candidate(sch, block) -> dict[str, Any] | None:
