@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
@@ -60,6 +61,7 @@ VARIANTS = [
     ("nchw8c", "(b8) TVM NCHW8c everywhere"),
     ("nchw16c", "(b16) TVM NCHW16c everywhere"),
     ("best_fixed", "(b*) best fixed layout"),
+    ("winograd_fixed", "(w) fixed rule: Winograd + best fixed layout"),
     ("greedy", "(c) TVM per-op fastest (greedy)"),
     ("layoutopt_isolated", "(d0) layoutopt, isolated costs"),
     ("layoutopt", "(d) layoutopt, calibrated"),
@@ -160,13 +162,15 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
 
     from layoutopt.machine import stamp
     from layoutopt.tvm import load_model, tune_and_build
+    from layoutopt.tvm.baselines import COMPOSITES
     from layoutopt.tvm.report import write_report
     from layoutopt.tvm.timing import random_inputs
 
     size = input_shape(network)[-1]
     threads = int(os.environ["TVM_NUM_THREADS"])  # the count actually set, for TVM, PyTorch and ORT alike
     row: dict = {"network": network, "threads": threads, "load_before": os.getloadavg()[0],
-                 "blocks": ",".join(map(str, args.blocks)) if args.blocks else "4,8,16,32,64"}
+                 "blocks": ",".join(map(str, args.blocks)) if args.blocks else "4,8,16,32,64",
+                 "algorithms": args.algorithms}
     onnx_path = export_onnx(network, Path(args.models))
     start = time.perf_counter()
     mod = load_model(onnx_path, input_shape=input_shape(network))
@@ -174,7 +178,8 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
         mod,
         method=args.method,
         cache=args.cache,
-        candidates={"blocks": args.blocks, "orders": args.orders.split(",")},
+        candidates={"blocks": args.blocks, "orders": args.orders.split(","),
+                    "algorithms": args.algorithms.split(",")},
         baselines=("greedy", *(("default",) if not args.skip_default else ())),
         repeat=args.repeat,
         progress=print,
@@ -198,14 +203,19 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     row["layers"] = [dataclasses.asdict(layer) for layer in result.layers]
     # every TVM build and ONNX Runtime side by side, in the same interleaved rounds
     builds = {v.name: v.executable for v in result.variants()
-              if v.executable is not None and v.name != "best_fixed"}
+              if v.executable is not None and v.name not in COMPOSITES}  # a composite is one of its members
     samples, ort_info = time_with_onnxruntime(builds, random_inputs(result.module), onnx_path, size, threads,
                                               args.repeat)
     for name, values in samples.items():
         row[name] = float(np.median(values))
         row[f"{name}_spread"] = [float(np.percentile(values, 25)), float(np.percentile(values, 75))]
-    fixed = result.baselines["best_fixed"].description.rsplit(": ", 1)[-1]
-    row["best_fixed"], row["best_fixed_is"] = row[fixed], fixed
+    for composite in (c for c in COMPOSITES if c in result.baselines):
+        member = result.baselines[composite].description.rsplit(": ", 1)[-1]
+        row[composite], row[f"{composite}_is"] = row[member], member
+    # which algorithm each conv of the tuned build runs
+    convs = [result.graph.choice(node, k).candidate for node, k in result.tuned.assignment.items()
+             if result.graph.layout_node(node).op == "relax.nn.conv2d"]
+    row["algorithms_chosen"] = dict(Counter(c.get("algorithm", "direct") for c in convs))
     if "default" in result.baselines:
         row["default"] = result.baselines["default"].measured
     write_report(result, args.out, name=f"e2e-{network}", model=network)
@@ -288,7 +298,8 @@ def write_outputs(rows: list[dict], out: Path) -> None:
                 ]
             )
     header = ("| network | " + " | ".join(label for _, label in VARIANTS)
-              + " | handed back | (d) vs (b*) | (d) vs (d0) | (d) vs (f) |")
+              + " | handed back | convs of (d) by algorithm | (d) vs (b*) | (d) vs (w) | (d) vs (d0) "
+              "| (d) vs (f) |")
     lines = [
         f"# End-to-end latency, batch 1, float32, {_threads(rows)} (ms, median)",
         "",
@@ -297,20 +308,22 @@ def write_outputs(rows: list[dict], out: Path) -> None:
         "row's date, machine, thread count and versions are in the last table. Within a row, every TVM",
         "build and ONNX Runtime were timed side by side in the same interleaved rounds (PyTorch after",
         "them). Every TVM build's outputs were checked against TVM's default build of the untouched",
-        "model (max relative error in e2e.csv). (b*) is the faster of (b8) and (b16), measured; (d0) is",
-        "layoutopt on the kernels' isolated measurements, (d) after in-network calibration; 'handed",
-        "back' is the build `tune_and_build` returns (the faster of (d) and (b*)). Speed-ups are",
-        "(other) / (d): above 1 means layoutopt's build is faster.",
+        "model (max relative error in e2e.csv). (b*) is the faster of (b8) and (b16), measured; (w),",
+        "with Winograd among the choices, the faster of Winograd wherever it applies with NCHW8c or",
+        "NCHW16c elsewhere; (d0) is layoutopt on the kernels' isolated measurements, (d) after",
+        "in-network calibration; 'handed back' is the build `tune_and_build` returns (the fastest build",
+        "timed). Speed-ups are (other) / (d): above 1 means layoutopt's build is faster.",
         "",
         header,
-        "|---" * (len(VARIANTS) + 5) + "|",
+        "|---" * (len(VARIANTS) + 7) + "|",
     ]
     for row in rows:
         tuned = row.get("layoutopt")
         ratios = [f"{row[o] / tuned:.2f}x" if row.get(o) and tuned else "-"
-                  for o in ("best_fixed", "layoutopt_isolated", "onnxruntime")]
+                  for o in ("best_fixed", "winograd_fixed", "layoutopt_isolated", "onnxruntime")]
+        algorithms = ", ".join(f"{k} {v}" for k, v in sorted(row.get("algorithms_chosen", {}).items())) or "-"
         lines.append(f"| {row['network']} | " + " | ".join(_ms(row.get(name)) for name, _ in VARIANTS)
-                     + f" | {row.get('chosen', '-')} | " + " | ".join(ratios) + " |")
+                     + f" | {row.get('chosen', '-')} | {algorithms} | " + " | ".join(ratios) + " |")
     lines += [
         "",
         "Predicted vs in network: the layout problem's objective for each build's assignment (the",
@@ -448,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", default=None, help="channel blocks (default 4,8,16,32,64 + C<8)")
     parser.add_argument("--orders", default="oc",
                         help="loop orders of blocked convs, each a choice (default oc; oc,rows: both)")
+    parser.add_argument("--algorithms", default="direct",
+                        help="conv2d algorithms offered as choices (default direct; direct,winograd,gemm: "
+                             "all, and the fixed rule (w) is built)")
     parser.add_argument("--repeat", type=int, default=10, help="TVM timing repeats")
     parser.add_argument("--repeat-eager", type=int, default=30, help="PyTorch / ONNX Runtime runs")
     parser.add_argument("--time-limit", type=float, default=600.0)

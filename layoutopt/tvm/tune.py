@@ -10,8 +10,9 @@ default; with an :class:`~layoutopt.tvm.runner.RPCRunner`, the kernels and then 
 (for the target given: the device's) are exported, uploaded, checked and timed on the device.
 
 The guard: the tuned build is always timed beside the best fixed layout (b*, the faster of all-NCHW8c
-and all-NCHW16c), and the faster of the two is what the result hands back (``result.chosen`` says
-which): a cost model that misleads the solver can cost the user a comparison, never speed.
+and all-NCHW16c) and, when the convs offer Winograd, beside the fixed rule "Winograd wherever it
+applies"; the result hands back the fastest build timed (``result.chosen`` says which): a cost model
+that misleads the solver can cost the user a comparison, never speed.
 
 Example::
 
@@ -106,7 +107,7 @@ class TuneResult:
 
     Attributes:
         executable: the build handed back (``tvm.runtime.Executable`` for ``relax.VirtualMachine``):
-            the tuned one, or the best fixed layout's when that measured faster (see ``chosen``).
+            the tuned one, or whichever build timed beside it measured faster (see ``chosen``).
         module: the rewritten Relax ``IRModule`` it was built from.
         chosen: the name of the variant handed back (:data:`TUNED` or a baseline's).
         solution: the :class:`~layoutopt.Solution` of the layout problem.
@@ -209,13 +210,14 @@ def _stage(timings: dict[str, float], name: str):
         timings[name] = time.perf_counter() - started
 
 
-def _baseline_names(baselines: Sequence[str], guard: bool) -> list[str]:
-    """The baselines to build, each once: b*'s members before it."""
+def _baseline_names(baselines: Sequence[str], guards: Sequence[str] = ()) -> list[str]:
+    """The baselines to build, each once, the guard's fixed rules included: a composite's members
+    before it."""
     known = [*registered_baselines(), *BUILDS]
     unknown = sorted(set(baselines) - set(known))
     if unknown:
         raise ProblemError(f"unknown baseline(s) {unknown}; known: {', '.join(known)}")
-    names = list(dict.fromkeys([*baselines, *(["best_fixed"] if guard else [])]))
+    names = list(dict.fromkeys([*baselines, *guards]))
     for composite, members in COMPOSITES.items():
         if composite in names:
             names.remove(composite)
@@ -265,7 +267,9 @@ def tune_and_build(
             tvm-dp, nchw8c, nchw16c, nchw16c_tuned...) or of :data:`~layoutopt.tvm.baselines.BUILDS`
             (default, best_fixed) to build and time beside the tuned model.
         guard: also build the best fixed layout (``best_fixed``: the faster of all-NCHW8c and
-            all-NCHW16c), time it beside the tuned build, and hand back the faster of the two.
+            all-NCHW16c) and, when a conv offers Winograd, the fixed rule (``winograd_fixed``), time
+            them beside the tuned build, and hand back the fastest build timed (a baseline or the
+            isolated-cost build included) that keeps the pins and forbids.
         check: compare every build's outputs with TVM's default build of the untouched model on
             seeded random inputs; :class:`~layoutopt.ProblemError` if the error exceeds ``rtol``.
         rtol: tolerance of ``max|out - ref| / max|ref|``.
@@ -302,8 +306,8 @@ def tune_and_build(
     from .extract import extract_layout_graph, prepare
     from .problem import build_problem
 
-    names = _baseline_names(baselines, guard)
-    check_method(method, time_limit)  # now, not after the measurement
+    _baseline_names(baselines)  # an unknown name fails now, not after the measurement
+    check_method(method, time_limit)
     say = progress if callable(progress) else (print if progress else (lambda _message: None))
     target = resolve_target(target)
     timings: dict[str, float] = {}
@@ -313,6 +317,7 @@ def tune_and_build(
         inputs = random_inputs(mod, seed)
         graph = extract_layout_graph(mod, candidates, prepared=True, fuse=fuse)
         constraints = parse_constraints(graph, pin, forbid)
+        names = _baseline_names(baselines, _guard_rules(graph) if guard else ())
     say("checking the rewrite and the build's legalization on a fixed layout ...")
     with _stage(timings, "check rewrite"):
         check_rewrite(mod, graph, target)
@@ -416,14 +421,7 @@ def tune_and_build(
             fastest = aliases[composite] = min(members, key=lambda member: variants[member].measured)
             variants[composite] = replace(variants[fastest], name=composite,
                                           description=f"{BUILDS[composite]}: {fastest}")
-        chosen = TUNED
-        if guard and variants["best_fixed"].measured < tuned.measured:
-            if _respects(graph, variants["best_fixed"].assignment, constraints):
-                chosen = "best_fixed"
-                say(f"the best fixed layout measured faster than the tuned build: handing back {chosen}")
-            else:
-                say("the best fixed layout measured faster, but breaks a pin or forbid: "
-                    "handing back the tuned build")
+        chosen = _fastest_build(graph, tuned, variants, aliases, constraints, say) if guard else TUNED
         layers = layer_table(graph, problem, solution.assignment, isolated)
         if profile:
             say("profiling the builds: each call's time in the network ...")
@@ -451,6 +449,33 @@ def _solve(graph: LayoutGraph, costs: Costs, method: str, time_limit: float | No
             raise ProblemError(explain_infeasible(graph, costs, list(constraints)))
         raise ProblemError(f"the layout problem has no feasible solution: {solution.message}")
     return solution
+
+
+def _guard_rules(graph: LayoutGraph) -> list[str]:
+    """The fixed rules the guard times the tuned build beside: b*, and the Winograd rule when a conv
+    offers Winograd (an algorithm the tuned build may pick, so the fixed rule is a fair bar)."""
+    offers_winograd = any(choice.candidate.get("algorithm") == "winograd"
+                          for node in graph.layout_nodes() for choice in node.choices)
+    return ["best_fixed", *(["winograd_fixed"] if offers_winograd else [])]
+
+
+def _fastest_build(graph: LayoutGraph, tuned: Variant, variants: Mapping[str, Variant],
+                   aliases: Mapping[str, str], constraints: Sequence[Constraint],
+                   say: Callable[[str], None]) -> str:
+    """The name of the fastest build timed side by side that keeps the pins and forbids: the tuned
+    build unless another one measured faster. A composite's member is named by its composite (b*
+    rather than nchw16c); TVM's default build, timed once apart, never competes."""
+    composite_of = {member: composite for composite, member in aliases.items()}
+    rivals = [v for name, v in variants.items() if name not in COMPOSITES and name != "default"
+              and v.executable is not None and v.measured is not None and v.measured < tuned.measured]
+    for variant in sorted(rivals, key=lambda v: v.measured):
+        name = composite_of.get(variant.name, variant.name)
+        if _respects(graph, variant.assignment, constraints):
+            say(f"{name} measured faster than the tuned build ({ms(variant.measured)} vs "
+                f"{ms(tuned.measured)} ms): handing it back")
+            return name
+        say(f"{name} measured faster than the tuned build, but breaks a pin or forbid")
+    return TUNED
 
 
 def _respects(graph: LayoutGraph, assignment: Mapping[Hashable, int] | None,

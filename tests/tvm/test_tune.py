@@ -54,7 +54,22 @@ def test_tuned_build_matches_the_untouched_model_and_its_prediction(tuned):
     assert result.speedup("default") == result.baselines["default"].measured / result.tuned.measured
 
 
-def test_the_guard_hands_back_the_faster_of_the_tuned_build_and_the_best_fixed_layout(tuned):
+def expected_choice(result) -> str:
+    """The build the guard must hand back: the fastest timed side by side (the tuned one on a tie),
+    a composite's member named by its composite."""
+    rivals = {name: v for name, v in result.baselines.items()
+              if name not in ("default", "best_fixed", "winograd_fixed")}
+    fastest = min(rivals.values(), key=lambda variant: variant.measured)
+    if result.tuned.measured <= fastest.measured:
+        return "layoutopt"
+    for composite in ("best_fixed", "winograd_fixed"):
+        built = result.baselines.get(composite)
+        if built is not None and built.description.rsplit(": ", 1)[-1] == fastest.name:
+            return composite
+    return fastest.name
+
+
+def test_the_guard_hands_back_the_fastest_build_timed(tuned):
     result, _ = tuned
     members = {name: result.baselines[name] for name in ("nchw8c", "nchw16c")}
     best = result.baselines["best_fixed"]
@@ -62,11 +77,13 @@ def test_the_guard_hands_back_the_faster_of_the_tuned_build_and_the_best_fixed_l
     # b* is the faster member, as measured in the same interleaved rounds
     assert best.measured == fastest.measured and best.assignment == fastest.assignment
     assert fastest.name in best.description
-    expected = "layoutopt" if result.tuned.measured <= best.measured else "best_fixed"
+    assert "winograd_fixed" not in result.baselines  # no conv offers Winograd here
+    expected = expected_choice(result)
     assert result.chosen == expected
-    # the build handed back is the chosen one's: the tuned module, or b*'s
-    chosen_transforms = (result.tuned if expected == "layoutopt" else best).transforms
-    assert count_layout_transforms(result.module) == chosen_transforms
+    # the build handed back is the chosen one's, and never slower than any build timed beside it
+    handed_back = result.tuned if expected == "layoutopt" else result.baselines[expected]
+    assert count_layout_transforms(result.module) == handed_back.transforms
+    assert all(handed_back.measured <= v.measured for v in result.variants() if v.name != "default")
     assert f"handed back: {expected}" in result.summary()
     for variant in result.variants():
         if variant.name != "default":
@@ -79,6 +96,19 @@ def test_without_the_guard_the_tuned_build_is_handed_back():
                             baselines=(), guard=False, repeat=1, profile=False, check=False,
                             calibrate=0)
     assert result.chosen == "layoutopt" and not result.baselines
+
+
+def test_with_winograd_choices_the_guard_also_times_the_fixed_rule(tmp_path):
+    mod = models.residual(channels=16, size=8)
+    result = tune_and_build(mod, method="dp", cache=tmp_path / "costs.jsonl", baselines=(),
+                            candidates={"blocks": [8, 16], "algorithms": ["direct", "winograd"]},
+                            repeat=2, profile=False, calibrate=0)
+    rule = result.baselines["winograd_fixed"]
+    assert rule.description.rsplit(": ", 1)[-1] in ("winograd_nchw8c", "winograd_nchw16c")
+    chosen = [result.graph.choice(node, k).candidate for node, k in rule.assignment.items()]
+    assert any(c.get("algorithm") == "winograd" for c in chosen)
+    assert all(v.max_relative_error < 1e-4 for v in result.variants() if v.name != "default")
+    assert result.chosen == expected_choice(result)
 
 
 def test_layer_table_lists_every_tuned_op_with_its_choice(tuned):
