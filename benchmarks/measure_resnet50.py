@@ -12,7 +12,9 @@ shapes: 1x3x224x224, 53 conv2d; no download, no torch), then:
    including ``import tvm``) - target <= 10 s;
 5. times each step of measuring one kernel (schedule, compile, machine code, export, reference,
    check, one timing pass) on a seeded sample of the kernels: where the time goes;
-6. solves the problem and compares the optimum with uniform NCHW16c, as a sanity check of the costs.
+6. times a sample of kernels from an exported library (as the timing worker now loads them) and
+   from TVM's in-memory JIT module (as the old worker ran them), interleaved: the same code?
+7. solves the problem and compares the optimum with uniform NCHW16c, as a sanity check of the costs.
 
 Writes ``benchmarks/results/measure_resnet50.md`` (stamped with date, machine and versions) and
 prints it.
@@ -141,6 +143,36 @@ def step_profile(tasks: list[tuple[dict, dict]], sample: int, seed: int = 0) -> 
     return {step: seconds / len(chosen) for step, seconds in steps.items()}
 
 
+def library_vs_jit(tasks: list[tuple[dict, dict]], sample: int, rounds: int = 4, seed: int = 1
+                   ) -> list[float]:
+    """Per kernel: its time from an exported library (how kernels are timed now, loaded by the timing
+    worker) over its time from TVM's in-memory JIT module (how they were timed before), each the best
+    median of ``rounds`` interleaved rounds, in this process."""
+    from layoutopt.tvm._tvm import import_tvm, one_blas_thread, resolve_target
+    from layoutopt.tvm.kernels import build_kernel, validate_workload
+    from layoutopt.tvm.runner import LocalRunner
+
+    tvm = import_tvm()
+    target, runner = resolve_target(None), LocalRunner()
+    kernels = []
+    with tempfile.TemporaryDirectory() as directory:
+        for i, (workload, candidate) in enumerate(random.Random(seed).sample(tasks, min(sample, len(tasks)))):
+            kernel = build_kernel(validate_workload(dict(workload)), candidate, target)
+            executable = tvm.compile(kernel.module, target=target)
+            path = os.path.join(directory, f"k{i}.so")
+            executable.export_library(path)
+            modules = {"jit": executable.mod, "library": tvm.runtime.load_module(path)}
+            kernels.append((kernel, modules, kernel.device_args(kernel.logical_inputs(), tvm.cpu())))
+        best = [{"jit": np.inf, "library": np.inf} for _ in kernels]
+        with one_blas_thread():
+            for round_ in range(rounds):
+                for i, (kernel, modules, args) in enumerate(kernels):
+                    for way in (["jit", "library"] if (round_ + i) % 2 == 0 else ["library", "jit"]):
+                        seconds = float(np.median(runner.time(modules[way], tvm.cpu(), kernel.name, args)))
+                        best[i][way] = min(best[i][way], seconds)
+    return [b["library"] / b["jit"] for b in best]
+
+
 def cost_ratios(before: Path, after: Path, target: str) -> tuple[int, list[float]]:
     """How many kernels both caches measured, and the after/before ratios of their costs."""
     old = {task_key(r["workload"], r["candidate"]): record_cost(r) for r in CostCache(before)
@@ -159,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth", type=int, default=50, help="ResNet depth (18, 34, 50, 101, 152)")
     parser.add_argument("--compare-with", metavar="REV", help="also measure with layoutopt at git REV")
     parser.add_argument("--profile-sample", type=int, default=60, help="kernels timed step by step")
+    parser.add_argument("--ab-sample", type=int, default=40, help="kernels timed from a library and JIT")
     parser.add_argument("--output", default=str(RESULTS / "measure_resnet50.md"), help="markdown report path")
     args = parser.parse_args(argv)
     blocks = [int(b) for b in args.blocks.split(",")] if args.blocks else None
@@ -216,7 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile_sample:
         steps = step_profile(list(kernels.values()) + transforms, args.profile_sample)
 
-    # 6. solve, and compare with uniform NCHW16c
+    # 6. the timing worker loads exported libraries; the old one ran TVM's in-memory JIT module
+    ab = library_vs_jit(list(kernels.values()) + transforms, args.ab_sample) if args.ab_sample else []
+
+    # 7. solve, and compare with uniform NCHW16c
     solution = layoutopt.solve(graph, costs)
     uniform = layoutopt.evaluate(graph, costs, fixed_layout_assignment(graph, "NCHW16c"))
     kernel_total = sum(costs.nodes[n][solution.assignment[n]] for n in graph)
@@ -302,6 +338,17 @@ def main(argv: list[str] | None = None) -> int:
             "Measuring a kernel in turn pays schedule + compile + machine code + check + two timing passes, "
             "all in one process. Compiling ahead moves schedule + compile + export (machine code and link) "
             "to a pool on every core; the timing passes stay serial and alone on this machine.",
+            "",
+        ]
+    if ab:
+        q = np.percentile(ab, [10, 25, 50, 75, 90])
+        lines += [
+            "## The same kernel from an exported library and from the in-memory JIT module",
+            "",
+            f"{len(ab)} kernels drawn at random, each timed 4x both ways in interleaved rounds (best median "
+            f"each way): library / JIT median {q[2]:.3f}, quartiles {q[1]:.3f}-{q[3]:.3f}, 10th-90th "
+            f"percentiles {q[0]:.3f}-{q[4]:.3f}. Timing the kernels from the libraries the compile pool "
+            "exports measures the same code as before.",
             "",
         ]
     lines += [
