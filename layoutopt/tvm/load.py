@@ -10,6 +10,8 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -91,7 +93,9 @@ def _load_onnx(path: Path, input_shape, fold: bool = True):
     if fold and computes_shapes:
         model = fold_shapes(model, shapes, where=str(path))
     try:
-        mod = from_onnx(model, shape_dict=shapes, keep_params_in_input=False)
+        # the frontend prints the failing node's inputs (pages of IR) before raising: the error says it
+        with contextlib.redirect_stdout(io.StringIO()):
+            mod = from_onnx(model, shape_dict=shapes, keep_params_in_input=False)
     except Exception as exc:  # a shape the graph cannot take, an op the frontend lacks...
         hint = ""
         if computes_shapes and not fold:
