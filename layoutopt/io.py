@@ -202,6 +202,41 @@ def _parse_float(token: str) -> float:
     return value
 
 
+def read_json_document(path: str | os.PathLike, format: str, version: int, kind: str) -> dict[str, Any]:
+    """A layoutopt JSON file (a problem, a solution...) read and checked against its ``"format"``
+    and ``"version"``; every failure a :class:`ProblemError` naming the file. Bare NaN/Infinity and
+    numbers beyond float64 are refused (``inf`` means forbidden: it is written as the string).
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "old.json")
+        >>> with open(path, "w") as f:
+        ...     _ = f.write('{"format": "layoutopt-problem", "version": 0}')
+        >>> read_json_document(path, "layoutopt-problem", 1, "problem")
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: .../old.json: unsupported version 0 (this reads 1)
+    """
+    name = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle, parse_constant=_reject_constant, parse_float=_parse_float)
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno}, column {exc.colno}"
+        raise ProblemError(f"{name}: not valid JSON ({where}: {exc.msg})") from None
+    except RecursionError:
+        raise ProblemError(f"{name}: JSON nested too deeply to read (not a layoutopt {kind} file)") from None
+    except ValueError as exc:
+        raise ProblemError(f"{name}: {exc}") from None
+    except OSError as exc:
+        raise ProblemError(f"{name}: cannot read the {kind} file ({exc.strerror or exc})") from None
+    if not isinstance(document, dict) or document.get("format") != format:
+        raise ProblemError(f"{name}: not a layoutopt {kind} file (expected \"format\": \"{format}\")")
+    if document.get("version") != version:
+        raise ProblemError(f"{name}: unsupported version {document.get('version')!r} (this reads {version})")
+    return document
+
+
 def read_json(path: str | os.PathLike) -> tuple[nx.DiGraph, Costs]:
     """Read a JSON problem file into ``(graph, costs)`` ready for :func:`layoutopt.solve`.
 
@@ -224,22 +259,7 @@ def read_json(path: str | os.PathLike) -> tuple[nx.DiGraph, Costs]:
         layoutopt.errors.ProblemError: .../bad.json: nodes[0] (id 'a'): missing "costs"
     """
     name = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            document = json.load(handle, parse_constant=_reject_constant, parse_float=_parse_float)
-    except json.JSONDecodeError as exc:
-        where = f"line {exc.lineno}, column {exc.colno}"
-        raise ProblemError(f"{name}: not valid JSON ({where}: {exc.msg})") from None
-    except RecursionError:
-        raise ProblemError(f"{name}: JSON nested too deeply to read (not a layoutopt problem file)") from None
-    except ValueError as exc:
-        raise ProblemError(f"{name}: {exc}") from None
-    except OSError as exc:
-        raise ProblemError(f"{name}: cannot read the problem file ({exc.strerror or exc})") from None
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise ProblemError(f"{name}: not a layoutopt problem file (expected \"format\": \"{FORMAT}\")")
-    if document.get("version") != VERSION:
-        raise ProblemError(f"{name}: unsupported version {document.get('version')!r} (this reads {VERSION})")
+    document = read_json_document(path, FORMAT, VERSION, "problem")
     for key in ("nodes", "edges"):
         if not isinstance(document.get(key), list):
             raise ProblemError(f"{name}: \"{key}\" must be a list")

@@ -12,7 +12,8 @@ turns them into costs for the solver:
   a multi-input op that runs as a kernel of its own (a concat: an add is fused into a conv) is
   observed too, although measured at 0: its other layouts take the median of its observed ones;
 - another choice of a node with observations costs its isolated time scaled by the node's
-  observed in-network / isolated ratio (the median ratio of its observed choices);
+  observed in-network / isolated ratio: the median ratio of its observed choices of the same
+  algorithm (direct, Winograd and GEMM kernels use the caches differently), else of all of them;
 - a node with no observation, and a transform never observed, is scaled by the median ratio of
   its kind (conv2d / dense / transforms) over the whole network, so that the calibrated costs stay
   comparable.
@@ -149,13 +150,20 @@ class Calibration:
         """Whether the build of ``assignment`` was profiled already."""
         return dict(assignment) in self.assignments
 
+    def _algorithm(self, node: Hashable, k: int) -> str:
+        return self.graph.choice(node, k).candidate.get("algorithm", "direct")
+
     def costs(self) -> Costs:
         """The isolated costs, calibrated by every observation so far (see the module docstring)."""
         observed = {key: float(np.median(seconds)) for key, seconds in self.kernels.items()}
         per_node: dict[Hashable, list[tuple[float, float]]] = defaultdict(list)
+        per_algorithm: dict[tuple[Hashable, str], list[tuple[float, float]]] = defaultdict(list)
         for (node, k), seconds in observed.items():
-            per_node[node].append((seconds, float(np.asarray(self.isolated.nodes[node])[k])))
+            pair = (seconds, float(np.asarray(self.isolated.nodes[node])[k]))
+            per_node[node].append(pair)
+            per_algorithm[node, self._algorithm(node, k)].append(pair)
         node_ratio = {node: _median_ratio(pairs) for node, pairs in per_node.items()}
+        algorithm_ratio = {key: _median_ratio(pairs) for key, pairs in per_algorithm.items()}
         per_kind: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for node, pairs in per_node.items():
             per_kind[self.graph.layout_node(node).workload.get("op", "")] += pairs
@@ -164,7 +172,9 @@ class Calibration:
         for node, vector in self.isolated.nodes.items():
             op = self.graph.layout_node(node).workload.get("op", "")
             ratio = node_ratio.get(node) or kind_ratio.get(op) or 1.0
-            calibrated = np.array(vector, dtype=float) * ratio
+            calibrated = np.array(vector, dtype=float)
+            for k in range(len(calibrated)):
+                calibrated[k] *= algorithm_ratio.get((node, self._algorithm(node, k))) or ratio
             seen = [observed[node, k] for k in range(len(calibrated)) if (node, k) in observed]
             if seen and not np.any(calibrated):  # measured at 0 (a concat): its observed median
                 calibrated[:] = float(np.median(seen))

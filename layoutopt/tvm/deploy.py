@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ProblemError
+from ..io import read_json_document
 from ._tvm import first_line, import_tvm, resolve_target, target_key
 from .graph import LayoutGraph
 
@@ -152,21 +153,13 @@ def load_solution(path: str | Path | Mapping[str, Any]) -> dict[str, Any]:
         solution = load_solution("model.solution.json")
         solution["target"], len(solution["layers"])
     """
-    where = "the solution"
     if isinstance(path, Mapping):
-        record = dict(path)
+        where, record = "the solution", dict(path)
+        if record.get("format") != FORMAT or record.get("version") != VERSION:
+            raise ProblemError(f"{where} is not a layoutopt solution (\"format\": \"{FORMAT}\", "
+                               f"\"version\": {VERSION})")
     else:
-        where = f"solution file {str(path)!r}"
-        try:
-            record = json.loads(Path(path).read_text())
-        except OSError as exc:
-            raise ProblemError(f"cannot read {where}: {exc.strerror or exc}") from None
-        except ValueError as exc:
-            raise ProblemError(f"{where} is not JSON: {exc}") from None
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise ProblemError(f"{where} is not a layoutopt solution file (no \"format\": \"{FORMAT}\")")
-    if record.get("version") != VERSION:
-        raise ProblemError(f"{where} has version {record.get('version')!r}; this layoutopt reads {VERSION}")
+        where, record = f"solution file {str(path)!r}", read_json_document(path, FORMAT, VERSION, "solution")
     for key in ("target", "layers", "model"):
         if key not in record:
             raise ProblemError(f"{where} has no {key!r}")

@@ -282,7 +282,8 @@ def tune_and_build(
         calibrate: rounds of in-network calibration (0: none). Every build is profiled in the
             network and the costs calibrated with what it ran (:mod:`layoutopt.tvm.calibrate`); the
             problem is solved again, and a new assignment built and profiled, until the one chosen
-            was profiled already or the rounds run out. Every variant's ``predicted`` is then its
+            was profiled already or the rounds run out (then the cheapest assignment profiled is
+            handed on, ``feasible``, with a ``message``). Every variant's ``predicted`` is then its
             objective under the calibrated costs (checked by the final profile, a fresh run); the
             first solution, when it differs, is kept as the variant ``layoutopt_isolated``.
         pin, forbid: per-node control (:mod:`layoutopt.constraints`): ``{layer: choice}`` (or
@@ -385,16 +386,20 @@ def tune_and_build(
                 for variant in builds:
                     calibration.observe(variant.assignment, profiles[variant.name])
                 first = tuned
-                for _ in range(calibrate):
-                    costs = calibration.costs()
-                    solution = _solve(graph, costs, method, time_limit, constraints)
-                    if calibration.observed(solution.assignment):
-                        break
+
+                def build_and_observe(assignment: Mapping[Hashable, int]) -> None:
                     say("the calibrated costs choose another assignment: building and profiling it ...")
-                    latest = make_variant(TUNED, "", solution.assignment)
+                    latest = make_variant(TUNED, "", assignment)
                     profiled = profile_builds({TUNED: latest.executable}, inputs, runner=place)[TUNED]
                     calibration.observe(latest.assignment, profiled)
                     builds.append(latest)
+
+                solution, costs = _calibrated_solution(
+                    calibration, calibrate, build_and_observe,
+                    lambda costs: _solve(graph, costs, method, time_limit, constraints),
+                    own=lambda: [first.assignment, *(v.assignment for v in builds if v.name == TUNED)])
+                if solution.message:
+                    say(solution.message)
                 final = next(v for v in reversed(builds) if v.assignment == solution.assignment)
                 tuned = replace(final, name=TUNED,
                                 description=f"layoutopt, method {method!r}, costs calibrated in the network")
@@ -449,6 +454,37 @@ def _solve(graph: LayoutGraph, costs: Costs, method: str, time_limit: float | No
             raise ProblemError(explain_infeasible(graph, costs, list(constraints)))
         raise ProblemError(f"the layout problem has no feasible solution: {solution.message}")
     return solution
+
+
+def _calibrated_solution(calibration: Calibration, rounds: int,
+                         build_and_observe: Callable[[Mapping[Hashable, int]], None],
+                         solve_costs: Callable[[Costs], Solution],
+                         own: Callable[[], list[Mapping[Hashable, int]]]) -> tuple[Solution, Costs]:
+    """Solve with the calibrated costs, build and profile the new assignment, and again, until the
+    assignment chosen is one already profiled or ``rounds`` builds were made; then solve once more
+    with every observation in. Returns the solution and the costs it was chosen with.
+
+    When the rounds ran out before the choice settled, the answer is the cheapest, under those
+    costs, of layoutopt's own profiled assignments (``own()``): its prediction is then an in-network
+    measurement, not an extrapolation. The solution is ``feasible``, keeps the solver's lower
+    bound (still valid) and says so in its ``message``."""
+    for built in range(rounds + 1):
+        costs = calibration.costs()
+        solution = solve_costs(costs)
+        if calibration.observed(solution.assignment):
+            return solution, costs
+        if built < rounds:
+            build_and_observe(solution.assignment)
+    problem = Problem.from_graph(calibration.graph, costs)
+    best = min(own(), key=lambda a: problem.evaluate([a[n] for n in problem.nodes]))
+    index = [best[n] for n in problem.nodes]
+    message = (f"in-network calibration did not settle in {rounds} round(s): handing on the cheapest "
+               f"assignment profiled ({problem.evaluate(index) * 1e3:.3f} ms predicted; "
+               f"the calibrated optimum, never built, is {solution.objective * 1e3:.3f} ms)")
+    assignment = dict(zip(problem.nodes, index, strict=True))
+    return replace(solution, assignment=assignment,
+                   labels={n: problem.label(i, k) for i, (n, k) in enumerate(assignment.items())},
+                   objective=problem.evaluate(index), status="feasible", message=message), costs
 
 
 def _guard_rules(graph: LayoutGraph) -> list[str]:

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("tvm")
 
-from layoutopt.problem import Costs
+from layoutopt.problem import Costs, Problem
 from layoutopt.tvm import extract_layout_graph, models
 from layoutopt.tvm.cache import task_key
 from layoutopt.tvm.calibrate import Calibration, transform_calls
@@ -109,3 +109,50 @@ def test_a_concat_running_as_its_own_kernel_is_observed_and_costed():
     calibration.observe(assignment, calls)
     # measured at 0 alone, observed at 0.7 ms: every layout of the concat now costs its observed time
     assert np.allclose(calibration.costs().nodes["concat"], 7e-4)
+
+
+def test_a_nodes_ratio_carries_to_the_choices_of_the_same_algorithm_first():
+    options = {"blocks": [8, 16], "algorithms": ["direct", "winograd"]}
+    graph = extract_layout_graph(models.chain((16, 16), in_channels=8, size=8), options)
+    measured = {task_key(workload, {}): 1e-4 for workload, _ in transform_tasks(graph)}
+    nodes = {node.name: np.full(len(node.choices), 1e-3 if node.kind == "target" else 0.0)
+             for node in graph.layout_nodes()}
+    calibration = Calibration(graph, Costs(nodes, transform_edge_costs(graph, measured)), measured)
+    conv2 = graph.layout_node("conv2")
+    algorithm = [choice.candidate.get("algorithm", "direct") for choice in conv2.choices]
+    direct, winograd = algorithm.index("direct"), algorithm.index("winograd")
+    for k, seconds in ((direct, 3e-3), (winograd, 1e-3)):  # two builds: direct 3x slower, Winograd as alone
+        assignment = {"data": 0, "conv1": 0, "conv2": k, "output:gv": 0}
+        calibration.observe(assignment, _calls(graph, assignment, {"conv2": seconds}, {}))
+    calibrated = calibration.costs().nodes["conv2"]
+    expected = [3e-3 if a == "direct" else 1e-3 for a in algorithm]
+    assert np.allclose(calibrated, expected)
+
+
+def test_calibration_that_does_not_settle_hands_on_the_cheapest_assignment_profiled(chain):
+    from layoutopt.solution import Solution
+    from layoutopt.tvm.tune import _calibrated_solution
+
+    graph, costs, measured = chain
+    calibration = Calibration(graph, costs, measured)
+    first = {"data": 0, "conv1": _index(graph, "conv1", "NCHW8c->NCHW8c"),
+             "conv2": _index(graph, "conv2", "NCHW8c->NCHW8c"), "output:gv": 0}
+    second = {**first, "conv2": _index(graph, "conv2", "NCHW8c->NCHW16c")}
+    third = {**first, "conv1": _index(graph, "conv1", "NCHW8c->NCHW16c")}
+    calibration.observe(first, _calls(graph, first, {"conv1": 2e-3, "conv2": 2e-3}, {}))
+    answers = iter([second, third])  # a solver that never picks a profiled assignment
+
+    def solve_costs(_costs):
+        return Solution(next(answers), {}, 1e-3, 5e-4, "optimal", "fake")
+
+    def build_and_observe(assignment):  # second: conv2 runs at 1 ms, cheaper than the first build
+        calibration.observe(assignment, _calls(graph, assignment, {"conv1": 2e-3, "conv2": 1e-3}, {}))
+
+    solution, final = _calibrated_solution(calibration, 1, build_and_observe, solve_costs,
+                                           own=lambda: [first, second])
+    assert solution.assignment == second and solution.status == "feasible"
+    assert "did not settle in 1 round" in solution.message
+    assert solution.lower_bound == 5e-4  # the solver's bound on the calibrated problem stays valid
+    problem = Problem.from_graph(graph, final)
+    assert solution.objective == problem.evaluate([second[n] for n in problem.nodes])
+    assert solution.objective < problem.evaluate([first[n] for n in problem.nodes])
