@@ -76,6 +76,15 @@ def parse_input_shapes(values: list[str] | None):
     return unnamed[0] if unnamed else named
 
 
+def _add_model_options(parser: argparse.ArgumentParser, shapes: str, target: str) -> None:
+    """MODEL, --input-shape and --target, which ``tune`` and ``build`` share (their help says how
+    each uses them)."""
+    parser.add_argument("model", nargs="?", help="MODEL.onnx or a torch.export MODEL.pt2 (default: embedded)")
+    parser.add_argument("--input-shape", action="append", metavar="[NAME=]1,3,224,224",
+                        help=f"input shape ({shapes})")
+    parser.add_argument("--target", default="llvm", help=f"TVM target: {target}")
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``tune`` on the ``layoutopt`` command's subparsers."""
     parser = subparsers.add_parser(
@@ -86,12 +95,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "model, time it against baselines and write a report. Without MODEL, an embedded ResNet-style "
         "model is used (no download).",
     )
-    parser.add_argument("model", nargs="?", help="MODEL.onnx or a torch.export MODEL.pt2 (default: embedded)")
-    parser.add_argument("--input-shape", action="append", metavar="[NAME=]1,3,224,224",
-                        help="input shape (repeat with NAME= for several inputs)")
-    parser.add_argument("--target", default="llvm",
-                        help="TVM target: 'llvm' (this CPU), or a JSON dict such as "
-                        "'{\"kind\": \"llvm\", \"mcpu\": \"skylake-avx512\"}'")
+    _add_model_options(parser, shapes="repeat with NAME= for several inputs",
+                       target="'llvm' (this CPU), or a JSON dict such as "
+                              "'{\"kind\": \"llvm\", \"mcpu\": \"skylake-avx512\"}'")
     parser.add_argument("--method", default="auto", help="layoutopt.solve method (default: auto)")
     parser.add_argument("--time-limit", type=float, default=None, help="solver time limit in seconds")
     parser.add_argument("--cache", default=None,
@@ -110,9 +116,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--key", help="device key registered at the RPC tracker (with --rpc)")
     parser.add_argument("--baselines", default="greedy",
                         help="comma-separated baselines to build and time beside the best fixed layout "
-                        "(b*: the faster of nchw8c and nchw16c, always built: the faster of it and the tuned "
-                        "build is handed back): greedy, nchw16c_tuned, default (TVM's unscheduled default "
-                        "build: slow on big models); '' for none")
+                        "(b*: the faster of nchw8c and nchw16c, always built, and with Winograd the fixed "
+                        "rule winograd_fixed; the fastest build timed is handed back): greedy, "
+                        "nchw16c_tuned, default (TVM's unscheduled default build: slow on big models); "
+                        "'' for none")
     parser.add_argument("--no-check", action="store_true",
                         help="skip comparing outputs with TVM's default build of the untouched model")
     parser.add_argument("--repeat", type=int, default=5, help="timing repeats (median reported)")
@@ -138,15 +145,12 @@ def _add_build_parser(subparsers) -> argparse.ArgumentParser:
         "MODEL and build it as a shared library, measuring nothing. Refuses, naming what differs, when "
         "MODEL or the target is not the one the solution was tuned for.",
     )
-    parser.add_argument("model", nargs="?", help="MODEL.onnx or MODEL.pt2 (default: the embedded model)")
+    _add_model_options(parser, shapes="default: the solution file's",
+                       target="default: this CPU; must be the solution's: give its JSON to cross-build "
+                              "for the device it was tuned on")
     parser.add_argument("--solution", required=True, metavar="MODEL.solution.json",
                         help="the solution file 'layoutopt tune -o' wrote")
     parser.add_argument("-o", "--output", required=True, metavar="MODEL.so", help="the library to write")
-    parser.add_argument("--input-shape", action="append", metavar="[NAME=]1,3,224,224",
-                        help="input shape (default: the solution file's)")
-    parser.add_argument("--target", default="llvm",
-                        help="TVM target (default: this CPU); must be the solution's: give its JSON to "
-                        "cross-build for the device it was tuned on")
     parser.set_defaults(run=_run_build)
     return parser
 
