@@ -461,9 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", default=None, help="channel blocks (default 4,8,16,32,64 + C<8)")
     parser.add_argument("--orders", default="oc",
                         help="loop orders of blocked convs, each a choice (default oc; oc,rows: both)")
-    parser.add_argument("--algorithms", default="direct",
-                        help="conv2d algorithms offered as choices (default direct; direct,winograd,gemm: "
-                             "all, and the fixed rule (w) is built)")
+    parser.add_argument("--algorithms", default="direct,winograd,gemm",
+                        help="conv2d algorithms offered as choices (default all: direct,winograd,gemm; with "
+                             "winograd the fixed rule (w) is built too)")
     parser.add_argument("--repeat", type=int, default=10, help="TVM timing repeats")
     parser.add_argument("--repeat-eager", type=int, default=30, help="PyTorch / ONNX Runtime runs")
     parser.add_argument("--time-limit", type=float, default=600.0)

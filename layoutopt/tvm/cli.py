@@ -104,9 +104,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help=f"cost cache file (default: {default_cache_path()}); 'none' to disable")
     parser.add_argument("--blocks", default=None, metavar="4,8,16,32,64",
                         help="channel blocks to try (default: 4,8,16,32,64 and C when C < 8)")
-    parser.add_argument("--algorithms", default="direct", metavar="direct,winograd,gemm",
-                        help="conv2d algorithms whose kernels are choices where they apply (default direct; "
-                        "winograd: 3x3 stride-1 convs, gemm: 1x1 convs)")
+    parser.add_argument("--algorithms", default=None, metavar="direct,winograd,gemm",
+                        help="conv2d algorithms whose kernels are choices where they apply (default: all; "
+                        "winograd: 3x3 stride-1 convs, gemm: 1x1 convs; direct: the direct kernel only)")
     parser.add_argument("--orders", default="oc", metavar="oc,rows",
                         help="loop orders of blocked conv kernels to measure, each a choice of its own "
                              "(default: oc, AutoTVM's; oc,rows measures both, doubling the conv kernels)")
@@ -223,7 +223,7 @@ def _runner(args: argparse.Namespace):
     return RPCRunner(tracker=args.rpc, key=args.key)
 
 
-def _candidates(blocks_text: str | None, orders_text: str = "oc", algorithms_text: str = "direct"):
+def _candidates(blocks_text: str | None, orders_text: str = "oc", algorithms_text: str | None = None):
     from ..errors import ProblemError
     from .kernels import CONV2D_ORDERS, FAMILIES
 
@@ -231,12 +231,12 @@ def _candidates(blocks_text: str | None, orders_text: str = "oc", algorithms_tex
     if not orders or any(o not in CONV2D_ORDERS for o in orders):
         raise ProblemError(f"--orders {orders_text!r}: expected loop orders from {CONV2D_ORDERS}")
     blocks = _blocks(blocks_text)
+    if algorithms_text is None:
+        return blocks if orders == ["oc"] else {"blocks": blocks, "orders": orders}
     algorithms = [a.strip() for a in algorithms_text.split(",") if a.strip()]
     known = sorted(algorithm for op, algorithm in FAMILIES if op == "conv2d")
     if not algorithms or set(algorithms) - set(known):
         raise ProblemError(f"--algorithms {algorithms_text!r}: expected conv2d algorithms from {known}")
-    if orders == ["oc"] and algorithms == ["direct"]:
-        return blocks
     return {"blocks": blocks, "orders": orders, "algorithms": algorithms}
 
 

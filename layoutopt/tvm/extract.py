@@ -42,6 +42,7 @@ from ._tvm import first_line, import_tvm
 from .graph import KINDS, Choice, LayoutGraph, LayoutNode, Value
 from .kernels import (
     CONV2D_ORDERS,
+    DEFAULT_ALGORITHMS,
     DEFAULT_BLOCKS,
     DEFAULT_ORDERS,
     FAMILIES,
@@ -260,11 +261,12 @@ def extract_layout_graph(
             its weight out at run time, a cost the graph does not model).
         candidates: the channel blocks to try (default ``(4, 8, 16, 32, 64)``; ``C`` itself is
             added when ``C < 8``; a block is kept only where it divides the channels); or options
-            ``{"blocks": [...], "orders": ["oc", "rows"], "algorithms": ["direct", "winograd",
-            "gemm"]}`` to add the blocked convs' loop orders
-            (:data:`~layoutopt.tvm.kernels.CONV2D_SCHEDULE_KNOBS`: each layout pair becomes one
-            choice per order) and other algorithms' kernels where they apply (Winograd for 3x3
-            stride-1 convs, a packed GEMM for 1x1 ones); or a function ``workload -> list of
+            ``{"blocks": [...], "orders": ["oc", "rows"], "algorithms": ["direct"]}`` to add the
+            blocked convs' loop orders (:data:`~layoutopt.tvm.kernels.CONV2D_SCHEDULE_KNOBS`: each
+            layout pair becomes one choice per order) or to choose the algorithms whose kernels are
+            choices where they apply (default :data:`~layoutopt.tvm.kernels.DEFAULT_ALGORITHMS`: the
+            direct kernel, Winograd for 3x3 stride-1 convs, a packed GEMM for 1x1 ones); or a
+            function ``workload -> list of
             candidate dicts`` choosing target ops' candidates (multi-input nodes then use the
             default blocks).
         prepared: ``mod`` already went through :func:`prepare` (skip it).
@@ -310,7 +312,7 @@ def extract_layout_graph(
 def _candidate_options(candidates: Candidates) -> tuple[list[int] | None, Callable | None, dict[str, Any]]:
     """``candidates`` as (blocks given by the user or None, custom candidate function or None, the
     conv2d options: loop orders of blocked convs, algorithms)."""
-    defaults = {"orders": list(DEFAULT_ORDERS), "algorithms": ["direct"]}
+    defaults = {"orders": list(DEFAULT_ORDERS), "algorithms": list(DEFAULT_ALGORITHMS)}
     if candidates is None:
         return None, None, defaults
     if callable(candidates):
@@ -318,7 +320,7 @@ def _candidate_options(candidates: Candidates) -> tuple[list[int] | None, Callab
     if isinstance(candidates, Mapping):
         unknown = sorted(set(candidates) - {"blocks", "orders", "algorithms"})
         orders = list(candidates.get("orders") or DEFAULT_ORDERS)
-        algorithms = list(candidates.get("algorithms") or ["direct"])
+        algorithms = list(candidates.get("algorithms") or DEFAULT_ALGORITHMS)
         known = sorted(algorithm for op, algorithm in FAMILIES if op == "conv2d")
         if unknown or any(order not in CONV2D_ORDERS for order in orders) or set(algorithms) - set(known):
             raise ProblemError(

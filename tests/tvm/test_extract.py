@@ -17,6 +17,8 @@ from layoutopt.tvm.graph import candidate_label
 pytestmark = pytest.mark.tvm
 
 BLOCKS = [8, 16]
+#: the direct kernels only: the tests of the graph's structure name every choice
+DIRECT = {"blocks": BLOCKS, "algorithms": ["direct"]}
 
 
 def kinds(graph):
@@ -32,7 +34,7 @@ def conv_choices(in_channels, out_channels, blocks=BLOCKS, orders=("oc",)):
 
 
 def test_chain_nodes_edges_and_layouts():
-    graph = extract_layout_graph(models.chain((16, 16), in_channels=8, size=8), BLOCKS)
+    graph = extract_layout_graph(models.chain((16, 16), in_channels=8, size=8), DIRECT)
     assert kinds(graph) == {"data": "input", "conv1": "target", "conv2": "target", "output:gv": "output"}
     assert sorted(graph.edges) == [("conv1", "conv2"), ("conv2", "output:gv"), ("data", "conv1")]
     conv1 = graph.layout_node("conv1")
@@ -54,7 +56,7 @@ def test_chain_nodes_edges_and_layouts():
 
 def test_loop_orders_are_choices_when_asked_for():
     mod = models.chain((16, 16), in_channels=8, size=8)
-    graph = extract_layout_graph(mod, {"blocks": BLOCKS, "orders": ["oc", "rows"]})
+    graph = extract_layout_graph(mod, {**DIRECT, "orders": ["oc", "rows"]})
     choices = graph.nodes["conv1"]["choices"]
     assert choices == conv_choices(8, 16, orders=("oc", "rows"))
     assert choices[:2] == ["NCHW8c->NCHW8c", "NCHW8c->NCHW8c[order=rows]"]
@@ -67,7 +69,7 @@ def test_loop_orders_are_choices_when_asked_for():
 
 
 def test_residual_add_is_a_multi_input_node_with_its_own_choices():
-    graph = extract_layout_graph(models.residual(channels=16, size=8), BLOCKS)
+    graph = extract_layout_graph(models.residual(channels=16, size=8), DIRECT)
     assert sorted(k for k, v in kinds(graph).items() if v == "target") == ["conv0", "conv1", "conv2"]
     add = graph.layout_node("add")
     assert add.kind == "multi" and add.labels == ["NCHW8c", "NCHW16c", "NCHW"]
@@ -81,7 +83,7 @@ def test_residual_add_is_a_multi_input_node_with_its_own_choices():
 
 
 def test_concat_of_three_branches():
-    graph = extract_layout_graph(models.concat3((8, 16, 8), in_channels=8, size=8), BLOCKS)
+    graph = extract_layout_graph(models.concat3((8, 16, 8), in_channels=8, size=8), DIRECT)
     concat = graph.layout_node("concat")
     # a common block must divide every input's channels (8, 16, 8): 16 does not divide 8
     assert concat.kind == "multi" and concat.labels == ["NCHW8c", "NCHW"]
@@ -97,7 +99,7 @@ def test_concat_of_three_branches():
 
 
 def test_flatten_dense_head():
-    graph = extract_layout_graph(models.dense_head(channels=16, in_channels=8, size=8, classes=16), BLOCKS)
+    graph = extract_layout_graph(models.dense_head(channels=16, in_channels=8, size=8, classes=16), DIRECT)
     assert kinds(graph) == {"data": "input", "conv1": "target", "flatten": "boundary", "dense": "target",
                             "gv": "boundary", "output:gv": "output"}
     # the pooled tensor reaches the flatten boundary: its shape is the one after pooling
@@ -110,8 +112,18 @@ def test_flatten_dense_head():
     assert graph.layout_node("flatten").op == "relax.reshape"
 
 
+def test_every_algorithm_is_a_choice_by_default_where_it_applies():
+    graph = extract_layout_graph(models.resnet(depth=50), BLOCKS)
+    algorithms = {name: {choice.candidate.get("algorithm", "direct") for choice in node.choices}
+                  for name, node in ((n, graph.layout_node(n)) for n in graph) if node.kind == "target"}
+    assert algorithms["layer1_0_conv2"] == {"direct", "winograd"}  # 3x3 stride 1
+    assert algorithms["layer1_0_conv1"] == {"direct", "gemm"}  # 1x1
+    assert algorithms["layer2_0_conv2"] == {"direct"}  # 3x3 stride 2: neither applies
+    assert algorithms["conv1"] == {"direct"}  # the 7x7 stem
+
+
 def test_resnet50_counts():
-    graph = extract_layout_graph(models.resnet(depth=50))
+    graph = extract_layout_graph(models.resnet(depth=50), {"algorithms": ["direct"]})
     kind = kinds(graph)
     convs = [n for n in graph if graph.layout_node(n).op == "relax.nn.conv2d"]
     assert len(convs) == 53 and sum(v == "multi" for v in kind.values()) == 16
@@ -176,15 +188,15 @@ def test_weights_kept_as_parameters_are_bound_by_prepare():
     mod, params = relax.frontend.detach_params(from_onnx(_onnx_model(), keep_params_in_input=True))
     weights = mod["main"].params[1:]
     by_name = {param.name: value for param, value in zip(weights, params["main"], strict=True)}
-    bound = extract_layout_graph(prepare(mod, by_name), BLOCKS)
+    bound = extract_layout_graph(prepare(mod, by_name), DIRECT)
     expected = sorted(node.kind for node in bound.layout_nodes())
     assert expected.count("target") == 3 and "x" in bound
     # detach_params' own output and a positional list give the same graph
     for given in (params, params["main"]):
-        graph = extract_layout_graph(prepare(mod, given), BLOCKS)
+        graph = extract_layout_graph(prepare(mod, given), DIRECT)
         assert sorted(node.kind for node in graph.layout_nodes()) == expected
     # left unbound, conv2d still chooses layouts (its weight parameter is re-laid out at run time)
-    unbound = extract_layout_graph(mod, BLOCKS)
+    unbound = extract_layout_graph(mod, DIRECT)
     convs = [n for n in unbound.layout_nodes() if n.op == "relax.nn.conv2d" and n.kind == "target"]
     assert len(convs) == 2
     with pytest.raises(layoutopt.ProblemError, match=r"params: 2 arrays given for main's 9 weight"):
@@ -218,7 +230,7 @@ def test_unsupported_op_becomes_a_boundary():
         y = bb.emit(op.add(y, const(1, 16, 8, 8)), "full_bias")  # not per-channel: not layout-following
         return bb.emit(op.nn.conv2d(y, const(8, 16, 1, 1)), "conv2")
 
-    graph = extract_layout_graph(_relax_module(build), BLOCKS)
+    graph = extract_layout_graph(_relax_module(build), DIRECT)
     assert graph.layout_node("softmax").kind == "boundary" and graph.nodes["softmax"]["choices"] == ["NCHW"]
     assert graph.layout_node("full_bias").kind == "boundary"
     assert list(graph.edges) == [("x", "conv1"), ("conv1", "softmax"), ("softmax", "full_bias"),
@@ -233,7 +245,7 @@ def test_broadcast_multiply_gets_blocked_choices_channel_broadcast_does_not():
         spatial = bb.emit(op.mean(y, axis=[1], keepdims=True), "spatial")  # (1, 1, 8, 8)
         return bb.emit(op.multiply(excite, spatial), "attend")  # broadcast over channels: NCHW only
 
-    graph = extract_layout_graph(_relax_module(build), BLOCKS)
+    graph = extract_layout_graph(_relax_module(build), DIRECT)
     assert graph.nodes["excite"]["choices"] == ["NCHW8c", "NCHW16c", "NCHW"]
     assert list(graph.layout_edge("squeeze", "excite").shape) == [1, 16, 1, 1]
     assert graph.nodes["attend"]["choices"] == ["NCHW"]
@@ -244,7 +256,7 @@ def test_depthwise_conv_is_a_target_with_blocked_choices():
         y = bb.emit(op.nn.conv2d(x, const(16, 8, 1, 1)), "conv1")
         return bb.emit(op.nn.conv2d(y, const(16, 1, 3, 3), padding=1, groups=16), "depthwise")
 
-    graph = extract_layout_graph(_relax_module(build), BLOCKS)
+    graph = extract_layout_graph(_relax_module(build), DIRECT)
     depthwise = graph.layout_node("depthwise")
     assert depthwise.kind == "target" and depthwise.workload["groups"] == 16
     # equal in/out blocks (the rewrite runs it as a blocked depthwise kernel), or NCHW
@@ -258,7 +270,7 @@ def test_a_value_read_twice_by_one_node_is_one_edge_value():
         r = bb.emit(op.nn.relu(y), "relu")
         return bb.emit(op.add(y, r), "add")
 
-    graph = extract_layout_graph(_relax_module(build), BLOCKS)
+    graph = extract_layout_graph(_relax_module(build), DIRECT)
     # conv1 reaches add twice, as two different values (conv1 and relu): one edge, two values
     assert [v.name for v in graph.layout_edge("conv1", "add").values] == ["conv1", "relu"]
 
@@ -327,7 +339,7 @@ def test_rewrite_emits_exactly_the_transforms_the_graph_predicts(make):
 
 
 def test_each_conv_carries_the_epilogue_fuse_ops_gives_it():
-    graph = extract_layout_graph(models.residual(channels=16, size=8), BLOCKS)
+    graph = extract_layout_graph(models.residual(channels=16, size=8), DIRECT)
     epilogue = {n: graph.layout_node(n).workload.get("epilogue") for n in ("conv0", "conv1", "conv2")}
     # conv0's relu is read twice (conv1 and the skip): the chain ends there; conv2 takes the add
     assert epilogue == {"conv0": ["bias", "relu"], "conv1": ["bias", "relu"],

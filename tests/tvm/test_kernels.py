@@ -48,17 +48,22 @@ def target():
 
 
 def test_conv2d_candidates_use_dividing_blocks_and_nchw():
-    cands = conv2d_candidates(conv([1, 16, 8, 8], [32, 16, 3, 3]))
+    cands = conv2d_candidates(conv([1, 16, 8, 8], [32, 16, 3, 3]), algorithms=["direct"])
     pairs = {(c["in"], c["out"]) for c in cands}
     assert len(cands) == len(pairs) == 3 * 4 + 1 and not any("order" in c for c in cands)
     assert ("NCHW16c", "NCHW32c") in pairs and ("NCHW", "NCHW") in pairs
     assert ("NCHW32c", "NCHW32c") not in pairs  # 32 does not divide 16 input channels
     # asked for, each blocked pair comes in both loop orders, the default first
-    both = conv2d_candidates(conv([1, 16, 8, 8], [32, 16, 3, 3]), orders=["oc", "rows"])
+    both = conv2d_candidates(conv([1, 16, 8, 8], [32, 16, 3, 3]), orders=["oc", "rows"],
+                             algorithms=["direct"])
     assert len(both) == 2 * 3 * 4 + 1
     assert both[:2] == [{"in": "NCHW4c", "out": "NCHW4c"}, {"in": "NCHW4c", "out": "NCHW4c", "order": "rows"}]
     with pytest.raises(ProblemError, match="loop orders"):
         conv2d_candidates(conv([1, 16, 8, 8], [32, 16, 3, 3]), orders=["diagonal"])
+    # by default every algorithm that applies comes after the direct kernels: Winograd for a 3x3 stride 1
+    default = conv2d_candidates(conv([1, 16, 8, 8], [32, 16, 3, 3]))
+    assert default[:len(cands)] == cands
+    assert {c.get("algorithm") for c in default[len(cands):]} == {"winograd"}
 
 
 @pytest.mark.parametrize("candidate, message", [
@@ -91,7 +96,9 @@ def test_candidate_blocks_are_configurable():
     cands = conv2d_candidates(
         conv([1, 16, 8, 8], [16, 16, 1, 1], padding=(0, 0, 0, 0)), blocks=[8], include_nchw=False
     )
-    assert cands == [{"in": "NCHW8c", "out": "NCHW8c"}]
+    # a 1x1 conv: the direct kernel, then the packed GEMM
+    block8 = {"in": "NCHW8c", "out": "NCHW8c"}
+    assert cands == [block8, {**block8, "algorithm": "gemm"}]
 
 
 def test_depthwise_gets_equal_blocks_and_grouped_only_nchw():

@@ -86,7 +86,8 @@ def test_tune_and_build_checks_times_and_hands_back_builds_for_the_device(rpc_tr
     monkeypatch.setattr(RPCRunner, "export", spy_export)
     target = remote_target()
     result = tune_and_build(models.residual(channels=16, size=8), target=target, runner=runner,
-                            candidates=[8, 16], baselines=(), repeat=2, cache=tmp_path / "c.jsonl")
+                            candidates={"blocks": [8, 16], "algorithms": ["direct"]}, baselines=(), repeat=2,
+                            cache=tmp_path / "c.jsonl")
     assert result.ran_on == f"RPC tracker {address} key {key!r}" and target["mcpu"] in result.target
     assert result.meta["stats"]["devices"] == RPC_DEVICES and target["mcpu"] in result.meta["target"]
     # the reference (TVM's default build of the untouched model), the tuned build and b*'s members were

@@ -74,6 +74,12 @@ from .workload import (
 #: 4: a partial register tile for prime output widths above 8 (:func:`register_tile`).
 SCHEDULE_VERSION = 4
 
+#: the conv2d algorithms whose kernels are choices unless asked otherwise: all of them (each only
+#: where it applies). Winograd and the 1x1 GEMM pay where their preferred layouts meet the graph's:
+#: 1.34x over the best fixed layout on ResNet-50, 2.66x on VGG-19 (benchmarks/results/e2e.md), for
+#: about twice the kernels to measure.
+DEFAULT_ALGORITHMS = ("direct", "winograd", "gemm")
+
 #: dense weight blocks (the packed output-feature block is the vector width)
 DEFAULT_DENSE_BLOCKS = dense.DEFAULT_BLOCKS
 
@@ -81,6 +87,7 @@ __all__ = [
     "CANDIDATE_ANNOTATION",
     "CONV2D_ORDERS",
     "CONV2D_SCHEDULE_KNOBS",
+    "DEFAULT_ALGORITHMS",
     "DEFAULT_BLOCKS",
     "DEFAULT_DENSE_BLOCKS",
     "DEFAULT_ORDERS",
@@ -124,20 +131,21 @@ __all__ = [
 ]
 
 
-def conv2d_candidates(workload: dict[str, Any], algorithms: Sequence[str] = ("direct",),
+def conv2d_candidates(workload: dict[str, Any], algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
                       **options: Any) -> list[dict[str, Any]]:
     """Kernel candidates of a conv2d: the direct ones (see :func:`.conv2d.candidates`: ``blocks``,
     ``include_nchw``, ``orders``), then those of every other algorithm in ``algorithms`` that applies
-    (:data:`FAMILIES`: ``"winograd"``, ``"gemm"``), over the same ``blocks``.
+    (:data:`FAMILIES`: ``"winograd"`` for 3x3 stride-1 convs, ``"gemm"`` for 1x1 ones), over the
+    same ``blocks``.
 
     Example::
 
-        conv2d_candidates(wl, blocks=[8, 16])
+        conv2d_candidates(wl, blocks=[8, 16], algorithms=["direct"])
         # [{'in': 'NCHW8c', 'out': 'NCHW8c'}, {'in': 'NCHW8c', 'out': 'NCHW16c'}, ...,
         #  {'in': 'NCHW', 'out': 'NCHW'}]
-        conv2d_candidates(wl, blocks=[8, 16], orders=["oc", "rows"])
+        conv2d_candidates(wl, blocks=[8, 16], orders=["oc", "rows"], algorithms=["direct"])
         # [{'in': 'NCHW8c', 'out': 'NCHW8c'}, {'in': 'NCHW8c', 'out': 'NCHW8c', 'order': 'rows'}, ...]
-        conv2d_candidates(wl, blocks=[16], algorithms=["direct", "winograd"])
+        conv2d_candidates(wl, blocks=[16])   # a 3x3 stride-1 conv: direct, then Winograd
         # [..., {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4}, ...]
     """
     workload = validate_workload(workload)
