@@ -130,26 +130,27 @@ class Mip(Solver):
             y.extend(solver.NumVar(0.0, 1.0, "") for _ in range(chunk))
             if deadline.expired():
                 return out_of_time()
-        count = 0
-        for literals in encoding.node_literals:
-            row = solver.Constraint(1.0, 1.0)
-            for t in literals:
-                row.SetCoefficient(x[t], 1.0)
-            count += len(literals)
-            if count > _CHECK_EVERY:
-                count = 0
-                if deadline.expired():
-                    return out_of_time()
-        for literal, pairs in encoding.marginals:
-            row = solver.Constraint(0.0, 0.0)
-            row.SetCoefficient(x[literal], -1.0)
-            for p in pairs:
-                row.SetCoefficient(y[p], 1.0)
-            count += len(pairs)
-            if count > _CHECK_EVERY:
-                count = 0
-                if deadline.expired():
-                    return out_of_time()
+
+        def add_equalities(rows) -> bool:
+            """Add ``sum(coefficient * variable) == value`` for each ``(value, terms)`` of ``rows``;
+            False when the deadline passed on the way (checked every ``_CHECK_EVERY`` terms)."""
+            count = 0
+            for value, terms in rows:
+                row = solver.Constraint(value, value)
+                for variable, coefficient in terms:
+                    row.SetCoefficient(variable, coefficient)
+                count += len(terms)
+                if count > _CHECK_EVERY:
+                    count = 0
+                    if deadline.expired():
+                        return False
+            return True
+
+        one_choice = ((1.0, [(x[t], 1.0) for t in literals]) for literals in encoding.node_literals)
+        marginals = ((0.0, [(x[literal], -1.0), *((y[p], 1.0) for p in pairs)])
+                     for literal, pairs in encoding.marginals)
+        if not add_equalities(one_choice) or not add_equalities(marginals):
+            return out_of_time()
         objective = solver.Objective()
         costs = np.concatenate([encoding.literal_cost, encoding.pair_cost])
         variables = x + y
