@@ -72,7 +72,8 @@ from .workload import (
 #: known to be wrong, are never reused: bump it whenever either changes. 3: the measuring worker
 #: runs BLAS on one thread; times of version 2 were inflated.
 #: 4: a partial register tile for prime output widths above 8 (:func:`register_tile`).
-SCHEDULE_VERSION = 4
+#: 5: register tiles of up to 14 columns and 16 accumulators (:func:`register_tile`).
+SCHEDULE_VERSION = 5
 
 #: the conv2d algorithms whose kernels are choices unless asked otherwise: all of them (each only
 #: where it applies). Winograd and the 1x1 GEMM pay where their preferred layouts meet the graph's:

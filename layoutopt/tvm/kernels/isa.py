@@ -70,35 +70,37 @@ def isa_name(target: Any = None) -> str:
     return "SSE"
 
 
+#: at most this many output columns per register tile (the tile is unrolled)
+MAX_TILE_COLUMNS = 14
+#: at most this many accumulator registers: past it, more columns gained nothing measurable
+#: (benchmarks/results/register_tiles.md: 14-16 accumulators were best on AVX-512 and AVX2 alike)
+MAX_ACCUMULATORS = 16
+
+
 def register_tile(out_width: int, out_block: int | None, target: Any = None) -> int:
     """Output columns per register tile (``reg_n``) of a blocked conv2d, so that its accumulators fit.
 
-    A tile holds ``reg_n x out_block`` floats, ``reg_n * ceil(out_block / lanes)`` vector
-    registers. At most 3/4 of the register file goes to accumulators (the rest holds the weight
-    vectors and the broadcast input), else LLVM spills inside the reduction loop - the 64-wide
-    blocks with AutoTVM's ``reg_n = 8`` did, fused or not; but when that leaves under a quarter of
-    the registers accumulating (too few independent FMAs), a wider tile that still fits beside one
-    weight row is taken. ``reg_n`` divides the output width (at most 8), except for a prime width
-    above 8 (Inception's 17, 71, 73): a one-column tile ran 3-4x slower there than a 6-column tile
-    with a partial last tile (1x1 768->192 conv at 17x17, 16c: 1.44 vs 0.38 ms), so the widest tile
-    that fits and wastes the fewest padded columns is taken. The measured kernel and the built
-    program both use it, so they run the same tile.
+    A tile holds ``reg_n x out_block`` floats, ``reg_n * ceil(out_block / lanes)`` vector registers.
+    Beside them the reduction needs one output block of weights and one broadcast input, so the
+    accumulators get ``registers - ceil(out_block / lanes) - 1`` registers at most (else LLVM spills
+    inside the reduction loop: the 64-wide blocks with AutoTVM's ``reg_n = 8`` did), and at most
+    :data:`MAX_ACCUMULATORS`: about 14 independent FMAs keep both FMA pipes busy, and measured, the
+    best tiles had 14-16 accumulators on AVX-512 and AVX2 alike (``benchmarks/register_tiles.py``:
+    the old cap of 8 columns ran 16c convs 1.37-1.54x slower on AVX-512, and AVX2's 8c and 16c
+    convs up to 1.49x). Within that, the tile count is the fewest possible, and the columns split
+    the width evenly over them (a partial last tile is fine: on Inception's 17-wide maps a
+    one-column tile ran 3-4x slower than a 6-column one with a partial last tile). The measured
+    kernel and the built program both use it, so they run the same tile.
 
     Example::
 
-        register_tile(56, 16, {"kind": "llvm", "mcpu": "znver4"})     # 8
-        register_tile(56, 64, {"kind": "llvm", "mcpu": "znver4"})     # 4
+        register_tile(56, 16, {"kind": "llvm", "mcpu": "znver4"})     # 14: 14 zmm accumulators
+        register_tile(56, 64, {"kind": "llvm", "mcpu": "znver4"})     # 4: 4 x 4 zmm
+        register_tile(56, 16, {"kind": "llvm", "mcpu": "znver3"})     # 6: 6 x 2 ymm
     """
     lanes, registers = vector_registers(target)
     per_column = -(-(out_block or lanes) // lanes)
-    divisors = [d for d in range(1, 9) if out_width % d == 0]
-    budget = max(per_column, registers * 3 // 4)
-    reg_n = max(d for d in divisors if d * per_column <= budget)
-    if reg_n * per_column < registers // 4:
-        wider = [d for d in divisors if d * per_column <= registers - per_column]
-        reg_n = max([reg_n, *wider])
-    if reg_n == 1 and out_width > 8:
-        fitting = [d for d in range(4, 9) if d * per_column <= budget]
-        if fitting:
-            reg_n = min(fitting, key=lambda d: (-(-out_width // d) * d, -d))
-    return reg_n
+    accumulators = min(MAX_ACCUMULATORS, registers - per_column - 1)
+    widest = max(1, min(MAX_TILE_COLUMNS, accumulators // per_column, out_width))
+    tiles = -(-out_width // widest)
+    return -(-out_width // tiles)
