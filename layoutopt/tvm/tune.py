@@ -239,7 +239,7 @@ def tune_and_build(
     check: bool = True,
     rtol: float = 1e-4,
     seed: int = 0,
-    repeat: int = 5,
+    repeat: int = 10,
     fuse: bool = True,
     profile: bool = True,
     calibrate: int = 2,
@@ -273,7 +273,10 @@ def tune_and_build(
         check: compare every build's outputs with TVM's default build of the untouched model on
             seeded random inputs; :class:`~layoutopt.ProblemError` if the error exceeds ``rtol``.
         rtol: tolerance of ``max|out - ref| / max|ref|``.
-        repeat: interleaved timing rounds (the median is reported, with its spread).
+        repeat: interleaved timing rounds (the median is reported, with its spread). With 10, one
+            ResNet-50 executable timed twice in the same rounds read 44.8 and 44.9 ms
+            (``benchmarks/results/profile_repro.md``); with 5, in one try, 40.1 and 46.2
+            (``python -m benchmarks.profile_repro --repeat 5``).
         fuse: fuse each conv2d's elementwise epilogue into it (see :func:`~layoutopt.tvm.build`), in
             the tuned build and the baselines alike; the kernels are then measured fused too.
         profile: time every call of each build inside the running network
