@@ -230,6 +230,19 @@ def read_json_document(path: str | os.PathLike, format: str, version: int, kind:
         raise ProblemError(f"{name}: {exc}") from None
     except OSError as exc:
         raise ProblemError(f"{name}: cannot read the {kind} file ({exc.strerror or exc})") from None
+    return check_json_document(document, name, format, version, kind)
+
+
+def check_json_document(document: Any, name: str, format: str, version: int, kind: str) -> dict[str, Any]:
+    """``document`` if it is a layoutopt ``kind`` document of ``format`` and ``version``; else a
+    :class:`ProblemError` naming ``name`` (a file, or what the document is). The check
+    :func:`read_json_document` makes, for documents already in memory.
+
+    Example:
+        >>> check_json_document({"format": "layoutopt-solution", "version": 1}, "the solution",
+        ...                     "layoutopt-solution", 1, "solution")
+        {'format': 'layoutopt-solution', 'version': 1}
+    """
     if not isinstance(document, dict) or document.get("format") != format:
         raise ProblemError(f"{name}: not a layoutopt {kind} file (expected \"format\": \"{format}\")")
     if document.get("version") != version:

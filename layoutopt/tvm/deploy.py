@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ProblemError
-from ..io import read_json_document
+from ..io import check_json_document, read_json_document
 from ._tvm import first_line, import_tvm, resolve_target, target_key
 from .graph import LayoutGraph
 
@@ -154,10 +154,8 @@ def load_solution(path: str | Path | Mapping[str, Any]) -> dict[str, Any]:
         solution["target"], len(solution["layers"])
     """
     if isinstance(path, Mapping):
-        where, record = "the solution", dict(path)
-        if record.get("format") != FORMAT or record.get("version") != VERSION:
-            raise ProblemError(f"{where} is not a layoutopt solution (\"format\": \"{FORMAT}\", "
-                               f"\"version\": {VERSION})")
+        where = "the solution"
+        record = check_json_document(dict(path), where, FORMAT, VERSION, "solution")
     else:
         where, record = f"solution file {str(path)!r}", read_json_document(path, FORMAT, VERSION, "solution")
     for key in ("target", "layers", "model"):

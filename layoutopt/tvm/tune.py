@@ -404,7 +404,7 @@ def tune_and_build(
                 solution, costs = _calibrated_solution(
                     calibration, calibrate, build_and_observe,
                     lambda costs: _solve(graph, costs, method, time_limit, constraints),
-                    own=lambda: [first.assignment, *(v.assignment for v in builds if v.name == TUNED)])
+                    own=lambda: [v.assignment for v in builds if v.name == TUNED])  # first included
                 if solution.message:
                     say(solution.message)
                 final = next(v for v in reversed(builds) if v.assignment == solution.assignment)
@@ -483,15 +483,16 @@ def _calibrated_solution(calibration: Calibration, rounds: int,
         if built < rounds:
             build_and_observe(solution.assignment)
     problem = Problem.from_graph(calibration.graph, costs)
-    best = min(own(), key=lambda a: problem.evaluate([a[n] for n in problem.nodes]))
-    index = [best[n] for n in problem.nodes]
+    objective, index = min(((problem.evaluate(index), index)
+                            for index in ([a[n] for n in problem.nodes] for a in own())),
+                           key=lambda priced: priced[0])
     message = (f"in-network calibration did not settle in {rounds} round(s): handing on the cheapest "
-               f"assignment profiled ({problem.evaluate(index) * 1e3:.3f} ms predicted; "
+               f"assignment profiled ({objective * 1e3:.3f} ms predicted; "
                f"the calibrated optimum, never built, is {solution.objective * 1e3:.3f} ms)")
     assignment = dict(zip(problem.nodes, index, strict=True))
     return replace(solution, assignment=assignment,
                    labels={n: problem.label(i, k) for i, (n, k) in enumerate(assignment.items())},
-                   objective=problem.evaluate(index), status="feasible", message=message), costs
+                   objective=objective, status="feasible", message=message), costs
 
 
 def _guard_rules(graph: LayoutGraph) -> list[str]:
