@@ -52,7 +52,8 @@ def fixed_layout_assignment(
     """For every node, the choice closest to running in ``layout`` throughout.
 
     A node whose channels ``layout``'s block does not divide takes the nearest block it offers
-    (e.g. the 3-channel image into the first conv: ``NCHW3c->NCHW16c``). This is TVM's default
+    (e.g. the 3-channel image into the first conv: ``NCHW3c->NCHW16c``; SSD's 324-channel heads:
+    ``NCHW16c->NCHW`` computed in padded blocks of 16, where the kernels offer it). This is TVM's default
     "one layout everywhere" heuristic. Only choices of the given ``algorithms`` count (direct
     convolution by default), unless a node has none. Among choices of the same layouts (schedule
     knobs, such as a conv's loop order), the first, the default schedule, is taken; or, given the
@@ -78,7 +79,8 @@ def fixed_layout_assignment(
         chosen = min(
             allowed or range(len(choices)),
             key=lambda k: (distance(layout_block(choices[k].out_layout)),
-                           distance(layout_block(choices[k].in_layout)), cost[k]),
+                           distance(layout_block(choices[k].in_layout)),
+                           distance(choices[k].candidate.get("oc_block")), cost[k]),
         )
         layouts = (choices[chosen].in_layout, choices[chosen].out_layout)
         preferred = [k for k, c in enumerate(choices) if c.candidate.get("algorithm") in prefer

@@ -2,6 +2,8 @@
 
 Candidates are ``{"in": "NCHW16c", "out": "NCHW8c"}`` (blocked, any pair of dividing blocks) or
 ``{"in": "NCHW", "out": "NCHW"}``; a blocked one may add schedule knobs (:data:`SCHEDULE_KNOBS`).
+Where no block of 8 or more divides the output channels, ``{"in": "NCHW16c", "out": "NCHW",
+"oc_block": 16}`` runs the blocked kernel on padded output channels (:mod:`.padded`).
 Grouped convolutions run in NCHW only, depthwise ones also in NCHW{b}c with equal blocks.
 
 Example::
@@ -43,6 +45,7 @@ from .workload import (
     layout_block,
     layout_shape,
     pack_data,
+    padded_pairs,
     unpack_data,
 )
 
@@ -90,7 +93,8 @@ def candidates(
 ) -> list[dict[str, Any]]:
     """Direct kernels of a (validated) conv2d: every (NCHW{ic}c, NCHW{oc}c) pair with dividing blocks,
     once per loop order in ``orders`` (see :data:`SCHEDULE_KNOBS`; the default order has no
-    ``"order"`` key and comes first), and NCHW.
+    ``"order"`` key and comes first), the same on padded output channels where no block of 8 or more
+    divides them (:func:`~.workload.padded_pairs`), and NCHW.
 
     Grouped convolutions only get the plain NCHW kernel, and depthwise ones NCHW plus equal in/out blocks.
     """
@@ -103,10 +107,12 @@ def candidates(
     found: list[dict[str, Any]] = []
     if workload["groups"] == 1:
         pairs = itertools.product(channel_blocks(channels, blocks), channel_blocks(out_channels, blocks))
-        for ic, oc in pairs:
+        layouts = [(ic, {"out": f"NCHW{oc}c"}) for ic, oc in pairs]
+        layouts += [(ic, {"out": NCHW, "oc_block": oc}) for ic, oc in padded_pairs(workload, blocks)]
+        for ic, out in layouts:
             for order in orders:
                 knobs = {} if order == ORDERS[0] else {"order": order}
-                found.append({"in": f"NCHW{ic}c", "out": f"NCHW{oc}c", **knobs})
+                found.append({"in": f"NCHW{ic}c", **out, **knobs})
     elif is_depthwise(workload):
         for block in channel_blocks(channels, blocks):
             found.append({"in": f"NCHW{block}c", "out": f"NCHW{block}c"})

@@ -4,7 +4,9 @@ A *candidate* picks one kernel family and its options for a workload; its ``"alg
 (absent: ``"direct"``) names the family within the workload's op. :data:`FAMILIES` maps
 ``(op, algorithm)`` to the module implementing it; every family module offers the same functions:
 ``candidates``, ``validate_candidate``, ``logical_shapes``, ``reference``, ``pack_inputs``,
-``unpack_output``, ``placeholders``, ``compute`` and ``schedule``.
+``unpack_output``, ``placeholders``, ``compute`` and ``schedule``. A conv2d candidate with an
+``"oc_block"`` runs its family's blocked kernel on padded output channels
+(:class:`~.padded.PaddedKernels`).
 
 The kernel built here is scheduled by :func:`~layoutopt.tvm.kernels.module.schedule_primfunc`, the
 code that schedules the functions of a whole build: its time is the time of the kernel the build runs.
@@ -30,6 +32,7 @@ import numpy as np
 from ...errors import ProblemError
 from .._tvm import import_tvm, resolve_target
 from . import conv2d, dense, gemm, transform, winograd
+from .padded import PaddedKernels
 from .workload import validate_workload
 
 __all__ = ["FAMILIES", "RELATIVE_TOLERANCE", "Kernel", "build_kernel", "check_kernel", "family",
@@ -48,12 +51,14 @@ FAMILIES: dict[tuple[str, str], ModuleType] = {
 }
 
 
-def family(workload: dict[str, Any], candidate: dict[str, Any]) -> ModuleType:
+def family(workload: dict[str, Any], candidate: dict[str, Any]) -> ModuleType | PaddedKernels:
     """The kernel family module of a (validated) workload's candidate; ProblemError if unknown.
+    A conv2d candidate with an ``"oc_block"`` gets its family wrapped in :class:`PaddedKernels`.
 
     Example::
 
         family(wl, {"in": "NCHW16c", "out": "NCHW16c"}) is conv2d
+        family(wl, {"in": "NCHW16c", "out": "NCHW", "oc_block": 16}) == PaddedKernels(conv2d)
     """
     if not isinstance(candidate, dict):
         raise ProblemError(f"{workload['op']} candidate {candidate!r} must be a dict")
@@ -63,6 +68,8 @@ def family(workload: dict[str, Any], candidate: dict[str, Any]) -> ModuleType:
         known = sorted(a for op, a in FAMILIES if op == workload["op"])
         raise ProblemError(f"{workload['op']} candidate {candidate!r}: unknown algorithm {algorithm!r} "
                            f"(known: {', '.join(known)})")
+    if "oc_block" in candidate and workload["op"] == "conv2d":
+        return PaddedKernels(found)
     return found
 
 
@@ -93,7 +100,7 @@ class Kernel:
     dtype: str
 
     @property
-    def family(self) -> ModuleType:
+    def family(self) -> ModuleType | PaddedKernels:
         return family(self.workload, self.candidate)
 
     def logical_inputs(self, seed: int = 0) -> list[np.ndarray]:

@@ -48,14 +48,22 @@ import numpy as np
 from ...errors import ProblemError
 from .._tvm import import_tvm
 from . import conv2d
-from .common import CANDIDATE_ANNOTATION, annotated_candidate, schedule_epilogue
+from .common import (
+    CANDIDATE_ANNOTATION,
+    annotated_candidate,
+    block_names,
+    is_elementwise_after,
+    schedule_epilogue,
+)
 from .gemm import block_pairs, check_blocked, checked_orders, register_tile
 from .isa import vector_registers
 from .workload import (
     DEFAULT_BLOCKS,
+    NCHW,
     check_divides,
     conv2d_output_shape,
     layout_block,
+    padded_pairs,
     validate_workload,
 )
 
@@ -132,7 +140,8 @@ def candidates(
     ``"order"`` key); none if :func:`applies` is false.
 
     Output blocks below 8 are left out: the GEMM is vectorised along the output block, and a
-    4-lane vector leaves most of an AVX register idle.
+    4-lane vector leaves most of an AVX register idle. Where no block of 8 or more divides the
+    output channels, the GEMMs run on padded ones (``"out": "NCHW", "oc_block": b``, :mod:`.padded`).
 
     Example::
 
@@ -143,9 +152,12 @@ def candidates(
     if not applies(workload):
         return []
     orders = checked_orders(orders, ORDERS, ALGORITHM)
-    return [{"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": ALGORITHM, "tile": int(tile),
+    blocks = list(blocks)
+    layouts = [(ib, {"out": f"NCHW{ob}c"}) for ib, ob in block_pairs(workload, blocks)]
+    layouts += [(ib, {"out": NCHW, "oc_block": ob}) for ib, ob in padded_pairs(workload, blocks)]
+    return [{"in": f"NCHW{ib}c", **out, "algorithm": ALGORITHM, "tile": int(tile),
              **({} if order == ORDERS[0] else {"order": order})}
-            for tile in sorted(set(tiles)) for ib, ob in block_pairs(workload, blocks) for order in orders]
+            for tile in sorted(set(tiles)) for ib, out in layouts for order in orders]
 
 
 def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
@@ -591,10 +603,15 @@ def _inline_epilogue(sch, output) -> None:
     tvm = import_tvm()
     consumers = list(sch.get_consumers(output))
     while consumers:
+        name = sch.get(consumers[0]).name_hint
         try:
+            if not is_elementwise_after(sch, name, output):  # the NCHW unpack of padded output channels
+                raise tvm.s_tir.ScheduleError
             sch.reverse_compute_inline(consumers[0])
-        except tvm.s_tir.ScheduleError:
-            schedule_epilogue(sch, [sch.get(b).name_hint for b in consumers], set())
+        except tvm.s_tir.ScheduleError:  # it and every block after it on their own
+            stages = {sch.get(block).name_hint for block in _stage_blocks(sch).values()}
+            schedule_epilogue(sch, [name for name in block_names(sch)
+                                    if name not in stages and "pad" not in name], set())
             return
         consumers = list(sch.get_consumers(output))
 

@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_BLOCKS",
     "EPILOGUE_STEPS",
     "NCHW",
+    "PADDED_BLOCKS",
     "channel_blocks",
     "conv2d_output_shape",
     "dense_weight_block",
@@ -43,6 +44,7 @@ __all__ = [
     "layout_shape",
     "layout_transform_workload",
     "pack_data",
+    "padded_pairs",
     "plain_layout",
     "unpack_data",
     "validate_workload",
@@ -56,6 +58,9 @@ DEFAULT_BLOCKS = (4, 8, 16, 32, 64)
 #: into the convolution's kernel: ``bias`` (+ a per-channel constant), ``add`` (+ another tensor of
 #: the output's shape: a residual), ``relu``. The kernel is then measured as the build runs it.
 EPILOGUE_STEPS = ("bias", "add", "relu")
+#: output blocks a kernel on padded output channels computes in (see :mod:`.padded`): one AVX2 or one
+#: AVX-512 vector of float32 (a wider block pads more filters for no better register use)
+PADDED_BLOCKS = (8, 16)
 
 _BLOCKED = re.compile(r"^NCHW([1-9][0-9]*)c$")
 _DENSE_WEIGHT = re.compile(r"^NK(?:([1-9][0-9]*)n)?$")
@@ -132,6 +137,26 @@ def channel_blocks(channels: int, blocks: Iterable[int] = DEFAULT_BLOCKS) -> lis
     if channels < 8:
         chosen.add(channels)
     return sorted(chosen)
+
+
+def padded_pairs(workload: dict[str, Any], blocks: Iterable[int]) -> list[tuple[int, int]]:
+    """``(input block, padded output block)`` pairs of an ungrouped conv2d whose output channels (8 or
+    more) no block of 8 or more in ``blocks`` divides: every dividing input block times every
+    :data:`PADDED_BLOCKS` member among ``blocks``. Empty when a block divides (no padding needed).
+
+    Example:
+        >>> wl = {"data": [1, 1024, 32, 32], "kernel": [324, 1024, 3, 3], "groups": 1}
+        >>> padded_pairs(wl, [8, 16, 32])[:3]
+        [(8, 8), (8, 16), (16, 8)]
+    """
+    blocks = [int(b) for b in blocks]
+    out_channels = workload["kernel"][0]
+    if workload["groups"] != 1 or out_channels < 8 or any(
+        b >= 8 and out_channels % b == 0 for b in blocks
+    ):
+        return []
+    outs = [b for b in PADDED_BLOCKS if b in blocks]
+    return [(ib, ob) for ib in channel_blocks(workload["data"][1], blocks) for ob in outs]
 
 
 def pack_data(array: np.ndarray, layout: str) -> np.ndarray:

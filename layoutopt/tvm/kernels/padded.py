@@ -1,0 +1,105 @@
+"""Padded output channels: a blocked conv2d kernel for a conv whose output channels no block divides.
+
+SSD's class heads have 324 and 486 output channels (81 classes times 4 or 6 anchors). No block of 8
+or more divides them, so they could only run as plain NCHW direct convs, vectorised along the rows:
+50.9 ms of the 190 ms of SSD-ResNet50-512 went to one of them (3x3 1024->324 at 32x32, 120
+GFLOP/s, a third of what the blocked kernels sustain). A candidate with ``"oc_block": b`` instead
+runs a blocked family's kernel (direct or Winograd) on the weight zero-padded to ``ceil(O/b)*b``
+filters and writes the first ``O`` channels out as plain NCHW, in one more stage of the same
+PrimFunc (``unpack_channels``); the conv's fused epilogue (bias, relu...) then runs on the NCHW
+output. Its input may be any dividing block::
+
+    {"in": "NCHW16c", "out": "NCHW", "oc_block": 16}                                 # direct
+    {"in": "NCHW16c", "out": "NCHW", "oc_block": 16, "algorithm": "winograd", "tile": 4}
+
+The padded filters cost their share of the FMAs (324 -> 336: 3.7 %); the output leaves in the
+layout the heads' consumers (transpose, reshape, concat) read anyway.
+
+Example:
+    >>> wl = {"op": "conv2d", "data": [1, 32, 8, 8], "kernel": [12, 32, 3, 3], "strides": [1, 1],
+    ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}
+    >>> padded_pairs(wl, blocks=[8, 16])
+    [(8, 8), (8, 16), (16, 8), (16, 16)]
+    >>> blocked_equivalent(wl, {"in": "NCHW16c", "out": "NCHW", "oc_block": 8})[0]["kernel"]
+    [16, 32, 3, 3]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ...errors import ProblemError
+from . import conv2d
+from .workload import NCHW, PADDED_BLOCKS, conv2d_output_shape, padded_pairs
+
+__all__ = ["PADDED_BLOCKS", "UNPACK_BLOCK", "PaddedKernels", "blocked_equivalent", "padded_pairs"]
+
+#: the name of the stage writing the NCHW output from the padded blocked one
+UNPACK_BLOCK = "unpack_channels"
+
+def blocked_equivalent(workload: dict[str, Any], candidate: dict[str, Any]
+                       ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(workload, candidate)`` of the blocked kernel a padded candidate runs: the filters padded to a
+    multiple of ``oc_block``, the output ``NCHW{oc_block}c``, no epilogue (it runs on the NCHW output)."""
+    block = candidate["oc_block"]
+    out_channels, *rest = workload["kernel"]
+    padded = {**workload, "kernel": [-(-out_channels // block) * block, *rest]}
+    padded.pop("epilogue", None)
+    blocked = {k: v for k, v in candidate.items() if k != "oc_block"}
+    blocked["out"] = f"NCHW{block}c"
+    return padded, blocked
+
+
+@dataclass(frozen=True)
+class PaddedKernels:
+    """A blocked conv2d family (``inner``: :mod:`.conv2d` or :mod:`.winograd`) run on padded output
+    channels and written out as NCHW: the functions of a kernel family (see :mod:`.kernel`) for
+    candidates with an ``"oc_block"``."""
+
+    inner: ModuleType
+
+    logical_shapes = staticmethod(conv2d.logical_shapes)
+    reference = staticmethod(conv2d.reference)
+    unpack_output = staticmethod(conv2d.unpack_output)
+
+    def validate_candidate(self, workload: dict[str, Any], candidate: dict[str, Any]) -> None:
+        what = f"conv2d candidate {candidate!r}"
+        block = candidate.get("oc_block")
+        if isinstance(block, bool) or not isinstance(block, int) or block < 2:
+            raise ProblemError(f"{what}: 'oc_block' must be an integer block of 2 or more")
+        if candidate.get("out") != NCHW:
+            raise ProblemError(f"{what}: a padded kernel writes its output as 'NCHW'")
+        if workload["groups"] != 1:
+            raise ProblemError(f"{what}: only an ungrouped conv2d has padded output blocks")
+        if workload["kernel"][0] % block == 0:
+            raise ProblemError(f"{what}: block {block} divides the {workload['kernel'][0]} output channels, "
+                               f"so nothing needs padding: use 'out': 'NCHW{block}c'")
+        self.inner.validate_candidate(*blocked_equivalent(workload, candidate))
+
+    def pack_weight(self, workload: dict[str, Any], candidate: dict[str, Any], weight: np.ndarray) -> np.ndarray:
+        """The OIHW weight with zero filters appended up to the block, packed by the blocked kernel."""
+        padded_workload, blocked = blocked_equivalent(workload, candidate)
+        padded = np.zeros((padded_workload["kernel"][0], *weight.shape[1:]), dtype=weight.dtype)
+        padded[: weight.shape[0]] = weight
+        return self.inner.pack_weight(padded_workload, blocked, padded)
+
+    def pack_inputs(self, workload: dict[str, Any], candidate: dict[str, Any],
+                    inputs: Sequence[np.ndarray]) -> list:
+        return conv2d.pack_inputs_with(self.pack_weight, workload, candidate, inputs)
+
+    def placeholders(self, tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
+        """The blocked kernel's data and (padded, packed) weight; the epilogue operands in NCHW."""
+        weight = self.inner.placeholders(tvm, *blocked_equivalent(workload, candidate))[1]
+        return conv2d.placeholders_with(tvm, [int(d) for d in weight.shape], workload, candidate)
+
+    def compute(self, tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
+        """The blocked kernel's padded output, then its first ``O`` channels as NCHW."""
+        padded = self.inner.compute(tvm, inputs[:2], *blocked_equivalent(workload, candidate))
+        block = candidate["oc_block"]
+        return tvm.te.compute(conv2d_output_shape(workload),
+                              lambda n, c, y, x: padded[n, c // block, y, x, c % block], name=UNPACK_BLOCK)
