@@ -263,3 +263,90 @@ def test_algorithm_kernels_in_a_fused_build_match_the_untouched_model():
     assert len(kernels_seen) == 4
     stem = next(names for name, names in kernels_seen.items() if "winograd" in name and "relu" in name)
     assert not any(n.startswith(("T_add", "compute")) for n in stem), stem
+
+
+# -- padded output channels ------------------------------------------------------------------------
+
+
+def padded(ib, ob, **family):
+    return {"in": f"NCHW{ib}c", "out": "NCHW", "oc_block": ob, **family}
+
+
+def test_padded_candidates_only_where_no_vector_block_divides_the_output_channels():
+    heads = conv((1, 32, 8, 8), (36, 32, 3, 3))  # 36 = 4 x 9: no block of 8 or more
+    found = kernels.conv2d_candidates(heads, blocks=[4, 8, 16])
+    direct = [c for c in found if "oc_block" in c and "algorithm" not in c]
+    assert direct == [padded(ib, ob) for ib in (4, 8, 16) for ob in (8, 16)]
+    wino = [c for c in found if "oc_block" in c and c.get("algorithm") == "winograd"]
+    assert {(c["in"], c["oc_block"], c["tile"]) for c in wino} == {
+        (f"NCHW{ib}c", ob, tile) for ib in (4, 8, 16) for ob in (8, 16) for tile in (2, 4)}
+    # the plain NCHW kernel and the dividing block (4) stay choices
+    assert {"in": "NCHW", "out": "NCHW"} in found and {"in": "NCHW4c", "out": "NCHW4c"} in found
+    for workload in (conv((1, 32, 8, 8), (48, 32, 3, 3)),           # 16 divides: nothing to pad
+                     conv((1, 32, 8, 8), (36, 8, 3, 3), groups=4),  # grouped
+                     conv((1, 32, 8, 8), (6, 32, 3, 3))):           # fewer channels than a block
+        assert not any("oc_block" in c for c in kernels.conv2d_candidates(workload, blocks=[4, 8, 16]))
+
+
+@pytest.mark.parametrize("candidate,message", [
+    (padded(8, 4), "divides the 36 output channels"),
+    (padded(8, True), "'oc_block' must be an integer"),
+    ({"in": "NCHW8c", "out": "NCHW8c", "oc_block": 16}, "writes its output as 'NCHW'"),
+    (padded(6, 16), "block 6 does not divide the 32 channels"),
+    (padded(8, 16, algorithm="winograd"), "'tile' must be"),
+])
+def test_bad_padded_candidates_are_clear_errors(candidate, message):
+    with pytest.raises(ProblemError, match=message):
+        kernels.validate_candidate(conv((1, 32, 8, 8), (36, 32, 3, 3)), candidate)
+
+
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+@pytest.mark.parametrize("candidate,kernel,epilogue", [
+    (padded(16, 16), (36, 32, 3, 3), ("bias", "relu")),
+    (padded(8, 16, order="rows"), (20, 32, 1, 1), ("bias", "add")),
+    (padded(16, 8, algorithm="winograd", tile=4), (36, 32, 3, 3), ("bias", "add", "relu")),
+    (padded(8, 16, algorithm="winograd", tile=2, order="tiles"), (20, 32, 3, 3), ()),
+], ids=["direct", "direct-1x1-rows", "winograd4", "winograd2-tiles"])
+def test_padded_kernels_match_numpy(target, candidate, kernel, epilogue):
+    workload = conv((1, 32, 10, 10), kernel, padding=(1, 1, 1, 1) if kernel[2] == 3 else (0, 0, 0, 0),
+                    epilogue=epilogue)
+    assert build_and_check(workload, candidate, target) < 1e-4
+    sch = kernels.build_kernel(workload, candidate, target).module["kernel"]
+    names = block_names(import_tvm().s_tir.Schedule(sch))
+    assert "unpack_channels" in names  # the padded channels are dropped in the same function
+
+
+def test_padded_weight_appends_zero_filters_before_packing():
+    from layoutopt.tvm.kernels.padded import PaddedKernels
+
+    workload = conv((1, 16, 8, 8), (12, 16, 3, 3))
+    weight = np.arange(12 * 16 * 9, dtype="float32").reshape(12, 16, 3, 3)
+    packed = PaddedKernels(kernels.conv2d).pack_weight(workload, padded(16, 8), weight)
+    assert packed.shape == (2, 1, 3, 3, 16, 8)  # 16 filters: 12 + 4 zero ones
+    np.testing.assert_array_equal(packed[1, 0, :, :, :, 4:], 0)
+    np.testing.assert_array_equal(packed[1, 0, :, :, :, :4].transpose(3, 2, 0, 1), weight[8:])
+
+
+def test_padded_kernels_in_a_fused_build_match_the_untouched_model():
+    tvm = import_tvm()
+    from layoutopt.tvm import apply_layouts, build, models
+
+    target = resolve_target(AVX2)
+    mod = models.concat3((12, 12, 8), in_channels=16, size=9)
+    choices = {
+        "stem": {"in": "NCHW", "out": "NCHW"},
+        "branch1": padded(16, 16),
+        "branch2": padded(16, 8, algorithm="winograd", tile=4),
+        "branch3": {"in": "NCHW8c", "out": "NCHW8c"},
+        "head": {"in": "NCHW4c", "out": "NCHW16c"},
+    }
+    new = apply_layouts(mod, choices)
+    x = np.random.default_rng(0).standard_normal((1, 16, 9, 9)).astype("float32")
+
+    def run(module):
+        vm = tvm.relax.VirtualMachine(build(module, target), tvm.cpu())
+        out = vm["main"](tvm.runtime.tensor(x))
+        return (out if hasattr(out, "numpy") else out[0]).numpy()
+
+    expected = run(mod)
+    assert np.max(np.abs(run(new) - expected)) / np.max(np.abs(expected)) < 1e-5

@@ -81,7 +81,8 @@ class PaddedKernels:
                                f"so nothing needs padding: use 'out': 'NCHW{block}c'")
         self.inner.validate_candidate(*blocked_equivalent(workload, candidate))
 
-    def pack_weight(self, workload: dict[str, Any], candidate: dict[str, Any], weight: np.ndarray) -> np.ndarray:
+    def pack_weight(self, workload: dict[str, Any], candidate: dict[str, Any],
+                    weight: np.ndarray) -> np.ndarray:
         """The OIHW weight with zero filters appended up to the block, packed by the blocked kernel."""
         padded_workload, blocked = blocked_equivalent(workload, candidate)
         padded = np.zeros((padded_workload["kernel"][0], *weight.shape[1:]), dtype=weight.dtype)
