@@ -7,7 +7,8 @@ The package is laid out by job:
   :mod:`.conv2d` (direct: NCHW, NCHWc, depthwise NCHWc), :mod:`.winograd` (Winograd F(m x m, 3x3)
   conv2d, ``"algorithm": "winograd"``), :mod:`.gemm` (1x1 conv2d as a packed GEMM,
   ``"algorithm": "gemm"``), :mod:`.dense`, :mod:`.transform` (layout transforms);
-  :data:`~.kernel.FAMILIES` maps ``(op, algorithm)`` to them;
+  :data:`~.kernel.FAMILIES` maps ``(op, algorithm)`` to them, and :mod:`.padded` runs a blocked
+  conv2d family on padded output channels (``"oc_block"``) where no block divides them;
 - :mod:`.isa`: what the *target* CPU offers (vector width, registers, register tiles);
 - :mod:`.kernel`: one measurable kernel (:func:`build_kernel`, :func:`check_kernel`);
 - :mod:`.module`: the schedule rules and :func:`schedule_module`, which schedules a legalized Relax
