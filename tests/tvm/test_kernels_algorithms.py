@@ -218,11 +218,28 @@ def test_gemm_register_tile_reuses_weights_and_fits_the_registers():
 # -- in a fused Relax build ------------------------------------------------------------------------
 
 
+def rewritten_matches_untouched(new, mod, target) -> float:
+    """Max relative error of the rewritten module ``new`` against ``mod``, both built for ``target``
+    and run on one random (1, 16, 9, 9) input."""
+    tvm = import_tvm()
+    from layoutopt.tvm import build
+
+    x = np.random.default_rng(0).standard_normal((1, 16, 9, 9)).astype("float32")
+
+    def run(module):
+        vm = tvm.relax.VirtualMachine(build(module, target), tvm.cpu())
+        out = vm["main"](tvm.runtime.tensor(x))
+        return (out if hasattr(out, "numpy") else out[0]).numpy()
+
+    expected = run(mod)
+    return float(np.max(np.abs(run(new) - expected)) / np.max(np.abs(expected)))
+
+
 def test_algorithm_kernels_in_a_fused_build_match_the_untouched_model():
     # the rewrite calls the families' computes; FuseOps fuses each conv's epilogue into its kernel,
     # whose schedule (found by the main block) finishes it in the output transform / register tile
     tvm = import_tvm()
-    from layoutopt.tvm import apply_layouts, build, models
+    from layoutopt.tvm import apply_layouts, models
     from layoutopt.tvm.apply import _legalize_conv2d
     from layoutopt.tvm.kernels import schedule_module
 
@@ -235,15 +252,7 @@ def test_algorithm_kernels_in_a_fused_build_match_the_untouched_model():
         "head": gemm(16, 16, order="rows"),
     }
     new = apply_layouts(mod, choices)
-    x = np.random.default_rng(0).standard_normal((1, 16, 9, 9)).astype("float32")
-
-    def run(module):
-        vm = tvm.relax.VirtualMachine(build(module, target), tvm.cpu())
-        out = vm["main"](tvm.runtime.tensor(x))
-        return (out if hasattr(out, "numpy") else out[0]).numpy()
-
-    expected = run(mod)
-    assert np.max(np.abs(run(new) - expected)) / np.max(np.abs(expected)) < 1e-5
+    assert rewritten_matches_untouched(new, mod, target) < 1e-5
     with target:
         legalize = {"relax.nn.conv2d": _legalize_conv2d}
         fused = tvm.relax.transform.LegalizeOps(customize_legalize_map=legalize)(new)
@@ -328,8 +337,7 @@ def test_padded_weight_appends_zero_filters_before_packing():
 
 
 def test_padded_kernels_in_a_fused_build_match_the_untouched_model():
-    tvm = import_tvm()
-    from layoutopt.tvm import apply_layouts, build, models
+    from layoutopt.tvm import apply_layouts, models
 
     target = resolve_target(AVX2)
     mod = models.concat3((12, 12, 8), in_channels=16, size=9)
@@ -341,12 +349,4 @@ def test_padded_kernels_in_a_fused_build_match_the_untouched_model():
         "head": {"in": "NCHW4c", "out": "NCHW16c"},
     }
     new = apply_layouts(mod, choices)
-    x = np.random.default_rng(0).standard_normal((1, 16, 9, 9)).astype("float32")
-
-    def run(module):
-        vm = tvm.relax.VirtualMachine(build(module, target), tvm.cpu())
-        out = vm["main"](tvm.runtime.tensor(x))
-        return (out if hasattr(out, "numpy") else out[0]).numpy()
-
-    expected = run(mod)
-    assert np.max(np.abs(run(new) - expected)) / np.max(np.abs(expected)) < 1e-5
+    assert rewritten_matches_untouched(new, mod, target) < 1e-5
