@@ -45,6 +45,7 @@ from .workload import (
     conv2d_output_shape,
     layout_block,
     validate_workload,
+    vector_out_blocks,
 )
 
 __all__ = ["ALGORITHM", "MAIN_BLOCKS", "ORDERS", "applies", "candidates", "compute", "register_tile",
@@ -105,7 +106,7 @@ def block_pairs(workload: dict[str, Any], blocks: Iterable[int]) -> list[tuple[i
     :func:`~layoutopt.tvm.kernels.channel_blocks`), output blocks of 8 or more: the GEMM kernels are
     vectorised along the output block, and a 4-lane vector leaves most of an AVX register idle."""
     blocks = list(blocks)
-    outs = [b for b in channel_blocks(workload["kernel"][0], blocks) if b >= 8]
+    outs = vector_out_blocks(workload["kernel"][0], blocks)
     return [(ib, ob) for ib in channel_blocks(workload["data"][1], blocks) for ob in outs]
 
 

@@ -42,6 +42,7 @@ __all__ = ["PADDED_BLOCKS", "UNPACK_BLOCK", "PaddedKernels", "blocked_equivalent
 #: the name of the stage writing the NCHW output from the padded blocked one
 UNPACK_BLOCK = "unpack_channels"
 
+
 def blocked_equivalent(workload: dict[str, Any], candidate: dict[str, Any]
                        ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(workload, candidate)`` of the blocked kernel a padded candidate runs: the filters padded to a

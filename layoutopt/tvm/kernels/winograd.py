@@ -601,19 +601,20 @@ def _schedule_gemm(sch, stages: dict[str, Any], register_tile: tuple[int, int, i
 def _inline_epilogue(sch, output) -> None:
     """Inline the elementwise blocks FuseOps put after the conv (bias, add, relu) into ``output``."""
     tvm = import_tvm()
-    consumers = list(sch.get_consumers(output))
-    while consumers:
-        name = sch.get(consumers[0]).name_hint
+    while consumers := list(sch.get_consumers(output)):
+        # (not the NCHW unpack of padded output channels: inlined, it breaks the stages' affine loops)
+        if not is_elementwise_after(sch, sch.get(consumers[0]).name_hint, output):
+            break
         try:
-            if not is_elementwise_after(sch, name, output):  # the NCHW unpack of padded output channels
-                raise tvm.s_tir.ScheduleError
             sch.reverse_compute_inline(consumers[0])
-        except tvm.s_tir.ScheduleError:  # it and every block after it on their own
-            stages = {sch.get(block).name_hint for block in _stage_blocks(sch).values()}
-            schedule_epilogue(sch, [name for name in block_names(sch)
-                                    if name not in stages and "pad" not in name], set())
-            return
-        consumers = list(sch.get_consumers(output))
+        except tvm.s_tir.ScheduleError:
+            break
+    if not consumers:
+        return
+    # the first block that could not be inlined, and every block after it, on their own
+    stages = {sch.get(block).name_hint for block in _stage_blocks(sch).values()}
+    schedule_epilogue(sch, [name for name in block_names(sch) if name not in stages and "pad" not in name],
+                      set())
 
 
 def _loops_below(sch, block, outer) -> list:

@@ -32,6 +32,7 @@ from ...errors import ProblemError
 __all__ = [
     "DEFAULT_BLOCKS",
     "EPILOGUE_STEPS",
+    "MIN_VECTOR_BLOCK",
     "NCHW",
     "PADDED_BLOCKS",
     "channel_blocks",
@@ -48,6 +49,7 @@ __all__ = [
     "plain_layout",
     "unpack_data",
     "validate_workload",
+    "vector_out_blocks",
 ]
 
 #: the plain activation layout
@@ -58,6 +60,9 @@ DEFAULT_BLOCKS = (4, 8, 16, 32, 64)
 #: into the convolution's kernel: ``bias`` (+ a per-channel constant), ``add`` (+ another tensor of
 #: the output's shape: a residual), ``relu``. The kernel is then measured as the build runs it.
 EPILOGUE_STEPS = ("bias", "add", "relu")
+#: the smallest output block a kernel vectorised along its output block (the GEMMs, Winograd) takes:
+#: a 4-lane vector leaves most of an AVX register idle
+MIN_VECTOR_BLOCK = 8
 #: output blocks a kernel on padded output channels computes in (see :mod:`.padded`): one AVX2 or one
 #: AVX-512 vector of float32 (a wider block pads more filters for no better register use)
 PADDED_BLOCKS = (8, 16)
@@ -139,10 +144,22 @@ def channel_blocks(channels: int, blocks: Iterable[int] = DEFAULT_BLOCKS) -> lis
     return sorted(chosen)
 
 
+def vector_out_blocks(out_channels: int, blocks: Iterable[int]) -> list[int]:
+    """The output blocks among ``blocks`` that divide ``out_channels`` and fill a vector
+    (:data:`MIN_VECTOR_BLOCK` or more): those a kernel vectorised along its output block can take.
+
+    Example:
+        >>> vector_out_blocks(48, [4, 8, 16, 32]), vector_out_blocks(324, [4, 8, 16])
+        ([8, 16], [])
+    """
+    return [b for b in channel_blocks(out_channels, blocks) if b >= MIN_VECTOR_BLOCK]
+
+
 def padded_pairs(workload: dict[str, Any], blocks: Iterable[int]) -> list[tuple[int, int]]:
-    """``(input block, padded output block)`` pairs of an ungrouped conv2d whose output channels (8 or
-    more) no block of 8 or more in ``blocks`` divides: every dividing input block times every
-    :data:`PADDED_BLOCKS` member among ``blocks``. Empty when a block divides (no padding needed).
+    """``(input block, padded output block)`` pairs of an ungrouped conv2d with :data:`MIN_VECTOR_BLOCK`
+    or more output channels that no vector-wide block divides (:func:`vector_out_blocks` is empty):
+    every dividing input block times every :data:`PADDED_BLOCKS` member among ``blocks``. Empty when
+    a block divides (no padding needed).
 
     Example:
         >>> wl = {"data": [1, 1024, 32, 32], "kernel": [324, 1024, 3, 3], "groups": 1}
@@ -151,9 +168,7 @@ def padded_pairs(workload: dict[str, Any], blocks: Iterable[int]) -> list[tuple[
     """
     blocks = [int(b) for b in blocks]
     out_channels = workload["kernel"][0]
-    if workload["groups"] != 1 or out_channels < 8 or any(
-        b >= 8 and out_channels % b == 0 for b in blocks
-    ):
+    if workload["groups"] != 1 or out_channels < MIN_VECTOR_BLOCK or vector_out_blocks(out_channels, blocks):
         return []
     outs = [b for b in PADDED_BLOCKS if b in blocks]
     return [(ib, ob) for ib in channel_blocks(workload["data"][1], blocks) for ob in outs]
