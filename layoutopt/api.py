@@ -162,7 +162,7 @@ def _finish(problem: Problem, result: SolverResult, method: str, start: float) -
         return Solution({}, {}, math.inf, lower, "infeasible", method,
                         time.perf_counter() - start, result.message, result.stats)
 
-    index = [int(k) for k in result.assignment]
+    index = np.asarray(result.assignment, dtype=np.int64).tolist()
     objective = problem.evaluate(index)
     lower = -math.inf if result.lower_bound is None else float(result.lower_bound)
     message = result.message
@@ -186,6 +186,7 @@ def _finish(problem: Problem, result: SolverResult, method: str, start: float) -
                 message = (f"{method}'s proof leaves a certified gap of {objective - lower:.3g}, above the "
                            f"optimality tolerance ({tolerance:.3g})")
     assignment = dict(zip(problem.nodes, index, strict=True))
-    labels = {n: problem.label(i, k) for i, (n, k) in enumerate(assignment.items())}
+    labels = {n: k if names is None else names[k]  # Problem.label, without a call per node
+              for n, k, names in zip(problem.nodes, index, problem.labels, strict=True)}
     return Solution(assignment, labels, objective, lower, status, method,
                     time.perf_counter() - start, message, result.stats)

@@ -130,7 +130,10 @@ def test_pruning_removes_forbidden_choices_and_propagates():
     costs["edges"][(0, 1)] = np.array([[1.0, 1, 1], [1, 1, math.inf], [1, 1, math.inf]])
     working = WorkingGraph(Problem.from_graph(graph, costs))
     working.prune_all()
-    assert working.domain[0].tolist() == [1, 2]
-    assert working.domain[1].tolist() == [0, 1]
-    assert working.vec[1].tolist() == [1.0, 2.0]
-    assert working.adj[0][1].shape == (2, 2) and working.adj[1][0].shape == (2, 2)
+    assert working.domain(0).tolist() == [1, 2]
+    assert working.domain(1).tolist() == [0, 1]
+    assert working.vector(1).tolist() == [1.0, 2.0]
+    kernel, domains = working.kernel(working.live_nodes())
+    assert [d.tolist() for d in domains] == [[1, 2], [0, 1], [0, 1, 2], [0, 1, 2]]
+    assert kernel.edge(0, 1).shape == (2, 2) and kernel.edge(1, 0).shape == (2, 2)
+    assert working.counts["pruned"] == 2

@@ -34,10 +34,8 @@ Example:
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Mapping
-from itertools import accumulate
 from typing import Any, ClassVar
 
 import numpy as np
@@ -46,27 +44,7 @@ from ..problem import Problem
 from . import register
 from .base import Deadline, Option, Solver, SolverResult
 from .dp import TableTooLarge, eliminate, elimination_order
-from .reductions import Infeasible, WorkingGraph, kernel_problem
-
-
-def _rn_estimate(graph: WorkingGraph, y: int) -> np.ndarray:
-    """Each choice of ``y``'s own cost plus every neighbour's best reply to it."""
-    row = graph.adj[y]
-    vec = graph.vec
-    # One wide (K_y, sum K_j) matrix and a segmented min instead of a loop over neighbours:
-    # DenseNet nodes have ~25 of them.
-    wide = np.concatenate(list(row.values()), axis=1) + np.concatenate([vec[j] for j in row])
-    starts = list(accumulate([vec[j].size for j in row][:-1], initial=0))
-    return np.minimum.reduceat(wide, starts, axis=1).sum(axis=1) + vec[y]
-
-
-def _confidence(estimate: np.ndarray) -> float:
-    """How much the locally minimal choice beats the runner-up (inf: it is the only allowed one)."""
-    if estimate.size < 2:
-        return math.inf
-    best, second = sorted(estimate.tolist())[:2]  # K <= a few dozen: cheaper than numpy here
-    return 0.0 if best == math.inf else second - best
-
+from .reductions import Infeasible, WorkingGraph
 
 #: kernels up to this many nodes are tried with variable elimination before RN ...
 SMALL_KERNEL = 64
@@ -77,19 +55,19 @@ SMALL_TABLE = 1e4
 def _solve_small_kernel(graph: WorkingGraph) -> tuple[list[int] | None, dict[str, Any], str | None] | None:
     """Solve a small kernel exactly by variable elimination; None when its tables are too big."""
     nodes = graph.live_nodes()
-    kernel, domains = kernel_problem(graph, nodes)
+    kernel, domains = graph.kernel(nodes)
     try:
         order, _ = elimination_order(kernel, SMALL_TABLE)
     except TableTooLarge:
         return None
     kernel_choices, _ = eliminate(kernel, order)
-    graph.counts["kernel_dp"] = len(nodes)
+    counts = {**graph.counts, "kernel_dp": len(nodes)}
     if kernel_choices is None:
-        return None, graph.counts, "every assignment of the reduced kernel costs inf"
-    choices: list[int | None] = [None] * len(graph.vec)
+        return None, counts, "every assignment of the reduced kernel costs inf"
+    choices: list[int | None] = [None] * len(graph.problem)
     for i, k, domain in zip(nodes, kernel_choices, domains, strict=True):
         choices[i] = int(domain[k])
-    return graph.backpropagate(choices), graph.counts, None
+    return graph.backpropagate(choices), counts, None
 
 
 def run_pbqp(problem: Problem, prune: bool = False, deadline: Deadline | None = None
@@ -114,7 +92,8 @@ def run_pbqp(problem: Problem, prune: bool = False, deadline: Deadline | None = 
         if graph.n_alive and prune:
             graph.prune_all()
             graph.reduce_exact()
-        _reduce_by_rn(graph, deadline or Deadline(None))
+        deadline_at = math.inf if deadline is None or deadline.at is None else deadline.at
+        graph.reduce_by_rn(deadline_at)
     except Infeasible as exc:
         if graph.counts["RN"] == 0:  # only exact steps so far: a proof
             return None, graph.counts, str(exc)
@@ -123,120 +102,27 @@ def run_pbqp(problem: Problem, prune: bool = False, deadline: Deadline | None = 
     return choices, graph.counts, None
 
 
-def _reduce_by_rn(graph: WorkingGraph, deadline: Deadline) -> None:
-    """RN until the graph is empty: fix the most confident node, then the exact reductions again.
-
-    The confidences live in a lazy max-heap: a node whose estimate may have changed (it or a
-    neighbour was touched by a reduction) is only re-estimated when it reaches the top.
-    """
-    alive = graph.alive
-    adj = graph.adj
-    estimates: dict[int, np.ndarray] = {}
-    key: dict[int, float] = {}
-    heap: list[tuple[float, int]] = []
-    stale = [False] * len(alive)
-
-    def push(y: int) -> None:
-        estimate = _rn_estimate(graph, y)
-        estimates[y] = estimate
-        key[y] = -_confidence(estimate)
-        heapq.heappush(heap, (key[y], y))
-
-    for y in graph.live_nodes():
-        push(y)
-    graph.changed.clear()
-    graph.changed_vectors.clear()
-    while graph.n_alive:
-        priority, y = heapq.heappop(heap)
-        if not alive[y] or priority != key[y]:
-            continue  # removed, or an outdated entry
-        if stale[y] and not deadline.expired():
-            stale[y] = False
-            push(y)
-            continue
-        estimate = estimates[y]
-        if estimate.size != graph.vec[y].size:  # a stale estimate, past the deadline: the vector shrank
-            estimate = _rn_estimate(graph, y)
-        graph.fix(y, int(estimate.argmin()), "RN")
-        graph.reduce_exact()
-        # y's estimate reads its vector, its matrices and its neighbours' vectors
-        for x in graph.changed:
-            stale[x] = True
-        for x in graph.changed_vectors:
-            stale[x] = True
-            for j in adj[x]:
-                stale[j] = True
-        graph.changed.clear()
-        graph.changed_vectors.clear()
-
-
-def _local_costs(problem: Problem, assignment: np.ndarray) -> list[np.ndarray]:
-    """Each node's cost per choice given its neighbours' choices in ``assignment``, in bulk.
-
-    Gathers, from the flat copy of the costs, column ``assignment[j]`` of every edge ``(i, j)`` for
-    node ``i`` and row ``assignment[i]`` for node ``j``, and sums them per node entry.
-    """
-    packed = problem._packing
-    choice = np.asarray(assignment, dtype=np.int64)
-    first, second, cols, start = packed.edge_i, packed.edge_j, packed.edge_cols, packed.edge_start
-    rows = packed.node_size[first]
-    # for node i: entries start + k * cols + choice[j], k < rows
-    edge_of = np.repeat(np.arange(first.size), rows)
-    k = np.arange(edge_of.size) - np.repeat(np.cumsum(rows) - rows, rows)
-    source_i = start[edge_of] + k * cols[edge_of] + choice[second][edge_of]
-    target_i = packed.node_start[first][edge_of] + k
-    # for node j: entries start + choice[i] * cols + l, l < cols
-    edge_of = np.repeat(np.arange(first.size), cols)
-    lane = np.arange(edge_of.size) - np.repeat(np.cumsum(cols) - cols, cols)
-    source_j = start[edge_of] + choice[first][edge_of] * cols[edge_of] + lane
-    target_j = packed.node_start[second][edge_of] + lane
-    sums = np.bincount(np.concatenate([target_i, target_j]),
-                       weights=packed.edge_flat[np.concatenate([source_i, source_j])],
-                       minlength=packed.node_flat.size)
-    flat = packed.node_flat + sums
-    return [flat[s:s + n] for s, n in zip(packed.node_start.tolist(), packed.node_size.tolist(), strict=True)]
-
-
 def icm(problem: Problem, assignment: np.ndarray, max_sweeps: int = 10,
         deadline: Deadline | None = None) -> int:
     """Iterated conditional modes: move nodes to their best reply until none improves (or the
     deadline passes: checked after each sweep).
 
-    Works in place; returns the number of moves. Never makes the objective worse.
+    Works in place on an int64 array; returns the number of moves. Never makes the objective worse.
     """
-    node_costs = problem.node_costs
-    nbrs = problem._adjacency  # type: ignore[attr-defined]
-    matrices: list[list[np.ndarray]] = [[] for _ in nbrs]  # aligned with nbrs (same edge order)
-    for (i, j), m in problem.edges.items():
-        matrices[i].append(m)
-        matrices[j].append(m.T)
-    # A node's cost per choice given its neighbours' choices is cached, and the node is looked at
-    # again only once a neighbour moved: the same moves as visiting every node every sweep, since a
-    # node whose neighbours stayed put has no better reply than last time.
-    local: list[np.ndarray | None] = list(_local_costs(problem, assignment))
-    pending = [c.size > 1 for c in node_costs]
+    from . import _engine
+
+    packed = problem._packing
+    indptr, edge, side = _engine.incidence(packed.edge_i, packed.edge_j, len(problem))
+    local = np.empty_like(packed.node_flat)
+    known = np.zeros(len(problem), dtype=np.bool_)
+    pending = packed.node_size > 1
     moves = 0
     for _ in range(max_sweeps):
-        changed = False
-        for i, row in enumerate(nbrs):
-            if not pending[i]:
-                continue
-            pending[i] = False
-            costs = local[i]
-            if costs is None:
-                costs = node_costs[i].copy()
-                for j, m in zip(row, matrices[i], strict=True):
-                    costs += m[:, assignment[j]]
-                local[i] = costs
-            best = int(costs.argmin())
-            if costs[best] < costs[assignment[i]]:
-                assignment[i] = best
-                moves += 1
-                changed = True
-                for j in row:
-                    local[j] = None
-                    pending[j] = node_costs[j].size > 1
-        if not changed or (deadline is not None and deadline.expired()):
+        moved = _engine.icm_sweep(packed.node_flat, packed.node_start, packed.node_size, packed.edge_flat,
+                                  packed.edge_start, packed.edge_i, packed.edge_j, indptr, edge, side,
+                                  assignment, local, known, pending)
+        moves += moved
+        if not moved or (deadline is not None and deadline.expired()):
             break
     return moves
 
