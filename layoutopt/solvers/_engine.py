@@ -24,11 +24,11 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from typing import NamedTuple
 
 import numba
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.experimental import structref
 
 INF = math.inf
 
@@ -47,27 +47,43 @@ class EmptyDomain(Exception):
     """A node has no allowed choice left (its index is in ``counts[EMPTIED]``)."""
 
 
-class Graph(NamedTuple):
-    K: np.ndarray
-    nstart: np.ndarray
-    vec: np.ndarray
-    live: np.ndarray
-    nlive: np.ndarray
-    alive: np.ndarray
-    deg: np.ndarray
-    head: np.ndarray
-    nxt: np.ndarray
-    prv: np.ndarray
-    eu: np.ndarray
-    ev: np.ndarray
-    estart: np.ndarray
-    counts: np.ndarray
-    constant: np.ndarray  # one entry: the cost of the fixed nodes
-    stale: np.ndarray  # nodes whose RN estimate may have changed
-    step_node: np.ndarray
-    step_kind: np.ndarray
-    step_a: np.ndarray  # the choice of a fixed node; the record of RI, the first record of RII
-    step_b: np.ndarray  # the second record of RII
+#: the working graph's arrays (node ``i``, choice slot ``nstart[i] + k``, edge ``e``, record ``r``)
+FIELDS = (
+    "K", "nstart", "vec", "live", "nlive", "alive", "deg", "head", "nxt", "prv", "eu", "ev", "estart",
+    "counts",
+    "constant",  # one entry: the cost of the fixed nodes
+    "stale",  # nodes whose RN estimate may have changed
+    "step_node", "step_kind",
+    "step_a",  # the choice of a fixed node; the record of RI, the first record of RII
+    "step_b",  # the second record of RII
+)
+
+
+@structref.register
+class _GraphType(types.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+
+
+class Graph(structref.StructRefProxy):
+    """The working graph, passed to every compiled function as one reference (a tuple of twenty
+    arrays made each function take seconds to compile); the arrays read from Python are properties."""
+
+    def __new__(cls, **arrays: np.ndarray) -> Graph:
+        return structref.StructRefProxy.__new__(cls, *(arrays[name] for name in FIELDS))
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        return dict(zip(FIELDS, _unpack(self), strict=True))
+
+
+structref.define_proxy(Graph, _GraphType, list(FIELDS))
+
+
+@njit(cache=True)
+def _unpack(g):
+    return (g.K, g.nstart, g.vec, g.live, g.nlive, g.alive, g.deg, g.head, g.nxt, g.prv, g.eu, g.ev, g.estart,
+            g.counts, g.constant, g.stale, g.step_node, g.step_kind, g.step_a, g.step_b)
 
 
 def build(sizes: np.ndarray, node_flat: np.ndarray, edge_flat: np.ndarray, edge_start: np.ndarray,
@@ -86,18 +102,17 @@ def build(sizes: np.ndarray, node_flat: np.ndarray, edge_flat: np.ndarray, edge_
     eu = np.zeros(capacity, dtype=np.int64)
     ev = np.zeros(capacity, dtype=np.int64)
     eu[:m], ev[:m] = edge_i, edge_j
+    counts = np.zeros(N_COUNTS, dtype=np.int64)
+    counts[N_EDGES], counts[N_ALIVE], counts[POOL_USED] = m, n, edge_flat.size
     graph = Graph(
         K=K, nstart=nstart, vec=np.array(node_flat, dtype=np.float64), live=np.ones(K.sum(), dtype=np.bool_),
         nlive=K.copy(), alive=np.ones(n, dtype=np.bool_), deg=np.zeros(n, dtype=np.int64),
         head=np.full(n, -1, dtype=np.int64), nxt=np.full(2 * capacity, -1, dtype=np.int64),
         prv=np.full(2 * capacity, UNLINKED, dtype=np.int64), eu=eu, ev=ev, estart=estart,
-        counts=np.zeros(N_COUNTS, dtype=np.int64), constant=np.zeros(1), stale=np.zeros(n, dtype=np.bool_),
+        counts=counts, constant=np.zeros(1), stale=np.zeros(n, dtype=np.bool_),
         step_node=np.zeros(n, dtype=np.int64), step_kind=np.zeros(n, dtype=np.int64),
         step_a=np.zeros(n, dtype=np.int64), step_b=np.zeros(n, dtype=np.int64),
     )
-    graph.counts[N_EDGES] = m
-    graph.counts[N_ALIVE] = n
-    graph.counts[POOL_USED] = edge_flat.size
     _link_all(graph, coupling)
     return graph, pool
 
@@ -305,14 +320,14 @@ def _record(g, y, kind, a, b):
 
 
 @njit(cache=True)
-def fix(g, pool, y, k, rule, worklist):
-    """Give node ``y`` its choice ``k`` and fold its edges' row ``k`` into its neighbours."""
+def fix(g, pool, y, k, worklist):
+    """Give node ``y`` its choice ``k`` and fold its edges' row ``k`` into its neighbours (the
+    caller counts the rule: a constant argument would compile one copy per rule)."""
     cost = g.vec[g.nstart[y] + k]
     if cost == INF:
         _empty(g, y)
     _record(g, y, FIXED, k, -1)
     g.constant[0] += cost
-    g.counts[rule] += 1
     r = g.head[y]
     while r != -1:
         x = other(g, r)
@@ -340,15 +355,17 @@ def _vector_changed(g, pool, x, worklist):
 
 @njit(cache=True)
 def _set_edge(g, pool, x, z, delta, worklist):
-    """Add ``delta`` (``(K[x], K[z])``) to the x-z edge, creating it if needed; drop it if all zero."""
+    """Add ``delta`` (``K[x] * K[z]``, row-major) to the x-z edge, creating it if needed; drop it if
+    all zero."""
+    Kx, Kz = g.K[x], g.K[z]
     r = _find(g, x, z)
     linked = True
     if r != -1:
         zero = True
-        for a in range(g.K[x]):
-            for b in range(g.K[z]):
+        for a in range(Kx):
+            for b in range(Kz):
                 p = _at(g, r, a, b)
-                pool[p] += delta[a, b]
+                pool[p] += delta[a * Kz + b]
                 if pool[p] != 0.0:
                     zero = False
         if zero:
@@ -356,24 +373,31 @@ def _set_edge(g, pool, x, z, delta, worklist):
             _unlink(g, r ^ 1)
             g.counts[DROPPED] += 1
             linked = False
-    elif not np.any(delta != 0.0):
-        g.counts[DROPPED] += 1
-        linked = False
     else:
-        size = delta.size
-        used = g.counts[POOL_USED]
-        if used + size > pool.size:
-            grown = np.empty(2 * (used + size))
-            grown[:used] = pool[:used]
-            pool = grown
-        pool[used:used + size] = delta.ravel()
-        e = g.counts[N_EDGES]
-        g.eu[e], g.ev[e], g.estart[e] = x, z, used
-        g.counts[N_EDGES] = e + 1
-        g.counts[POOL_USED] = used + size
-        r = 2 * e
-        _link(g, r)
-        _link(g, r + 1)
+        zero = True
+        for v in delta:
+            if v != 0.0:
+                zero = False
+                break
+        if zero:
+            g.counts[DROPPED] += 1
+            linked = False
+        else:
+            used = g.counts[POOL_USED]
+            if used + delta.size > pool.size:  # (loops: slice assignment takes seconds to compile)
+                grown = np.empty(2 * (used + delta.size))
+                for p in range(used):
+                    grown[p] = pool[p]
+                pool = grown
+            for p in range(delta.size):
+                pool[used + p] = delta[p]
+            e = g.counts[N_EDGES]
+            g.eu[e], g.ev[e], g.estart[e] = x, z, used
+            g.counts[N_EDGES] = e + 1
+            g.counts[POOL_USED] = used + delta.size
+            r = 2 * e
+            _link(g, r)
+            _link(g, r + 1)
     worklist.append(x)
     worklist.append(z)
     g.stale[x] = True
@@ -395,9 +419,15 @@ def _reduce_one(g, pool, y, worklist):
         k = 0
         while not g.live[sy + k]:
             k += 1
-        fix(g, pool, y, k, R1, worklist)
+        fix(g, pool, y, k, worklist)
+        g.counts[R1] += 1
     elif degree == 0:
-        fix(g, pool, y, np.argmin(g.vec[sy:sy + Ky]), R0, worklist)
+        best = 0
+        for k in range(1, Ky):
+            if g.vec[sy + k] < g.vec[sy + best]:
+                best = k
+        fix(g, pool, y, best, worklist)
+        g.counts[R0] += 1
     elif degree == 1:
         r = g.head[y]
         x = other(g, r)
@@ -418,7 +448,7 @@ def _reduce_one(g, pool, y, worklist):
         r2 = g.nxt[r1]
         x, z = other(g, r1), other(g, r2)
         Kx, Kz = g.K[x], g.K[z]
-        delta = np.empty((Kx, Kz))
+        delta = np.empty(Kx * Kz)  # row-major (K[x], K[z])
         for a in range(Kx):
             for b in range(Kz):
                 best = INF
@@ -426,7 +456,7 @@ def _reduce_one(g, pool, y, worklist):
                     v = pool[_at(g, r1, k, a)] + (pool[_at(g, r2, k, b)] + g.vec[sy + k])
                     if v < best:
                         best = v
-                delta[a, b] = best
+                delta[a * Kz + b] = best
         _record(g, y, STEP_RII, r1, r2)
         g.counts[RII] += 1
         _remove(g, y, worklist)
@@ -534,8 +564,11 @@ def reduce_by_rn(g, pool, deadline):
     is re-ranked only when it reaches the top; past ``deadline`` (a ``perf_counter`` instant) it is
     not re-ranked any more."""
     n = g.K.size
-    out = np.empty(g.K.max())
-    reply = np.empty(g.K.max())
+    widest = 0
+    for y in range(n):
+        widest = max(widest, g.K[y])
+    out = np.empty(widest)
+    reply = np.empty(widest)
     key = np.zeros(n)
     choice = np.zeros(n, dtype=np.int64)
     heap = [(0.0, np.int64(0))]
@@ -566,7 +599,8 @@ def reduce_by_rn(g, pool, deadline):
         k = choice[y]
         if not g.live[g.nstart[y] + k]:  # a stale choice, past the deadline, that was pruned since
             _, k = _rank(g, pool, y, out, reply)
-        fix(g, pool, y, k, RN, worklist)
+        fix(g, pool, y, k, worklist)
+        g.counts[RN] += 1
         pool = _reduce_exact(g, pool, worklist)
         steps += 1
         if deadline < INF and not expired and steps % 16 == 0:
@@ -611,12 +645,14 @@ def live_edges(g):
         if g.prv[2 * e] != UNLINKED and g.alive[g.eu[e]] and g.alive[g.ev[e]]:
             count += 1
     edges = np.empty(count, dtype=np.int64)
+    first = np.empty(count, dtype=np.int64)
+    second = np.empty(count, dtype=np.int64)
     count = 0
     for e in range(g.counts[N_EDGES]):
         if g.prv[2 * e] != UNLINKED and g.alive[g.eu[e]] and g.alive[g.ev[e]]:
-            edges[count] = e
+            edges[count], first[count], second[count] = e, g.eu[e], g.ev[e]
             count += 1
-    return edges, g.eu[edges], g.ev[edges]
+    return edges, first, second
 
 
 # --- ICM (pbqp's polish) ----------------------------------------------------------------------
@@ -675,3 +711,29 @@ def icm_sweep(node_flat, node_start, node_size, edge_flat, edge_start, edge_i, e
                 known[j] = False
                 pending[j] = node_size[j] > 1
     return moves
+
+
+def _warm_up() -> None:
+    """Run every compiled function once on a tiny graph, so that all of them compile (first use
+    after installing: about 10 s, then cached on disk) or load from the cache here, at import,
+    rather than inside a later solve's time limit."""
+    sizes = np.array([2, 2, 2, 2], dtype=np.int64)
+    edge_i = np.array([0, 0, 0, 1, 1, 2], dtype=np.int64)
+    edge_j = np.array([1, 2, 3, 2, 3, 3], dtype=np.int64)
+    flat = np.tile([0.0, 1.0, 1.0, INF], edge_i.size)
+    for prune in (False, True):
+        graph, pool = build(sizes, np.array([0.0, 1.0] * 4), flat, np.arange(0, flat.size, 4), edge_i, edge_j,
+                            np.ones(edge_i.size, dtype=np.bool_))
+        if prune:
+            prune_all(graph, pool)
+        pool = reduce_exact(graph, pool)
+        live_edges(graph)
+        pool = reduce_by_rn(graph, pool, time.perf_counter() + 60.0)
+        backpropagate(graph, pool, np.full(sizes.size, -1, dtype=np.int64))
+    indptr, edge, side = incidence(edge_i, edge_j, sizes.size)
+    icm_sweep(np.zeros(8), np.arange(0, 8, 2), sizes, flat, np.arange(0, flat.size, 4), edge_i, edge_j,
+              indptr, edge, side, np.zeros(4, dtype=np.int64), np.empty(8), np.zeros(4, dtype=np.bool_),
+              np.ones(4, dtype=np.bool_))
+
+
+_warm_up()

@@ -66,12 +66,14 @@ class WorkingGraph:
         coupling = (packed.edge_max != 0) | (packed.edge_min != 0)  # all zero: couples nothing
         self.graph, self.pool = _engine.build(packed.node_size, packed.node_flat, packed.edge_flat,
                                               packed.edge_start, packed.edge_i, packed.edge_j, coupling)
+        #: the graph's arrays (shared with the compiled code, so always current), by name
+        self.arrays = self.graph.arrays
 
     def _run(self, function, *args):
         try:
             return function(self.graph, self.pool, *args)
         except self._engine.EmptyDomain:
-            node = self.problem.nodes[int(self.graph.counts[self._engine.EMPTIED])]
+            node = self.problem.nodes[int(self.arrays["counts"][self._engine.EMPTIED])]
             raise Infeasible(f"node {node!r} has no allowed choice left") from None
 
     def reduce_exact(self) -> None:
@@ -100,52 +102,48 @@ class WorkingGraph:
 
     @property
     def n_alive(self) -> int:
-        return int(self.graph.counts[self._engine.N_ALIVE])
+        return int(self.arrays["counts"][self._engine.N_ALIVE])
 
     @property
     def constant(self) -> float:
         """Cost of the nodes fixed so far (R0, one-choice and RN nodes)."""
-        return float(self.graph.constant[0])
+        return float(self.arrays["constant"][0])
 
     @property
     def counts(self) -> dict[str, int]:
         """How many times each reduction ran, choices pruned and edges dropped."""
-        return dict(zip(self._engine.STAT_NAMES, self.graph.counts.tolist(), strict=False))
+        return dict(zip(self._engine.STAT_NAMES, self.arrays["counts"].tolist(), strict=False))
 
     def live_nodes(self) -> list[int]:
-        return np.flatnonzero(self.graph.alive).tolist()
+        return np.flatnonzero(self.arrays["alive"]).tolist()
 
     def domain(self, i: int) -> np.ndarray:
         """Node ``i``'s live choices (original indices)."""
-        g = self.graph
-        start = g.nstart[i]
-        return np.flatnonzero(g.live[start:start + g.K[i]])
+        start, size = self.arrays["nstart"][i], self.arrays["K"][i]
+        return np.flatnonzero(self.arrays["live"][start:start + size])
 
     def vector(self, i: int) -> np.ndarray:
         """Node ``i``'s current costs over its live choices."""
-        g = self.graph
-        start = g.nstart[i]
-        return g.vec[start:start + g.K[i]][self.domain(i)]
+        start, size = self.arrays["nstart"][i], self.arrays["K"][i]
+        return self.arrays["vec"][start:start + size][self.domain(i)]
 
     def kernel(self, nodes: list[int]) -> tuple[Problem, list[np.ndarray]]:
         """The live part of the graph as a :class:`Problem` over ``nodes`` (in that order) and
         their live choices; choice ``k`` of kernel node ``p`` is ``domains[p][k]``."""
-        g, problem = self.graph, self.problem
+        problem, sizes, estart = self.problem, self.arrays["K"], self.arrays["estart"]
         position = np.full(len(problem), -1, dtype=np.int64)
         position[nodes] = np.arange(len(nodes))
         domains = [self.domain(i) for i in nodes]
-        vectors = []
-        for i, dom in zip(nodes, domains, strict=True):
-            v = self.vector(i) if dom.size < g.K[i] else g.vec[g.nstart[i]:g.nstart[i] + g.K[i]].copy()
+        vectors = [self.vector(i) for i in nodes]  # copies (fancy indexing)
+        for v in vectors:
             v.flags.writeable = False
-            vectors.append(v)
-        found, first, second = self._engine.live_edges(g)
+        found, first, second = self._engine.live_edges(self.graph)
         entries = []
         for e, u, v in zip(found.tolist(), first.tolist(), second.tolist(), strict=True):
             p, q = int(position[u]), int(position[v])
             if p < 0 or q < 0:
                 continue
-            m = self.pool[g.estart[e]:g.estart[e] + g.K[u] * g.K[v]].reshape(g.K[u], g.K[v])
+            m = self.pool[estart[e]:estart[e] + sizes[u] * sizes[v]].reshape(sizes[u], sizes[v])
             m = m[np.ix_(domains[p], domains[q])]  # a copy, so later reductions cannot touch it
             if p > q:
                 p, q, m = q, p, np.ascontiguousarray(m.T)
