@@ -189,12 +189,12 @@ def _pack(node_costs: Sequence[np.ndarray], edge_i: np.ndarray, edge_j: np.ndarr
 
 
 def _merge_parallel(first: np.ndarray, second: np.ndarray, matrices: list[np.ndarray],
-                    names: list[tuple], keys: list[tuple]) -> tuple:
+                    names: np.ndarray, keys: list[tuple]) -> tuple:
     """Sum the matrices of edges joining the same node pair (parallel or opposite edges), checking
-    each before summing; each pair keeps the place, name and key of its first edge."""
+    each before summing; each pair keeps the place, name (orientation flag) and key of its first edge."""
     merged: dict[tuple[int, int], list] = {}
     pairs = zip(first.tolist(), second.tolist(), strict=True)
-    for pair, mat, name, key in zip(pairs, matrices, names, keys, strict=True):
+    for pair, mat, name, key in zip(pairs, matrices, names.tolist(), keys, strict=True):
         entry = merged.get(pair)
         if entry is None:
             merged[pair] = [mat, name, key]
@@ -209,7 +209,7 @@ def _merge_parallel(first: np.ndarray, second: np.ndarray, matrices: list[np.nda
         entry[0] = total
     pairs = np.array(list(merged), dtype=np.int64).reshape(-1, 2)
     mats, names, keys = (list(column) for column in zip(*merged.values(), strict=True))
-    return pairs[:, 0].copy(), pairs[:, 1].copy(), mats, names, keys
+    return pairs[:, 0].copy(), pairs[:, 1].copy(), mats, np.array(names, dtype=bool), keys
 
 
 def sum_down(values: Sequence[float]) -> float:
@@ -370,11 +370,10 @@ class Problem:
         nodes = tuple(graph.nodes)
         index = {n: i for i, n in enumerate(nodes)}
         given_nodes = given.nodes
-        node_data = graph.nodes
         for n in (n for n in nodes if n not in given_nodes):
             raise ProblemError(f"node {n!r} has no cost vector")
         vectors = [_as_vector(n, given_nodes[n]) for n in nodes]
-        labels = [data.get("choices") for data in node_data.values()]
+        labels = [data.get("choices") for _, data in graph.nodes(data=True)]
         for p, choices in enumerate(labels):
             if choices is None:
                 continue
@@ -426,10 +425,12 @@ class Problem:
         flip[transposed] ^= True
         for p in np.flatnonzero(flip).tolist():
             mats[p] = mats[p].T
+        named_backwards = pairs_i > pairs_j  # the graph names the edge (u, v) with u after v
         pairs_i, pairs_j = np.minimum(pairs_i, pairs_j), np.maximum(pairs_i, pairs_j)
-        names = [(e[0], e[1]) for e in graph_edges] if multigraph else graph_edges
-        if pairs_i.size and np.unique(pairs_i * len(nodes) + pairs_j).size < pairs_i.size:
-            pairs_i, pairs_j, mats, names, keys = _merge_parallel(pairs_i, pairs_j, mats, names, keys)
+        codes = np.sort(pairs_i * len(nodes) + pairs_j)  # a pair given twice: parallel or opposite edges
+        if (codes[1:] == codes[:-1]).any():
+            pairs_i, pairs_j, mats, named_backwards, keys = _merge_parallel(
+                pairs_i, pairs_j, mats, named_backwards, keys)
 
         # Copy everything into two flat read-only buffers (the user's arrays are never shared,
         # so never mutated) and check all values with a few vectorised reductions.
@@ -443,16 +444,19 @@ class Problem:
         _check_total(packed, nodes, keys)
         flat, start = packed.node_flat, packed.node_start.tolist()
         node_costs = tuple(flat[s:s + n] for s, n in zip(start, sizes, strict=True))
-        shapes = [m.shape for m in mats]
+        # The lazy mappings below keep arrays only: a list of tuples would outlive this call and
+        # be scanned by every later garbage collection.
 
         def views() -> dict[tuple[int, int], np.ndarray]:
-            flat, start = packed.edge_flat, packed.edge_start.tolist()
+            flat, start, cols = packed.edge_flat, packed.edge_start.tolist(), packed.edge_cols.tolist()
             pairs = zip(pairs_i.tolist(), pairs_j.tolist(), strict=True)
-            return {pair: flat[s:s + r * c].reshape(r, c)
-                    for s, pair, (r, c) in zip(start, pairs, shapes, strict=True)}
+            return {(i, j): flat[s:s + sizes[i] * c].reshape(sizes[i], c)
+                    for s, (i, j), c in zip(start, pairs, cols, strict=True)}
 
         def edge_names() -> dict[tuple[int, int], tuple[Hashable, Hashable]]:
-            return dict(zip(zip(pairs_i.tolist(), pairs_j.tolist(), strict=True), names, strict=True))
+            ends = zip(pairs_i.tolist(), pairs_j.tolist(), named_backwards.tolist(), strict=True)
+            return {(i, j): (nodes[j], nodes[i]) if backwards else (nodes[i], nodes[j])
+                    for i, j, backwards in ends}
 
         problem = cls(nodes, node_costs, _Lazy(views, len(mats)), tuple(labels), _Lazy(edge_names, len(mats)))
         object.__setattr__(problem, "_packed", packed)
