@@ -92,3 +92,19 @@ def test_when_the_engines_integer_costs_are_too_coarse_dp_takes_over(monkeypatch
     monkeypatch.setitem(DP.options, "max_table_size", Option.number(1.0, "too small for any kernel"))
     refused = layoutopt.solve(graph, costs, dp_max_table=0)
     assert refused.status == "feasible" and "dp cannot take over" in refused.message
+
+
+def test_an_answer_stopped_by_the_limit_leaves_no_single_move_that_helps():
+    # dense random costs with 16 choices (issue 13's random K=16 kind): no engine proves them in 0.5 s,
+    # and toulbar2's incumbent then still had improving single moves
+    rng = np.random.default_rng(3)
+    graph = nx.random_regular_graph(3, 300, seed=3)
+    costs = {"nodes": {v: rng.integers(0, 100, 16).astype(float) for v in graph},
+             "edges": {e: rng.integers(0, 100, (16, 16)).astype(float) for e in graph.edges}}
+    problem = Problem.from_graph(graph, costs)
+    sol = layoutopt.solve_problem(problem, "auto", time_limit=0.5)
+    assert sol.status == "feasible" and sol.stats["icm_moves"] >= 0
+    choice = [sol.assignment[n] for n in problem.nodes]
+    for i in range(len(problem)):
+        local = problem.node_costs[i] + sum(problem.edge(i, j)[:, choice[j]] for j in problem.neighbors(i))
+        assert local.min() >= local[choice[i]]

@@ -130,23 +130,31 @@ class WorkingGraph:
     def kernel(self, nodes: list[int]) -> tuple[Problem, list[np.ndarray]]:
         """The live part of the graph as a :class:`Problem` over ``nodes`` (in that order) and
         their live choices; choice ``k`` of kernel node ``p`` is ``domains[p][k]``."""
-        problem, sizes, estart = self.problem, self.arrays["K"], self.arrays["estart"]
+        problem, arrays, pool = self.problem, self.arrays, self.pool
+        sizes, estart, vec = arrays["K"], arrays["estart"], arrays["vec"]
         position = np.full(len(problem), -1, dtype=np.int64)
         position[nodes] = np.arange(len(nodes))
-        domains = [self.domain(i) for i in nodes]
-        vectors = [self.vector(i) for i in nodes]  # copies (fancy indexing)
-        for v in vectors:
-            v.flags.writeable = False
+        # without pruning (the common case) every choice is live: slices, no fancy indexing
+        pruned = (arrays["nlive"][nodes] < sizes[nodes]).tolist()
+        domains, vectors = [], []
+        for i, cut in zip(nodes, pruned, strict=True):
+            start, size = arrays["nstart"][i], sizes[i]
+            domains.append(self.domain(i) if cut else np.arange(size))
+            vectors.append(vec[start:start + size][domains[-1]] if cut else vec[start:start + size].copy())
+            vectors[-1].flags.writeable = False
         found, first, second = self._engine.live_edges(self.graph)
         entries = []
         for e, u, v in zip(found.tolist(), first.tolist(), second.tolist(), strict=True):
             p, q = int(position[u]), int(position[v])
             if p < 0 or q < 0:
                 continue
-            m = self.pool[estart[e]:estart[e] + sizes[u] * sizes[v]].reshape(sizes[u], sizes[v])
-            m = m[np.ix_(domains[p], domains[q])]  # a copy, so later reductions cannot touch it
+            m = pool[estart[e]:estart[e] + sizes[u] * sizes[v]].reshape(sizes[u], sizes[v])
+            if pruned[p] or pruned[q]:
+                m = m[np.ix_(domains[p], domains[q])]
+            # a copy (C order), so that later reductions cannot touch it
+            m = m.T.copy() if p > q else m.copy()
             if p > q:
-                p, q, m = q, p, np.ascontiguousarray(m.T)
+                p, q = q, p
             m.flags.writeable = False
             entries.append(((p, q), m))
         entries.sort(key=lambda entry: entry[0])
