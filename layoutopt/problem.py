@@ -6,11 +6,9 @@ index-based :class:`Problem` that every solver receives. Solvers never see raw i
 
 from __future__ import annotations
 
-import gc
 import math
 import sys
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -18,6 +16,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from ._gc import paused_gc
 from .errors import ProblemError
 
 __all__ = ["MAX_COST_TOTAL", "Costs", "Problem", "evaluate", "sum_down"]
@@ -241,20 +240,6 @@ def _check_total(packed: _Packed, nodes: Sequence[Hashable], edge_keys: Sequence
     )
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: validating a large graph allocates tens of thousands
-    of small objects, none of them cyclic garbage, and each collection they trigger also scans the
-    user's graph (10 % of a 10,000-node ``pbqp`` solve)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class _Lazy(Mapping):
     """A dict made on first use by ``factory``: :meth:`Problem.from_graph` hands out the edge
     matrices (views of the packed buffer) and their names this way, since a large graph has tens of
@@ -359,7 +344,7 @@ class Problem:
         Raises:
             ProblemError: naming the node or edge at fault.
         """
-        with _gc_paused():
+        with paused_gc():
             return cls._validate(graph, costs)
 
     @classmethod

@@ -13,20 +13,19 @@ and :func:`paused_gc`.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import importlib.util
 import math
 import multiprocessing
 import numbers
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
+from .._gc import paused_gc
 from ..errors import MissingExtraError, ProblemError
 from ..problem import Problem
 from ..solution import Status
@@ -259,23 +258,6 @@ def heuristic_assignment(problem: Problem, deadline: Deadline | None = None) -> 
         return None
     assignment = np.asarray(result.assignment, dtype=np.int64)
     return assignment if math.isfinite(problem.evaluate(assignment)) else None
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a solver model is built.
-
-    A build allocates some 10**5 small objects (variable proxies) and no reference cycles; each
-    collection those allocations trigger walks every object of the process, tens of milliseconds in a
-    large one, which a time limit would pay for. Reference counting still frees everything.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 #: seconds an engine may overrun the deadline before :func:`run_until` stops it (its own limit comes first)
