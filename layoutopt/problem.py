@@ -147,44 +147,38 @@ class _Packed:
     node_size: np.ndarray
     node_min: np.ndarray
     node_max: np.ndarray
-    node_magnitude: np.ndarray  # largest finite |cost| of each node (0 if none)
     edge_flat: np.ndarray
     edge_start: np.ndarray  # aligned with the order of Problem.edges
     edge_min: np.ndarray
     edge_max: np.ndarray
-    edge_magnitude: np.ndarray
     edge_i: np.ndarray
     edge_j: np.ndarray
     edge_cols: np.ndarray  # K_j of each edge
 
 
-def _flatten(arrays: list[np.ndarray]) -> tuple[np.ndarray, ...]:
-    """One read-only copy of ``arrays`` (C order each), the start of each, and each one's min, max
-    and largest finite absolute value."""
+def _flatten(arrays: list[np.ndarray], sizes: np.ndarray) -> tuple[np.ndarray, ...]:
+    """One read-only copy of ``arrays`` (C order each; ``sizes[a]`` entries each), the start of each,
+    and each one's min and max."""
     if not arrays:
         empty = np.zeros(0)
-        return empty, np.zeros(0, dtype=np.int64), empty, empty, empty
+        return empty, np.zeros(0, dtype=np.int64), empty, empty
     # a copy: the caller's arrays are never shared (ravel: C order, and 3x faster than axis=None)
     flat = np.concatenate([a.ravel() for a in arrays])
-    sizes = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
     start = np.zeros(len(arrays), dtype=np.int64)
     np.cumsum(sizes[:-1], out=start[1:])
     flat.flags.writeable = False
-    magnitude = np.abs(flat)
-    magnitude[~(magnitude < math.inf)] = 0.0  # inf (forbidden) and NaN (refused anyway) count as 0
     # minimum propagates NaN, so one comparison of the minima finds NaN and -inf
-    return (flat, start, np.minimum.reduceat(flat, start), np.maximum.reduceat(flat, start),
-            np.maximum.reduceat(magnitude, start))
+    return flat, start, np.minimum.reduceat(flat, start), np.maximum.reduceat(flat, start)
 
 
 def _pack(node_costs: Sequence[np.ndarray], edge_i: np.ndarray, edge_j: np.ndarray,
           matrices: Sequence[np.ndarray]) -> _Packed:
-    """Pack the node vectors and the ``(edge_i[e], edge_j[e])`` matrices."""
-    node_flat, node_start, node_min, node_max, node_magnitude = _flatten(list(node_costs))
-    edge_flat, edge_start, edge_min, edge_max, edge_magnitude = _flatten(list(matrices))
+    """Pack the node vectors and the ``(edge_i[e], edge_j[e])`` matrices (``(K_i, K_j)`` each)."""
     sizes = np.fromiter((c.size for c in node_costs), dtype=np.int64, count=len(node_costs))
-    return _Packed(node_flat, node_start, sizes, node_min, node_max, node_magnitude, edge_flat, edge_start,
-                   edge_min, edge_max, edge_magnitude, edge_i, edge_j, sizes[edge_j])
+    node_flat, node_start, node_min, node_max = _flatten(list(node_costs), sizes)
+    edge_flat, edge_start, edge_min, edge_max = _flatten(list(matrices), sizes[edge_i] * sizes[edge_j])
+    return _Packed(node_flat, node_start, sizes, node_min, node_max, edge_flat, edge_start, edge_min,
+                   edge_max, edge_i, edge_j, sizes[edge_j])
 
 
 def _merge_parallel(first: np.ndarray, second: np.ndarray, matrices: list[np.ndarray],
@@ -225,10 +219,26 @@ def sum_down(values: Sequence[float]) -> float:
     return total
 
 
+def _magnitudes(flat: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The largest finite absolute value of each packed array (0 if none)."""
+    if not start.size:
+        return np.zeros(0)
+    magnitude = np.abs(flat)
+    magnitude[~(magnitude < math.inf)] = 0.0  # inf (forbidden) and NaN (refused anyway) count as 0
+    return np.maximum.reduceat(magnitude, start)
+
+
 def _check_total(packed: _Packed, nodes: Sequence[Hashable], edge_keys: Sequence[tuple]) -> None:
     """Refuse finite costs so large that an objective could overflow (see :data:`MAX_COST_TOTAL`)."""
+    # Settled at once in the usual case: the largest finite |cost| times the number of arrays.
+    count = packed.node_start.size + packed.edge_start.size
+    largest = max((float(np.max(np.abs(flat), where=flat < math.inf, initial=0.0))
+                   for flat in (packed.node_flat, packed.edge_flat)), default=0.0)
+    if largest * count <= MAX_COST_TOTAL:
+        return
     with np.errstate(over="ignore"):  # inf is a fine answer here
-        running = np.cumsum(np.concatenate([packed.node_magnitude, packed.edge_magnitude]))
+        running = np.cumsum(np.concatenate([_magnitudes(packed.node_flat, packed.node_start),
+                                            _magnitudes(packed.edge_flat, packed.edge_start)]))
     if not running.size or running[-1] <= MAX_COST_TOTAL:
         return
     first = int(np.argmax(running > MAX_COST_TOTAL))
