@@ -114,7 +114,7 @@ for line in sys.stdin:  # one request per round: run for min_seconds, answer the
 def time_with_onnxruntime(executables: dict, inputs: list, onnx_path: Path, size: int, threads: int,
                           rounds: int, min_seconds: float = 0.1) -> tuple[dict[str, list[float]], dict]:
     """Latency samples of TVM builds and ONNX Runtime in the same interleaved rounds (one sample of each
-    per round; ORT in a subprocess, idle while TVM runs), and ORT's version."""
+    per round, in an order that rotates; ORT in a subprocess, idle while TVM runs), and ORT's version."""
     from layoutopt.tvm.timing import time_builds
 
     payload = json.dumps([str(onnx_path), size, threads])
@@ -124,14 +124,19 @@ def time_with_onnxruntime(executables: dict, inputs: list, onnx_path: Path, size
     assert server.stdin is not None and server.stdout is not None
     info = json.loads(server.stdout.readline())
     samples: dict[str, list[float]] = {name: [] for name in [*executables, "onnxruntime"]}
+    names = list(samples)
     try:
-        for _ in range(rounds):
-            for name, values in time_builds(executables, inputs, repeat=1,
-                                            min_repeat_ms=int(min_seconds * 1e3)).items():
-                samples[name] += values
-            server.stdin.write(f"{min_seconds}\n")
-            server.stdin.flush()
-            samples["onnxruntime"].append(float(server.stdout.readline()))
+        for round_ in range(rounds):
+            # the order rotates from round to round: ONNX Runtime is not always last, nor any build first
+            shift = round_ % len(names)
+            for name in names[shift:] + names[:shift]:
+                if name == "onnxruntime":
+                    server.stdin.write(f"{min_seconds}\n")
+                    server.stdin.flush()
+                    samples[name].append(float(server.stdout.readline()))
+                else:
+                    samples[name] += time_builds({name: executables[name]}, inputs, repeat=1,
+                                                 min_repeat_ms=int(min_seconds * 1e3))[name]
     finally:
         server.stdin.close()
         server.wait(timeout=60)

@@ -156,8 +156,8 @@ def time_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], re
     ``runner`` runs code (default: this machine).
 
     On a shared machine the load drifts; interleaving exposes every build to the same drift, which
-    keeps their ratios honest where back-to-back timing would not. Each sample averages runs over
-    ``min_repeat_ms``.
+    keeps their ratios honest where back-to-back timing would not, and the order rotates from round to
+    round. Each sample averages runs over ``min_repeat_ms``.
 
     Example::
 
@@ -170,10 +170,14 @@ def time_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], re
         vm["main"](*args)  # warm up
         timers[name] = vm.time_evaluator("main", device, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
     samples: dict[str, list[float]] = {name: [] for name in executables}
+    names = list(timers)
     with one_blas_thread():
-        for _ in range(repeat):
-            for name, timer in timers.items():
-                samples[name].extend(timer(*args).results)
+        for round_ in range(repeat):
+            # each round starts one build further on, so that no build always runs first (after a pause,
+            # with the thread pool asleep) or right after the same neighbour
+            shift = round_ % len(names)
+            for name in names[shift:] + names[:shift]:
+                samples[name].extend(timers[name](*args).results)
     return samples
 
 
