@@ -29,7 +29,7 @@ from collections.abc import Iterable
 __all__ = ["cpu_model", "isa", "llvm_mcpu", "stamp", "stamp_line", "usable_cores"]
 
 #: packages named in every stamp when installed (callers add their own, e.g. torch)
-PACKAGES = ("layoutopt", "numpy", "networkx", "ortools", "pytoulbar2", "highspy", "apache-tvm")
+PACKAGES = ("layoutopt", "numpy", "numba", "networkx", "ortools", "pytoulbar2", "highspy", "apache-tvm")
 
 
 def _cpuinfo() -> dict[str, str]:
