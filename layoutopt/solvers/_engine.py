@@ -1,5 +1,5 @@
 """The compiled core of :mod:`~layoutopt.solvers.reductions`: the working graph as flat arrays,
-and the reductions, RN's loop and back-propagation as numba functions over them.
+and the reductions, RN's loop, back-propagation and ``pbqp``'s ICM as numba functions over them.
 
 Why compiled: in Python each reduction cost a few numpy calls on tiny arrays, and ``pbqp`` spent
 40-130 ms per 1000 nodes in that overhead. Here a reduction is a few loops over at most a few
@@ -15,8 +15,10 @@ Representation (every choice index is the problem's original one):
 - incidence records ``2e`` (owned by ``eu[e]``) and ``2e + 1`` (owned by ``ev[e]``), one doubly
   linked list per node (``head``, ``nxt``, ``prv``), so removing a node costs its degree.
 
-Every function takes the :class:`Graph` tuple; those that may create an edge also take and return
-the pool, which grows by reallocation.
+Every function takes the :class:`Graph` (one StructRef); those that may create an edge also take
+and return the pool, which grows by reallocation. Functions compile on first use into numba's disk
+cache (about 12 s after installing); :func:`_warm_up`, at import, makes that happen here rather than
+inside a solve's time limit.
 """
 
 from __future__ import annotations
