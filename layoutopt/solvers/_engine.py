@@ -123,30 +123,38 @@ def build(sizes: np.ndarray, node_flat: np.ndarray, edge_flat: np.ndarray, edge_
 
 
 @njit(cache=True)
+def _node_list():
+    """An empty list of node indices (a worklist or a queue)."""
+    nodes = [np.int64(0)]
+    nodes.pop()
+    return nodes
+
+
+@njit(cache=True)
 def _link(g, r):
     """Put record ``r`` at the head of its owner's list."""
-    owner = g.eu[r >> 1] if r & 1 == 0 else g.ev[r >> 1]
-    first = g.head[owner]
+    i = owner(g, r)
+    first = g.head[i]
     g.nxt[r] = first
     g.prv[r] = -1
     if first != -1:
         g.prv[first] = r
-    g.head[owner] = r
-    g.deg[owner] += 1
+    g.head[i] = r
+    g.deg[i] += 1
 
 
 @njit(cache=True)
 def _unlink(g, r):
-    owner = g.eu[r >> 1] if r & 1 == 0 else g.ev[r >> 1]
+    i = owner(g, r)
     before, after = g.prv[r], g.nxt[r]
     if before == -1:
-        g.head[owner] = after
+        g.head[i] = after
     else:
         g.nxt[before] = after
     if after != -1:
         g.prv[after] = before
     g.prv[r] = UNLINKED
-    g.deg[owner] -= 1
+    g.deg[i] -= 1
 
 
 @njit(cache=True)
@@ -159,6 +167,12 @@ def _link_all(g, coupling):
         else:
             dropped += 1
     g.counts[DROPPED] += dropped
+
+
+@njit(cache=True, inline="always")
+def owner(g, r):
+    """The node that record ``r`` belongs to."""
+    return g.eu[r >> 1] if r & 1 == 0 else g.ev[r >> 1]
 
 
 @njit(cache=True, inline="always")
@@ -256,7 +270,7 @@ def _prune_forbidden(g, i, queue, worklist):
 @njit(cache=True)
 def _check_support(g, pool, r, queue, worklist):
     """Remove the choices of ``r``'s owner that no live choice at the other end allows."""
-    i = g.eu[r >> 1] if r & 1 == 0 else g.ev[r >> 1]
+    i = owner(g, r)
     far = other(g, r)
     si, sf = g.nstart[i], g.nstart[far]
     pruned = False
@@ -291,10 +305,8 @@ def _propagate(g, pool, queue, worklist):
 def prune_all(g, pool):
     """Remove every forbidden choice of the live nodes, and keep doing so after each reduction."""
     g.counts[PRUNING] = 1
-    worklist = [np.int64(0)]
-    worklist.pop()
-    queue = [np.int64(0)]
-    queue.pop()
+    worklist = _node_list()
+    queue = _node_list()
     n = g.K.size
     for i in range(n):
         if g.alive[i]:
@@ -349,8 +361,7 @@ def fix(g, pool, y, k, worklist):
 def _vector_changed(g, pool, x, worklist):
     _touch_vector(g, x)
     if g.counts[PRUNING]:
-        queue = [np.int64(0)]
-        queue.pop()
+        queue = _node_list()
         _prune_forbidden(g, x, queue, worklist)
         _propagate(g, pool, queue, worklist)
 
@@ -405,8 +416,7 @@ def _set_edge(g, pool, x, z, delta, worklist):
     g.stale[x] = True
     g.stale[z] = True
     if g.counts[PRUNING] and linked:
-        queue = [np.int64(0)]
-        queue.pop()
+        queue = _node_list()
         _check_support(g, pool, r, queue, worklist)
         _check_support(g, pool, r ^ 1, queue, worklist)
         _propagate(g, pool, queue, worklist)
@@ -466,11 +476,17 @@ def _reduce_one(g, pool, y, worklist):
     return pool
 
 
+@njit(cache=True, inline="always")
+def _reducible(g, y):
+    """Whether an exact reduction applies to node ``y``: R0/RI/RII (degree <= 2) or R1 (one choice)."""
+    return g.alive[y] and (g.deg[y] <= 2 or g.nlive[y] == 1)
+
+
 @njit(cache=True)
 def _reduce_exact(g, pool, worklist):
     while len(worklist):
         y = worklist.pop()
-        if g.alive[y] and (g.deg[y] <= 2 or g.nlive[y] == 1):
+        if _reducible(g, y):
             pool = _reduce_one(g, pool, y, worklist)
     return pool
 
@@ -478,10 +494,9 @@ def _reduce_exact(g, pool, worklist):
 @njit(cache=True)
 def reduce_exact(g, pool):
     """R1/R0/RI/RII (and pruning, once switched on) until every live node has degree >= 3."""
-    worklist = [np.int64(0)]
-    worklist.pop()
+    worklist = _node_list()
     for y in range(g.K.size):
-        if g.alive[y] and (g.deg[y] <= 2 or g.nlive[y] == 1):
+        if _reducible(g, y):
             worklist.append(y)
     return _reduce_exact(g, pool, worklist)
 
@@ -560,6 +575,16 @@ def _rank(g, pool, y, out, reply):
 
 
 @njit(cache=True)
+def _rerank(g, pool, y, out, reply, key, choice):
+    """Rank ``y`` again: store its locally minimal choice and its heap key (minus its confidence),
+    and return the key."""
+    confidence, best = _rank(g, pool, y, out, reply)
+    choice[y] = best
+    key[y] = -confidence
+    return key[y]
+
+
+@njit(cache=True)
 def reduce_by_rn(g, pool, deadline):
     """RN until the graph is empty: fix the most confident node at its locally minimal choice, then
     the exact reductions again. Confidences live in a lazy max-heap: a node touched by a reduction
@@ -577,15 +602,11 @@ def reduce_by_rn(g, pool, deadline):
     heap.pop()
     for y in range(n):
         if g.alive[y]:
-            confidence, best = _rank(g, pool, y, out, reply)
-            choice[y] = best
-            key[y] = -confidence
-            heap.append((key[y], np.int64(y)))
+            heap.append((_rerank(g, pool, y, out, reply, key, choice), np.int64(y)))
     heapq.heapify(heap)
     g.stale[:] = False
     expired = False
-    worklist = [np.int64(0)]
-    worklist.pop()
+    worklist = _node_list()
     steps = 0
     while g.counts[N_ALIVE] > 0:
         priority, y = heapq.heappop(heap)
@@ -593,10 +614,7 @@ def reduce_by_rn(g, pool, deadline):
             continue  # removed, or an outdated entry
         if g.stale[y] and not expired:
             g.stale[y] = False
-            confidence, best = _rank(g, pool, y, out, reply)
-            choice[y] = best
-            key[y] = -confidence
-            heapq.heappush(heap, (key[y], y))
+            heapq.heappush(heap, (_rerank(g, pool, y, out, reply, key, choice), y))
             continue
         k = choice[y]
         if not g.live[g.nstart[y] + k]:  # a stale choice, past the deadline, that was pruned since
@@ -642,19 +660,16 @@ def backpropagate(g, pool, choices):
 @njit(cache=True)
 def live_edges(g):
     """Each edge between live nodes, once: ``(edge, first end, second end)`` arrays."""
+    total = g.counts[N_EDGES]
+    edges = np.empty(total, dtype=np.int64)
+    first = np.empty(total, dtype=np.int64)
+    second = np.empty(total, dtype=np.int64)
     count = 0
-    for e in range(g.counts[N_EDGES]):
-        if g.prv[2 * e] != UNLINKED and g.alive[g.eu[e]] and g.alive[g.ev[e]]:
-            count += 1
-    edges = np.empty(count, dtype=np.int64)
-    first = np.empty(count, dtype=np.int64)
-    second = np.empty(count, dtype=np.int64)
-    count = 0
-    for e in range(g.counts[N_EDGES]):
+    for e in range(total):
         if g.prv[2 * e] != UNLINKED and g.alive[g.eu[e]] and g.alive[g.ev[e]]:
             edges[count], first[count], second[count] = e, g.eu[e], g.ev[e]
             count += 1
-    return edges, first, second
+    return edges[:count], first[:count], second[:count]
 
 
 # --- ICM (pbqp's polish) ----------------------------------------------------------------------
@@ -717,7 +732,7 @@ def icm_sweep(node_flat, node_start, node_size, edge_flat, edge_start, edge_i, e
 
 def _warm_up() -> None:
     """Run every compiled function once on a tiny graph, so that all of them compile (first use
-    after installing: about 10 s, then cached on disk) or load from the cache here, at import,
+    after installing: about 12 s, then cached on disk) or load from the cache here, at import,
     rather than inside a later solve's time limit."""
     sizes = np.array([2, 2, 2, 2], dtype=np.int64)
     edge_i = np.array([0, 0, 0, 1, 1, 2], dtype=np.int64)
