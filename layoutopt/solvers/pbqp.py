@@ -64,10 +64,7 @@ def _solve_small_kernel(graph: WorkingGraph) -> tuple[list[int] | None, dict[str
     counts = {**graph.counts, "kernel_dp": len(nodes)}
     if kernel_choices is None:
         return None, counts, "every assignment of the reduced kernel costs inf"
-    choices: list[int | None] = [None] * len(graph.problem)
-    for i, k, domain in zip(nodes, kernel_choices, domains, strict=True):
-        choices[i] = int(domain[k])
-    return graph.backpropagate(choices), counts, None
+    return graph.expand(nodes, domains, kernel_choices), counts, None
 
 
 def run_pbqp(problem: Problem, prune: bool = False, deadline: Deadline | None = None
@@ -98,8 +95,7 @@ def run_pbqp(problem: Problem, prune: bool = False, deadline: Deadline | None = 
         if graph.counts["RN"] == 0:  # only exact steps so far: a proof
             return None, graph.counts, str(exc)
         return None, graph.counts, None
-    choices = graph.backpropagate([None] * len(problem))
-    return choices, graph.counts, None
+    return graph.expand(), graph.counts, None
 
 
 def icm(problem: Problem, assignment: np.ndarray, max_sweeps: int = 10,

@@ -140,7 +140,7 @@ class WorkingGraph:
         for i, cut in zip(nodes, pruned, strict=True):
             start, size = arrays["nstart"][i], sizes[i]
             domains.append(self.domain(i) if cut else np.arange(size))
-            vectors.append(vec[start:start + size][domains[-1]] if cut else vec[start:start + size].copy())
+            vectors.append(self.vector(i) if cut else vec[start:start + size].copy())
             vectors[-1].flags.writeable = False
         found, first, second = self._engine.live_edges(self.graph)
         entries = []
@@ -152,9 +152,10 @@ class WorkingGraph:
             if pruned[p] or pruned[q]:
                 m = m[np.ix_(domains[p], domains[q])]
             # a copy (C order), so that later reductions cannot touch it
-            m = m.T.copy() if p > q else m.copy()
             if p > q:
-                p, q = q, p
+                p, q, m = q, p, m.T.copy()
+            else:
+                m = m.copy()
             m.flags.writeable = False
             entries.append(((p, q), m))
         entries.sort(key=lambda entry: entry[0])
@@ -168,12 +169,17 @@ class WorkingGraph:
 
     # --- back-propagation -------------------------------------------------------------------
 
-    def backpropagate(self, choices: list[int | None]) -> list[int]:
-        """Complete ``choices`` (original indices; set for the nodes not reduced).
+    def expand(self, nodes: Sequence[int] = (), domains: Sequence[np.ndarray] = (),
+               kernel_assignment: Sequence[int] = ()) -> list[int]:
+        """An assignment of the whole problem from one of the live nodes ``nodes`` (local choice
+        ``kernel_assignment[p]`` of node ``nodes[p]`` is its original choice ``domains[p][k]``; none
+        once RN emptied the graph).
 
-        Pops the stack in reverse: each node takes its argmin given its neighbours' choices.
+        Pops the stack in reverse: each reduced node takes its argmin given its neighbours' choices.
         """
-        known = np.array([-1 if c is None else c for c in choices], dtype=np.int64)
+        known = np.full(len(self.problem), -1, dtype=np.int64)
+        for i, k, domain in zip(nodes, kernel_assignment, domains, strict=True):
+            known[i] = domain[int(k)]
         return self._engine.backpropagate(self.graph, self.pool, known).tolist()
 
 
@@ -216,12 +222,8 @@ class Reduction:
             raise ValueError(
                 f"kernel assignment has {len(kernel_assignment)} entries, the kernel {len(self.kernel_nodes)}"
             )
-        graph = self._graph
-        assert graph is not None
-        choices: list[int | None] = [None] * len(graph.problem)
-        for i, k, dom in zip(self.kernel_nodes, kernel_assignment, self.kernel_choices, strict=True):
-            choices[i] = int(dom[int(k)])
-        return graph.backpropagate(choices)
+        assert self._graph is not None
+        return self._graph.expand(self.kernel_nodes, self.kernel_choices, kernel_assignment)
 
     def lower_bound(self, kernel_bound: float) -> float:
         """A bound on the problem's optimum from a bound on the kernel's."""
