@@ -119,7 +119,7 @@ MAX_COST_TOTAL = sys.float_info.max / 2
 
 def _as_matrix(edge: tuple, value: Any, shape: tuple[int, int]) -> np.ndarray:
     """``value`` as a float64 matrix of ``shape`` (no copy when it already is one); values checked later."""
-    if type(value) is np.ndarray and value.dtype == np.float64 and value.shape == shape:
+    if type(value) is np.ndarray and value.dtype is _FLOAT64 and value.shape == shape:
         return value  # the common case, without the conversion machinery
     _refuse_complex(value, "edge", edge)
     try:
@@ -409,11 +409,7 @@ class Problem:
         shapes = [(sizes[i], sizes[j]) for i, j in zip(firsts, seconds, strict=True)]
         for p in transposed:
             shapes[p] = shapes[p][::-1]
-        mats = [
-            value if type(value) is np.ndarray and value.dtype is _FLOAT64 and value.shape == shape
-            else _as_matrix(key, value, shape)
-            for key, value, shape in zip(keys, [given_edges[key] for key in keys], shapes, strict=True)
-        ]
+        mats = [_as_matrix(key, given_edges[key], shape) for key, shape in zip(keys, shapes, strict=True)]
         pairs_i = np.array(firsts, dtype=np.int64)
         pairs_j = np.array(seconds, dtype=np.int64)
         flip = pairs_i > pairs_j  # stored as (i, j) with i < j, transposed where needed
