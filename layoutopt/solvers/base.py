@@ -7,8 +7,7 @@ its :class:`Option` specs, and returns a :class:`SolverResult` holding index cho
 original costs, so back-ends stay small.
 
 Also here, for every back-end that needs them: :func:`heuristic_assignment` (a warm start and a
-fallback for the exact engines), :func:`run_until` (an engine that does not keep its own time limit)
-and :func:`paused_gc`.
+fallback for the exact engines) and :func:`run_until` (an engine that does not keep its own time limit).
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._gc import paused_gc
 from ..errors import MissingExtraError, ProblemError
 from ..problem import Problem
 from ..solution import Status
@@ -36,7 +34,6 @@ __all__ = [
     "Solver",
     "SolverResult",
     "heuristic_assignment",
-    "paused_gc",
     "run_until",
 ]
 

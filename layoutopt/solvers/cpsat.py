@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .._gc import paused_gc
 from ..errors import InternalError
 from ..machine import usable_cores
 from ..problem import Problem
@@ -34,7 +35,6 @@ from .base import (
     Solver,
     SolverResult,
     heuristic_assignment,
-    paused_gc,
     run_until,
 )
 from .marginal import marginal_model

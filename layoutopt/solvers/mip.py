@@ -22,10 +22,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .._gc import paused_gc
 from ..errors import ProblemError
 from ..problem import Problem
 from . import register
-from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment, paused_gc, run_until
+from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment, run_until
 from .marginal import marginal_model
 from .scaling import scale_costs
 
