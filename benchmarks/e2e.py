@@ -115,7 +115,7 @@ def time_with_onnxruntime(executables: dict, inputs: list, onnx_path: Path, size
                           rounds: int, min_seconds: float = 0.1) -> tuple[dict[str, list[float]], dict]:
     """Latency samples of TVM builds and ONNX Runtime in the same interleaved rounds (one sample of each
     per round, in an order that rotates; ORT in a subprocess, idle while TVM runs), and ORT's version."""
-    from layoutopt.tvm.timing import time_builds
+    from layoutopt.tvm.timing import rotated, time_builds
 
     payload = json.dumps([str(onnx_path), size, threads])
     server = subprocess.Popen([sys.executable, "-c", _ORT_SERVER, payload],
@@ -124,12 +124,9 @@ def time_with_onnxruntime(executables: dict, inputs: list, onnx_path: Path, size
     assert server.stdin is not None and server.stdout is not None
     info = json.loads(server.stdout.readline())
     samples: dict[str, list[float]] = {name: [] for name in [*executables, "onnxruntime"]}
-    names = list(samples)
     try:
         for round_ in range(rounds):
-            # the order rotates from round to round: ONNX Runtime is not always last, nor any build first
-            shift = round_ % len(names)
-            for name in names[shift:] + names[:shift]:
+            for name in rotated(list(samples), round_):  # ONNX Runtime is not always last
                 if name == "onnxruntime":
                     server.stdin.write(f"{min_seconds}\n")
                     server.stdin.flush()

@@ -27,8 +27,8 @@ from ..errors import ProblemError
 from ._tvm import import_tvm, one_blas_thread
 from .runner import LocalRunner, Runner
 
-__all__ = ["Latency", "measure_latencies", "measure_latency", "random_inputs", "relative_error", "run",
-           "time_builds"]
+__all__ = ["Latency", "measure_latencies", "measure_latency", "random_inputs", "relative_error", "rotated",
+           "run", "time_builds"]
 
 
 def random_inputs(mod, seed: int = 0) -> list[np.ndarray]:
@@ -170,15 +170,24 @@ def time_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], re
         vm["main"](*args)  # warm up
         timers[name] = vm.time_evaluator("main", device, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
     samples: dict[str, list[float]] = {name: [] for name in executables}
-    names = list(timers)
     with one_blas_thread():
         for round_ in range(repeat):
-            # each round starts one build further on, so that no build always runs first (after a pause,
-            # with the thread pool asleep) or right after the same neighbour
-            shift = round_ % len(names)
-            for name in names[shift:] + names[:shift]:
+            for name in rotated(list(timers), round_):
                 samples[name].extend(timers[name](*args).results)
     return samples
+
+
+def rotated(names: Sequence[str], round_: int) -> list[str]:
+    """The order of ``names`` in interleaved round ``round_``: each round starts one further on, so
+    that nothing always runs first (after a pause, with the thread pool asleep) or right after the
+    same neighbour.
+
+    Example:
+        >>> rotated(["a", "b", "c"], 1), rotated(["a", "b", "c"], 3)
+        (['b', 'c', 'a'], ['a', 'b', 'c'])
+    """
+    shift = round_ % len(names) if names else 0
+    return [*names[shift:], *names[:shift]]
 
 
 def measure_latencies(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], repeat: int = 5,
