@@ -103,37 +103,33 @@ x = {session.get_inputs()[0].name: data}
 for _ in range(3):
     session.run(None, x)
 print(json.dumps({"onnxruntime": ort.__version__}), flush=True)
-for line in sys.stdin:  # one request per round: run for min_seconds, answer the mean of the runs
-    runs, start = 0, time.perf_counter()
-    while time.perf_counter() - start < float(line):
-        session.run(None, x); runs += 1
-    print((time.perf_counter() - start) / runs, flush=True)
+for line in sys.stdin:  # one request per round: one run, timed
+    start = time.perf_counter()
+    session.run(None, x)
+    print(time.perf_counter() - start, flush=True)
 """
 
 
 def time_with_onnxruntime(executables: dict, inputs: list, onnx_path: Path, size: int, threads: int,
-                          rounds: int, min_seconds: float = 0.1) -> tuple[dict[str, list[float]], dict]:
-    """Latency samples of TVM builds and ONNX Runtime in the same interleaved rounds (one sample of each
+                          rounds: int) -> tuple[dict[str, list[float]], dict]:
+    """Latency samples of TVM builds and ONNX Runtime in the same interleaved rounds (one run of each
     per round, in an order that rotates; ORT in a subprocess, idle while TVM runs), and ORT's version."""
-    from layoutopt.tvm.timing import rotated, time_builds
+    from layoutopt.tvm.timing import time_builds
 
     payload = json.dumps([str(onnx_path), size, threads])
     server = subprocess.Popen([sys.executable, "-c", _ORT_SERVER, payload],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
     assert server.stdin is not None and server.stdout is not None
+
+    def onnxruntime_once() -> float:
+        server.stdin.write("\n")
+        server.stdin.flush()
+        return float(server.stdout.readline())
+
     info = json.loads(server.stdout.readline())
-    samples: dict[str, list[float]] = {name: [] for name in [*executables, "onnxruntime"]}
     try:
-        for round_ in range(rounds):
-            for name in rotated(list(samples), round_):  # ONNX Runtime is not always last
-                if name == "onnxruntime":
-                    server.stdin.write(f"{min_seconds}\n")
-                    server.stdin.flush()
-                    samples[name].append(float(server.stdout.readline()))
-                else:
-                    samples[name] += time_builds({name: executables[name]}, inputs, repeat=1,
-                                                 min_repeat_ms=int(min_seconds * 1e3))[name]
+        samples = time_builds(executables, inputs, rounds, others={"onnxruntime": onnxruntime_once})
     finally:
         server.stdin.close()
         server.wait(timeout=60)
@@ -166,7 +162,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     from layoutopt.tvm import load_model, tune_and_build
     from layoutopt.tvm.baselines import COMPOSITES
     from layoutopt.tvm.report import write_report
-    from layoutopt.tvm.timing import random_inputs
+    from layoutopt.tvm.timing import Ratio, random_inputs
 
     size = input_shape(network)[-1]
     threads = int(os.environ["TVM_NUM_THREADS"])  # the count actually set, for TVM, PyTorch and ORT alike
@@ -211,9 +207,12 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     for name, values in samples.items():
         row[name] = float(np.median(values))
         row[f"{name}_spread"] = [float(np.percentile(values, 25)), float(np.percentile(values, 75))]
+        ratio = Ratio.of(values, samples["layoutopt"])  # paired round by round: the comparison itself
+        row[f"{name}_vs_layoutopt"] = [ratio.median, ratio.low, ratio.high]
     for composite in (c for c in COMPOSITES if c in result.baselines):
         member = result.baselines[composite].description.rsplit(": ", 1)[-1]
         row[composite], row[f"{composite}_is"] = row[member], member
+        row[f"{composite}_vs_layoutopt"] = row[f"{member}_vs_layoutopt"]
     # which algorithm each conv of the tuned build runs
     convs = [result.graph.choice(node, k).candidate for node, k in result.tuned.assignment.items()
              if result.graph.layout_node(node).op == "relax.nn.conv2d"]
@@ -240,6 +239,16 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
 
 def _ms(value) -> str:
     return "-" if value is None else f"{value * 1e3:.1f}"
+
+
+def _speedup(row: dict, other: str) -> str:
+    """(other) / (d), the median of the per-round ratios with its 95 % interval; a row from before
+    paired ratios were kept gives the ratio of the medians."""
+    paired = row.get(f"{other}_vs_layoutopt")
+    if paired:
+        return f"{paired[0]:.2f}x [{paired[1]:.2f}-{paired[2]:.2f}]"
+    tuned = row.get("layoutopt")
+    return f"{row[other] / tuned:.2f}x" if row.get(other) and tuned else "-"
 
 
 def _load(row: dict) -> str:
@@ -314,15 +323,15 @@ def write_outputs(rows: list[dict], out: Path) -> None:
         "with Winograd among the choices, the faster of Winograd wherever it applies with NCHW8c or",
         "NCHW16c elsewhere; (d0) is layoutopt on the kernels' isolated measurements, (d) after",
         "in-network calibration; 'handed back' is the build `tune_and_build` returns (the fastest build",
-        "timed). Speed-ups are (other) / (d): above 1 means layoutopt's build is faster.",
+        "timed). Speed-ups are (other) / (d), the median of the per-round ratios with its 95 %",
+        "confidence interval: above 1 means layoutopt's build is faster.",
         "",
         header,
         "|---" * (len(VARIANTS) + 7) + "|",
     ]
     for row in rows:
-        tuned = row.get("layoutopt")
-        ratios = [f"{row[o] / tuned:.2f}x" if row.get(o) and tuned else "-"
-                  for o in ("best_fixed", "winograd_fixed", "layoutopt_isolated", "onnxruntime")]
+        ratios = [_speedup(row, other) for other in ("best_fixed", "winograd_fixed", "layoutopt_isolated",
+                                                     "onnxruntime")]
         algorithms = ", ".join(f"{k} {v}" for k, v in sorted(row.get("algorithms_chosen", {}).items())) or "-"
         lines.append(f"| {row['network']} | " + " | ".join(_ms(row.get(name)) for name, _ in VARIANTS)
                      + f" | {row.get('chosen', '-')} | {algorithms} | " + " | ".join(ratios) + " |")
@@ -466,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algorithms", default="direct,winograd,gemm",
                         help="conv2d algorithms offered as choices (default all: direct,winograd,gemm; with "
                              "winograd the fixed rule (w) is built too)")
-    parser.add_argument("--repeat", type=int, default=10, help="TVM timing repeats")
+    parser.add_argument("--repeat", type=int, default=30,
+                        help="interleaved timing rounds, one run of each build and ONNX Runtime per round")
     parser.add_argument("--repeat-eager", type=int, default=30, help="PyTorch / ONNX Runtime runs")
     parser.add_argument("--time-limit", type=float, default=600.0)
     parser.add_argument("--skip-default", action="store_true", help="skip (a), the unscheduled TVM build")

@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--model", default=str(Path.home() / ".cache/layoutopt/models/resnet50_v1.onnx"))
     parser.add_argument("--cache", default=str(Path.home() / ".cache/layoutopt/e2e.jsonl"))
     parser.add_argument("--blocks", default="8,16,32")
-    parser.add_argument("--repeat", type=int, default=10, help="interleaved timing rounds")
+    parser.add_argument("--repeat", type=int, default=30, help="interleaved timing rounds")
     args = parser.parse_args()
 
     mod = load_model(args.model, input_shape=[1, 3, 224, 224])

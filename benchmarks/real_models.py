@@ -93,35 +93,21 @@ def _ort_session(path: Path, threads: int):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def time_side_by_side(executables: dict, session, inputs: list[np.ndarray], rounds: int,
-                      min_seconds: float = 0.2) -> dict[str, list[float]]:
-    """Seconds per run of each TVM build and of ONNX Runtime, ``rounds`` interleaved rounds; each
-    sample averages the runs of at least ``min_seconds``."""
-    import tvm
+def time_side_by_side(executables: dict, session, inputs: list[np.ndarray],
+                      rounds: int) -> dict[str, list[float]]:
+    """Seconds per run of each TVM build and of ONNX Runtime, ``rounds`` interleaved rounds of one run
+    each (:func:`layoutopt.tvm.timing.time_builds`, ONNX Runtime one of the contenders)."""
+    from layoutopt.tvm.timing import time_builds
 
-    from layoutopt.tvm._tvm import one_blas_thread
-
-    device = tvm.cpu()
-    args = [tvm.runtime.tensor(x) for x in inputs]
     feeds = {i.name: x for i, x in zip(session.get_inputs(), inputs, strict=True)}
-    timers = {}
-    for name, executable in executables.items():
-        vm = tvm.relax.VirtualMachine(executable, device)
-        vm["main"](*args)
-        timers[name] = vm.time_evaluator("main", device, number=1, repeat=1,
-                                         min_repeat_ms=int(min_seconds * 1000))
     session.run(None, feeds)
-    samples: dict[str, list[float]] = {name: [] for name in [*executables, "onnxruntime"]}
-    with one_blas_thread():
-        for _ in range(rounds):
-            runs, start = 0, time.perf_counter()
-            while time.perf_counter() - start < min_seconds:
-                session.run(None, feeds)
-                runs += 1
-            samples["onnxruntime"].append((time.perf_counter() - start) / runs)
-            for name, timer in timers.items():
-                samples[name].extend(timer(*args).results)
-    return samples
+
+    def onnxruntime_once() -> float:
+        start = time.perf_counter()
+        session.run(None, feeds)
+        return time.perf_counter() - start
+
+    return time_builds(executables, inputs, rounds, others={"onnxruntime": onnxruntime_once})
 
 
 def run_model(name: str, args: argparse.Namespace) -> dict:
@@ -245,8 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated models (default: all: {', '.join(MODELS)})")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "layoutopt" / "costs.jsonl"))
     parser.add_argument("--method", default="auto")
-    parser.add_argument("--repeat", type=int, default=5, help="tune_and_build's timing rounds")
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds against ONNX Runtime")
+    parser.add_argument("--repeat", type=int, default=30, help="tune_and_build's timing rounds")
+    parser.add_argument("--rounds", type=int, default=30, help="interleaved rounds against ONNX Runtime")
     parser.add_argument("--out", default=str(RESULTS / "real_models.md"))
     args = parser.parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))

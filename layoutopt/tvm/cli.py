@@ -122,9 +122,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "'' for none")
     parser.add_argument("--no-check", action="store_true",
                         help="skip comparing outputs with TVM's default build of the untouched model")
-    parser.add_argument("--repeat", type=int, default=10,
-                        help="interleaved timing rounds (median reported; with 5 the same build read up "
-                             "to 15 %% apart)")
+    parser.add_argument("--repeat", type=int, default=30,
+                        help="interleaved timing rounds, one run of each build per round (median "
+                             "reported; the guard compares builds by their per-round ratios)")
     parser.add_argument("--report", default="layoutopt-report", metavar="DIR",
                         help="directory for report.md and report.png ('' to skip)")
     parser.add_argument("--pin", action="append", metavar="LAYER=CHOICE",

@@ -6,18 +6,29 @@ uploaded, run and timed there; inputs go to the device, outputs come back).
 
 Builds are compared only side by side: :func:`time_builds` times several builds in interleaved rounds
 (one run of each per round), so that the interference episodes of a shared machine fall on all of
-them alike, and keeps every sample so that a comparison can report its spread.
+them alike, and keeps every sample so that a comparison can report its spread. :class:`Ratio` pairs
+two builds' samples round by round, and :func:`compare_builds` times on where a comparison is not yet
+settled.
+
+Why single runs in many rounds, paired: on a cloud host each core's speed flips between levels
+(here 1.45x apart) every second or so, independently per core, and a parallel kernel runs at its
+slowest thread's pace. A build's median over minutes moves with those episodes (Inception-v3's tuned
+build read 43.7 and 65.5 ms ten minutes apart), but two builds timed a fraction of a second apart
+mostly share one: the per-round ratio holds still (0.79-0.81 over four repetitions where the medians
+moved 1.3x).
 
 Example::
 
     inputs = random_inputs(mod)
     samples = time_builds({"tuned": ex1, "nchw16c": ex2}, inputs)
     {name: Latency.of(s).median for name, s in samples.items()}
+    Ratio.of(samples["tuned"], samples["nchw16c"]).median  # < 1: the tuned build is faster
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +38,8 @@ from ..errors import ProblemError
 from ._tvm import import_tvm, one_blas_thread
 from .runner import LocalRunner, Runner
 
-__all__ = ["Latency", "measure_latencies", "measure_latency", "random_inputs", "relative_error", "rotated",
-           "run", "time_builds"]
+__all__ = ["Latency", "Ratio", "compare_builds", "measure_latencies", "measure_latency", "random_inputs",
+           "relative_error", "rotated", "run", "time_builds"]
 
 
 def random_inputs(mod, seed: int = 0) -> list[np.ndarray]:
@@ -150,31 +161,109 @@ class Latency:
         return (self.high - self.low) / self.median if self.median else 0.0
 
 
-def time_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], repeat: int = 5,
-                min_repeat_ms: int = 100, runner: Runner | None = None) -> dict[str, list[float]]:
+@dataclass(frozen=True)
+class Ratio:
+    """One build's latency over another's, paired round by round: the median of the per-round
+    ratios and a 95 % confidence interval of that median (from order statistics: no assumption on
+    the noise's shape). Above 1 the first build is slower.
+
+    Example:
+        >>> ratio = Ratio.of([1.1, 1.2, 1.3, 2.0, 1.2], [1.0, 1.0, 1.0, 1.0, 1.0])
+        >>> ratio.median, ratio.settled
+        (1.2, True)
+        >>> Ratio.of([0.9, 1.1, 1.0], [1.0, 1.0, 1.0]).settled
+        False
+    """
+
+    median: float
+    low: float
+    high: float
+    rounds: int
+
+    @classmethod
+    def of(cls, numerator: Sequence[float], denominator: Sequence[float]) -> Ratio:
+        """The ratio of two builds' samples from the same rounds (the shorter list sets the count)."""
+        rounds = min(len(numerator), len(denominator))
+        if rounds == 0:
+            raise ValueError("Ratio.of needs at least one round of each build")
+        ratios = np.sort(np.asarray(numerator[:rounds], float) / np.asarray(denominator[:rounds], float))
+        # ranks n/2 -/+ 1.96 sqrt(n)/2 bracket the median with 95 % probability (binomial, normal approx.)
+        half_width = 0.98 * np.sqrt(rounds)
+        low = max(1, round(rounds / 2 - half_width))
+        high = min(rounds, round(1 + rounds / 2 + half_width))
+        return cls(float(np.median(ratios)), float(ratios[low - 1]), float(ratios[high - 1]), rounds)
+
+    @property
+    def settled(self) -> bool:
+        """Whether the interval excludes 1: one build is faster beyond what the noise explains."""
+        return not self.low <= 1.0 <= self.high
+
+
+def time_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], repeat: int = 30,
+                min_repeat_ms: int = 1, runner: Runner | None = None,
+                others: Mapping[str, Callable[[], float]] | None = None) -> dict[str, list[float]]:
     """Every latency sample (seconds) of each build, timed in ``repeat`` interleaved rounds where
-    ``runner`` runs code (default: this machine).
+    ``runner`` runs code (default: this machine); sample ``i`` of every build comes from round ``i``.
+    ``others`` are contenders outside TVM timed in the same rounds: each a function that runs once and
+    returns its seconds (another runtime's session, say).
 
     On a shared machine the load drifts; interleaving exposes every build to the same drift, which
     keeps their ratios honest where back-to-back timing would not, and the order rotates from round to
-    round. Each sample averages runs over ``min_repeat_ms``.
+    round. A sample is one run (the mean of the runs of ``min_repeat_ms`` when one run is shorter), so
+    that a round is as short as it can be and its builds share one episode of the machine's drift.
 
     Example::
 
         samples = time_builds({"tuned": ex1, "nchw16c": ex2}, random_inputs(mod))
     """
-    timers, args = {}, None
+    timers: dict[str, Callable[[], float]] = {}
+    args = None
     for name, executable in executables.items():
         vm, device = _virtual_machine(executable, runner)
         args = args if args is not None else _device_args(inputs, device)
         vm["main"](*args)  # warm up
-        timers[name] = vm.time_evaluator("main", device, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
-    samples: dict[str, list[float]] = {name: [] for name in executables}
+        evaluator = vm.time_evaluator("main", device, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
+        timers[name] = functools.partial(_one_sample, evaluator, args)
+    timers.update(others or {})
+    samples: dict[str, list[float]] = {name: [] for name in timers}
     with one_blas_thread():
         for round_ in range(repeat):
             for name in rotated(list(timers), round_):
-                samples[name].extend(timers[name](*args).results)
+                samples[name].append(float(timers[name]()))
     return samples
+
+
+def _one_sample(evaluator, args: Sequence[Any]) -> float:
+    return evaluator(*args).results[0]
+
+
+def compare_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], reference: str,
+                   repeat: int = 30, runner: Runner | None = None,
+                   ) -> tuple[dict[str, list[float]], dict[str, Ratio]]:
+    """Time the builds side by side (:func:`time_builds`) and pair each with ``reference``: returns
+    every sample and each other build's :class:`Ratio` to the reference (above 1: slower).
+
+    A pair whose ratio is not settled (its interval contains 1) is timed again, the two builds alone,
+    for ``repeat`` more rounds: a close call gets twice the evidence, and a lone outlier round can
+    no longer decide it. The ratio is then final, settled or not (a tie within the noise).
+
+    Example::
+
+        samples, ratios = compare_builds({"tuned": ex1, "nchw16c": ex2}, inputs, reference="tuned")
+        ratios["nchw16c"].median  # > 1: the tuned build is faster
+    """
+    if reference not in executables:
+        raise ValueError(f"compare_builds: the reference {reference!r} is not among the builds "
+                         f"{list(executables)}")
+    samples = time_builds(executables, inputs, repeat, runner=runner)
+    ratios = {name: Ratio.of(samples[name], samples[reference]) for name in executables if name != reference}
+    for name in [name for name, ratio in ratios.items() if not ratio.settled]:
+        more = time_builds({reference: executables[reference], name: executables[name]}, inputs, repeat,
+                           runner=runner)
+        paired = samples[reference][:ratios[name].rounds] + more[reference]
+        samples[name] += more[name]
+        ratios[name] = Ratio.of(samples[name], paired)
+    return samples, ratios
 
 
 def rotated(names: Sequence[str], round_: int) -> list[str]:
@@ -190,8 +279,8 @@ def rotated(names: Sequence[str], round_: int) -> list[str]:
     return [*names[shift:], *names[:shift]]
 
 
-def measure_latencies(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], repeat: int = 5,
-                      min_repeat_ms: int = 100, runner: Runner | None = None) -> dict[str, float]:
+def measure_latencies(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], repeat: int = 30,
+                      min_repeat_ms: int = 1, runner: Runner | None = None) -> dict[str, float]:
     """Median latency of each build (seconds), timed in interleaved rounds (see :func:`time_builds`).
 
     Example::

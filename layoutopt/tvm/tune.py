@@ -50,7 +50,7 @@ from .graph import LayoutGraph
 from .kernels import describe_workload
 from .profile import Category, layer_times, profile_builds, time_breakdown
 from .runner import LocalRunner
-from .timing import Latency, measure_latency, random_inputs, relative_error, run, time_builds
+from .timing import Latency, Ratio, compare_builds, measure_latency, random_inputs, relative_error, run
 
 __all__ = ["TUNED", "Layer", "TuneResult", "Variant", "layer_table", "tune_and_build"]
 
@@ -65,7 +65,9 @@ class Variant:
     ``module`` is the rewritten Relax module and ``executable`` its build (None for TVM's default
     build). Times are in seconds; ``predicted`` is the layout problem's objective (kernel plus transform
     times; ops outside the problem, such as pooling, are not in it); ``measured`` the median latency
-    over interleaved rounds, ``spread`` its 25th-75th percentiles. ``None`` when not applicable.
+    over interleaved rounds, ``spread`` its 25th-75th percentiles; ``versus_tuned`` its latency over
+    the tuned build's, paired round by round (a :class:`~layoutopt.tvm.timing.Ratio`: what the guard
+    decides on). ``None`` when not applicable.
     """
 
     name: str
@@ -77,6 +79,7 @@ class Variant:
     assignment: dict[Hashable, int] | None = None
     breakdown: list[Category] | None = None
     spread: tuple[float, float] | None = None
+    versus_tuned: Ratio | None = None
     module: Any = field(default=None, repr=False)
     executable: Any = field(default=None, repr=False)
 
@@ -162,8 +165,12 @@ class TuneResult:
         return [self.tuned, *self.baselines.values()]
 
     def speedup(self, baseline: str) -> float | None:
-        """Measured latency of ``baseline`` divided by the tuned one (> 1: tuned is faster)."""
+        """Latency of ``baseline`` over the tuned build's (> 1: tuned is faster): the median of their
+        per-round ratios when timed side by side, else the ratio of their medians (TVM's default
+        build, timed apart)."""
         other = self.baselines.get(baseline)
+        if other is not None and other.versus_tuned is not None:
+            return other.versus_tuned.median
         if other is None or other.measured is None or not self.tuned.measured:
             return None
         return other.measured / self.tuned.measured
@@ -173,8 +180,9 @@ class TuneResult:
         build was handed back."""
         lines = [_variant_line(self.tuned)]
         for variant in self.baselines.values():
-            speedup = self.speedup(variant.name)
-            suffix = f"   layoutopt speed-up {speedup:.2f}x" if speedup else ""
+            speedup, ratio = self.speedup(variant.name), variant.versus_tuned
+            interval = f" [{ratio.low:.2f}-{ratio.high:.2f}]" if ratio else ""
+            suffix = f"   layoutopt speed-up {speedup:.2f}x{interval}" if speedup else ""
             lines.append(_variant_line(variant) + suffix)
         if self.chosen != TUNED:
             lines.append(f"handed back: {self.chosen} (it measured faster than the tuned build)")
@@ -239,7 +247,7 @@ def tune_and_build(
     check: bool = True,
     rtol: float = 1e-4,
     seed: int = 0,
-    repeat: int = 10,
+    repeat: int = 30,
     fuse: bool = True,
     profile: bool = True,
     calibrate: int = 2,
@@ -273,10 +281,11 @@ def tune_and_build(
         check: compare every build's outputs with TVM's default build of the untouched model on
             seeded random inputs; :class:`~layoutopt.ProblemError` if the error exceeds ``rtol``.
         rtol: tolerance of ``max|out - ref| / max|ref|``.
-        repeat: interleaved timing rounds (the median is reported, with its spread). With 10, one
-            ResNet-50 executable timed twice in the same rounds read 44.8 and 44.9 ms
-            (``benchmarks/results/profile_repro.md``); with 5, in one try, 40.1 and 46.2
-            (``python -m benchmarks.profile_repro --repeat 5``).
+        repeat: interleaved timing rounds, one run of each build per round (the median is reported,
+            with its spread; the guard decides on per-round ratios, and times a close pair for
+            ``repeat`` more rounds: :func:`~layoutopt.tvm.timing.compare_builds`). With 40 rounds on
+            Inception-v3, the tuned build's ratio to NCHW16c read 0.797, 0.813, 0.809 and 0.792 in
+            four repetitions while the medians moved 1.3x with the host's drift.
         fuse: fuse each conv2d's elementwise epilogue into it (see :func:`~layoutopt.tvm.build`), in
             the tuned build and the baselines alike; the kernels are then measured fused too.
         profile: time every call of each build inside the running network
@@ -422,15 +431,16 @@ def tune_and_build(
         executables = {v.name: v.executable for v in [tuned, *variants.values()] if v.executable is not None}
         say(f"timing the builds side by side{where} ...")
         with _stage(timings, "time"):
-            samples = time_builds(executables, inputs, repeat, runner=place)
+            samples, ratios = compare_builds(executables, inputs, TUNED, repeat, runner=place)
         for variant in [tuned, *variants.values()]:
             if variant.name in samples:
                 latency = Latency.of(samples[variant.name])
                 variant.measured, variant.spread = latency.median, (latency.low, latency.high)
+                variant.versus_tuned = ratios.get(variant.name)
         aliases: dict[str, str] = {}  # b* (and the like) -> the member build it is
         for composite in (name for name in names if name in COMPOSITES):  # the faster member, measured
             members = COMPOSITES[composite]
-            fastest = aliases[composite] = min(members, key=lambda member: variants[member].measured)
+            fastest = aliases[composite] = min(members, key=lambda m: variants[m].versus_tuned.median)
             variants[composite] = replace(variants[fastest], name=composite,
                                           description=f"{BUILDS[composite]}: {fastest}")
         chosen = _fastest_build(graph, tuned, variants, aliases, constraints, say) if guard else TUNED
@@ -507,16 +517,18 @@ def _fastest_build(graph: LayoutGraph, tuned: Variant, variants: Mapping[str, Va
                    aliases: Mapping[str, str], constraints: Sequence[Constraint],
                    say: Callable[[str], None]) -> str:
     """The name of the fastest build timed side by side that keeps the pins and forbids: the tuned
-    build unless another one measured faster. A composite's member is named by its composite (b*
-    rather than nchw16c); TVM's default build, timed once apart, never competes."""
+    build unless another one measured faster, round by round (the median of its per-round ratio to
+    the tuned build below 1). A composite's member is named by its composite (b* rather than
+    nchw16c); TVM's default build, timed once apart, never competes."""
     composite_of = {member: composite for composite, member in aliases.items()}
     rivals = [v for name, v in variants.items() if name not in COMPOSITES and name != "default"
-              and v.executable is not None and v.measured is not None and v.measured < tuned.measured]
-    for variant in sorted(rivals, key=lambda v: v.measured):
-        name = composite_of.get(variant.name, variant.name)
+              and v.versus_tuned is not None and v.versus_tuned.median < 1.0]
+    for variant in sorted(rivals, key=lambda v: v.versus_tuned.median):
+        name, ratio = composite_of.get(variant.name, variant.name), variant.versus_tuned
         if _respects(graph, variant.assignment, constraints):
-            say(f"{name} measured faster than the tuned build ({ms(variant.measured)} vs "
-                f"{ms(tuned.measured)} ms): handing it back")
+            verdict = "" if ratio.settled else ", within the noise"
+            say(f"{name} measured faster than the tuned build ({ratio.median:.3f}x its latency, round "
+                f"by round, 95 % interval {ratio.low:.3f}-{ratio.high:.3f}{verdict}): handing it back")
             return name
         say(f"{name} measured faster than the tuned build, but breaks a pin or forbid")
     return TUNED

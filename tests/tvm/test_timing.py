@@ -1,15 +1,22 @@
-"""time_builds: interleaved rounds whose order rotates, so that no build always runs first."""
+"""time_builds, Ratio and compare_builds: interleaved rounds whose order rotates, comparisons paired
+round by round, and close calls timed again."""
 
 from __future__ import annotations
 
+import itertools
+
+import pytest
+
 import layoutopt.tvm.timing as timing
+from layoutopt.tvm.timing import Ratio
 
 
 class _FakeVM:
-    """Stands for a Relax VM: its timer appends the build's name to a shared log."""
+    """Stands for a Relax VM: its timer appends the build's name to a shared log and answers the
+    next of ``times`` (default: the log's length)."""
 
-    def __init__(self, name: str, log: list[str]) -> None:
-        self.name, self.log = name, log
+    def __init__(self, name: str, log: list[str], times=None) -> None:
+        self.name, self.log, self.times = name, log, times
 
     def __getitem__(self, _function):
         return lambda *args: None  # the warm-up run
@@ -17,16 +24,73 @@ class _FakeVM:
     def time_evaluator(self, *_args, **_kwargs):
         def timer(*_args):
             self.log.append(self.name)
-            return type("Result", (), {"results": [len(self.log)]})()
+            value = next(self.times) if self.times is not None else len(self.log)
+            return type("Result", (), {"results": [value]})()
 
         return timer
 
 
-def test_each_round_starts_one_build_further_on(monkeypatch):
+@pytest.fixture
+def fake_builds(monkeypatch):
+    """Builds named by their times: ``{"a": [1.0, 1.2], ...}`` cycles through those seconds."""
     log: list[str] = []
-    monkeypatch.setattr(timing, "_virtual_machine", lambda build, runner: (_FakeVM(build, log), None))
     monkeypatch.setattr(timing, "_device_args", lambda inputs, device: [])
+
+    def install(times: dict[str, list[float]] | None = None):
+        cycles = {name: itertools.cycle(values) for name, values in (times or {}).items()}
+        monkeypatch.setattr(timing, "_virtual_machine",
+                            lambda build, runner: (_FakeVM(build, log, cycles.get(build)), None))
+        return log
+
+    return install
+
+
+def test_each_round_starts_one_build_further_on(fake_builds):
+    log = fake_builds()
     samples = timing.time_builds({"a": "a", "b": "b", "c": "c"}, [], repeat=4)
     assert log == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
     assert {name: len(values) for name, values in samples.items()} == {"a": 4, "b": 4, "c": 4}
     assert samples["b"] == [2, 4, 9, 11]  # each build's samples (positions in the log), in round order
+
+
+def test_contenders_outside_tvm_take_their_turn_in_the_same_rounds(fake_builds):
+    log = fake_builds()
+    samples = timing.time_builds({"a": "a"}, [], repeat=2, others={"ort": lambda: log.append("ort") or 0.5})
+    assert log == ["a", "ort", "ort", "a"]
+    assert samples["ort"] == [0.5, 0.5]
+
+
+def test_a_ratio_pairs_rounds_so_that_drift_common_to_both_cancels():
+    # the machine slows down 1.5x halfway; b is always 10 % slower than a in the same round
+    a = [1.0] * 10 + [1.5] * 10
+    b = [1.1 * x for x in a]
+    ratio = Ratio.of(b, a)
+    assert ratio.median == pytest.approx(1.1) and ratio.low == pytest.approx(1.1) and ratio.settled
+    # the medians alone cannot say it: b's lower half overlaps a's upper half
+    assert max(a) > min(b)
+
+
+def test_the_interval_of_the_median_narrows_with_rounds_and_contains_it():
+    noisy = [1.0 + 0.1 * ((7 * i) % 11 - 5) / 5 for i in range(200)]  # 0.9..1.1, deterministic
+    few, many = Ratio.of(noisy[:10], [1.0] * 10), Ratio.of(noisy, [1.0] * 200)
+    for ratio in (few, many):
+        assert ratio.low <= ratio.median <= ratio.high
+    assert many.high - many.low < few.high - few.low
+    assert not many.settled  # centred on 1: a tie
+
+
+def test_compare_builds_times_a_close_pair_again_and_leaves_a_clear_one(fake_builds):
+    log = fake_builds({"ref": [1.0], "slow": [2.0], "close": [0.9, 1.1, 1.0]})
+    samples, ratios = timing.compare_builds({"ref": "ref", "slow": "slow", "close": "close"}, [], "ref",
+                                            repeat=6)
+    assert set(ratios) == {"slow", "close"}
+    assert ratios["slow"].settled and ratios["slow"].median == 2.0 and ratios["slow"].rounds == 6
+    assert not ratios["close"].settled and ratios["close"].rounds == 12  # timed again, twice the rounds
+    extra = log[18:]  # after the 6 rounds of three builds: only the close pair
+    assert sorted(set(extra)) == ["close", "ref"] and len(extra) == 12
+    assert len(samples["close"]) == 12 and len(samples["ref"]) == 6 and len(samples["slow"]) == 6
+
+
+def test_compare_builds_names_a_missing_reference():
+    with pytest.raises(ValueError, match="'tuned' is not among the builds"):
+        timing.compare_builds({"a": "a"}, [], "tuned")

@@ -55,12 +55,12 @@ def test_tuned_build_matches_the_untouched_model_and_its_prediction(tuned):
 
 
 def expected_choice(result) -> str:
-    """The build the guard must hand back: the fastest timed side by side (the tuned one on a tie),
-    a composite's member named by its composite."""
+    """The build the guard must hand back: the fastest timed side by side, round by round (the tuned
+    one on a tie), a composite's member named by its composite."""
     rivals = {name: v for name, v in result.baselines.items()
               if name not in ("default", "best_fixed", "winograd_fixed")}
-    fastest = min(rivals.values(), key=lambda variant: variant.measured)
-    if result.tuned.measured <= fastest.measured:
+    fastest = min(rivals.values(), key=lambda variant: variant.versus_tuned.median)
+    if fastest.versus_tuned.median >= 1.0:
         return "layoutopt"
     for composite in ("best_fixed", "winograd_fixed"):
         built = result.baselines.get(composite)
@@ -73,8 +73,8 @@ def test_the_guard_hands_back_the_fastest_build_timed(tuned):
     result, _ = tuned
     members = {name: result.baselines[name] for name in ("nchw8c", "nchw16c")}
     best = result.baselines["best_fixed"]
-    fastest = min(members.values(), key=lambda variant: variant.measured)
-    # b* is the faster member, as measured in the same interleaved rounds
+    fastest = min(members.values(), key=lambda variant: variant.versus_tuned.median)
+    # b* is the faster member, as measured round by round in the same interleaved rounds
     assert best.measured == fastest.measured and best.assignment == fastest.assignment
     assert fastest.name in best.description
     assert "winograd_fixed" not in result.baselines  # no conv offers Winograd here
@@ -83,7 +83,16 @@ def test_the_guard_hands_back_the_fastest_build_timed(tuned):
     # the build handed back is the chosen one's, and never slower than any build timed beside it
     handed_back = result.tuned if expected == "layoutopt" else result.baselines[expected]
     assert count_layout_transforms(result.module) == handed_back.transforms
-    assert all(handed_back.measured <= v.measured for v in result.variants() if v.name != "default")
+    timed = [v for v in result.baselines.values() if v.name != "default"]
+    if expected == "layoutopt":
+        assert all(v.versus_tuned.median >= 1.0 for v in timed)
+    else:
+        assert handed_back.versus_tuned.median < 1.0
+        assert all(handed_back.versus_tuned.median <= v.versus_tuned.median for v in timed)
+    for variant in timed:  # the ratio and its 95 % interval, paired with the tuned build's rounds
+        ratio = variant.versus_tuned
+        assert ratio.low <= ratio.median <= ratio.high and ratio.rounds >= 2
+        assert result.speedup(variant.name) == ratio.median
     assert f"handed back: {expected}" in result.summary()
     for variant in result.variants():
         if variant.name != "default":
