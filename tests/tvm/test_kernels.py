@@ -229,6 +229,37 @@ def test_schedule_module_schedules_a_legalized_relax_model(target):
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("pool", ["avg", "max", "mean"])
+def test_pooling_in_a_channel_block_is_vectorised_along_the_block_and_matches_the_unscheduled(pool, target):
+    tvm = import_tvm()
+    relax = tvm.relax
+    data = np.random.default_rng(1).standard_normal((1, 3, 9, 9, 16)).astype("float32")
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(data.shape, "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            if pool == "avg":
+                y = relax.op.nn.avg_pool2d(x, 3, 1, 1, layout="NCHW16c", count_include_pad=False)
+            elif pool == "max":
+                y = relax.op.nn.max_pool2d(x, 3, 2, 0, layout="NCHW16c")
+            else:
+                y = relax.op.mean(x, axis=[2, 3], keepdims=True)
+            out = builder.emit_output(y)
+        builder.emit_func_output(out)
+    with target:
+        legalized = relax.transform.LegalizeOps()(builder.get())
+    scheduled = schedule_module(legalized, target)
+    (func,) = [f for f in scheduled.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    script = func.script()
+    # the channel block is the vector: innermost, inside the window's reduction loops
+    assert "T.parallel" in script and script.count("T.vectorized(T.int64(16))") >= 2  # init and update
+    outputs = []
+    for mod in (legalized, scheduled):
+        vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
+        outputs.append(vm["main"](tvm.runtime.tensor(data)).numpy())
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-6)
+
+
 # -- targets and errors ----------------------------------------------------------------------------
 
 

@@ -88,8 +88,8 @@ def schedule_primfunc(func, target: Any, strict: bool = False):
 
 
 def schedule_generic(sch, names: Sequence[str]) -> None:
-    """Injective blocks: parallel + vectorise; pads inlined; reductions (pooling, mean, matmul): parallel
-    over their spatial loops, which is what matters on a 2-core CPU."""
+    """Injective blocks: parallel + vectorise; pads inlined; reductions (pooling, mean, matmul): see
+    :func:`schedule_reduction`."""
     for name in names:
         block = sch.get_sblock(name)
         if "pad" in name and len(names) > 1:
@@ -101,16 +101,53 @@ def schedule_generic(sch, names: Sequence[str]) -> None:
         if is_spatial(sch, block):
             parallel_vectorize(sch, block)
         else:
-            iter_types = [int(v.iter_type) for v in sch.get(block).iter_vars]
-            loops = sch.get_loops(block)
-            spatial = [loop for loop, kind in zip(loops, iter_types, strict=False) if kind == 0]
-            leading = []
-            for loop in spatial[:3]:
-                if loop != loops[len(leading)]:
-                    break
-                leading.append(loop)
-            if leading:
-                sch.parallel(sch.fuse(*leading) if len(leading) > 1 else leading[0])
+            schedule_reduction(sch, block)
+
+
+def schedule_reduction(sch, block) -> None:
+    """A reduction outside the kernels (pooling, mean...): parallel over its leading spatial loops
+    and, when its innermost spatial loop runs along the output's contiguous axis (the channel block of
+    an NCHWc pool), that loop moved inside the reduction and vectorised: one vector accumulator per
+    output position instead of one scalar per channel. Avg-pool 3x3 on Inception-v3's 35x35x288 map in
+    NCHW16c went from 0.64 to 0.085 ms, 17x17x768 in NCHW32c from 0.39 to 0.044 ms (max-pools, which
+    LLVM vectorised already, kept their times)."""
+    iter_vars = sch.get(block).iter_vars
+    loops = sch.get_loops(block)
+    kinds = [int(v.iter_type) for v in iter_vars]
+    spatial = [loop for loop, kind in zip(loops, kinds, strict=False) if kind == 0]
+    reduction = [loop for loop, kind in zip(loops, kinds, strict=False) if kind != 0]
+    if _vectorizable_reduction(sch, block, loops, kinds):
+        leading = spatial[:-1][:3]
+        sch.reorder(*spatial[:-1], *reduction, spatial[-1])
+        # parallel and vectorise before decomposing: the update block alone is no reduction block
+        sch.parallel(sch.fuse(*leading) if len(leading) > 1 else leading[0])
+        sch.vectorize(spatial[-1])
+        init = sch.decompose_reduction(block, reduction[0])
+        sch.vectorize(sch.get_loops(init)[-1])
+        return
+    leading = []
+    for loop in spatial[:3]:
+        if loop != loops[len(leading)]:
+            break
+        leading.append(loop)
+    if leading:
+        sch.parallel(sch.fuse(*leading) if len(leading) > 1 else leading[0])
+
+
+def _vectorizable_reduction(sch, block, loops, kinds: Sequence[int]) -> bool:
+    """One loop per block axis, spatial ones first; the last spatial axis a short constant loop
+    (2-64) that indexes the output's last, contiguous dimension."""
+    tvm = import_tvm()
+    spatial_count = kinds.count(0)
+    if len(loops) != len(kinds) or not 2 <= spatial_count < len(kinds) or any(kinds[:spatial_count]):
+        return False
+    inner = sch.get(loops[spatial_count - 1])
+    if not isinstance(inner.extent, tvm.tirx.IntImm) or not 2 <= inner.extent.value <= 64:
+        return False
+    block_stmt = sch.get(block)
+    last = block_stmt.writes[0].region[-1]
+    inner_var = block_stmt.iter_vars[spatial_count - 1].var
+    return last.min.same_as(inner_var) and int(last.extent) == 1
 
 
 def schedule_module(mod, target: Any = None):
