@@ -380,8 +380,8 @@ def _breakdown_table(rows: list[dict]) -> list[str]:
     outside = ("pool", "concat", OTHER, "vm builtins")
     lines = [
         "",
-        "Where the time goes (ms): each call of the build timed inside the running network (median of",
-        "5 runs), beside the layout problem's prediction for the convs and the transforms; pooling,",
+        "Where the time goes (ms): each call of the build timed inside the running network (the fastest",
+        "of 5 runs), beside the layout problem's prediction for the convs and the transforms; pooling,",
         "concat, the elementwise ops left outside a conv and the VM's builtins are outside the problem.",
         "",
         "| network | build | conv2d predicted | conv2d in network | transforms predicted "

@@ -72,7 +72,7 @@ def _breakdown_section(result: TuneResult) -> list[str]:
     return [
         "## Where the time goes",
         "",
-        "Every call of each build, timed inside the running network (median of 5 runs, the builds in",
+        "Every call of each build, timed inside the running network (the fastest of 5 runs, the builds in",
         "interleaved rounds), beside its share of the prediction. The timing hook pauses the VM between",
         "calls, where TVM's worker threads may fall asleep, so the calls can add up to more than the",
         "latency (most with many small kernels). A kernel is slower in the network than alone when its",

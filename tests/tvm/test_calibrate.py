@@ -156,3 +156,26 @@ def test_calibration_that_does_not_settle_hands_on_the_cheapest_assignment_profi
     problem = Problem.from_graph(graph, final)
     assert solution.objective == problem.evaluate([second[n] for n in problem.nodes])
     assert solution.objective < problem.evaluate([first[n] for n in problem.nodes])
+
+
+def test_a_profile_keeps_each_calls_fastest_run(monkeypatch):
+    """The host's interference only adds time: a call slow in most runs keeps its fastest one."""
+    import layoutopt.tvm.profile as profile
+    from layoutopt.tvm import build
+    from layoutopt.tvm.timing import random_inputs
+
+    mod = models.chain((8,), in_channels=4, size=8)
+    executable, inputs = build(mod), random_inputs(mod)
+    per_run = len(profile.profile_calls(executable, inputs, repeat=1))
+    readings = {"count": 0, "now": 0.0}
+
+    def fake_counter() -> float:  # a call lasts 1 s, or 6 s in every run but the third (warm-up first)
+        index = readings["count"]
+        readings["count"] += 1
+        run, ends_a_call = index // 2 // per_run, index % 2 == 1
+        readings["now"] += (1.0 + (0.0 if run == 3 else 5.0)) if ends_a_call else 0.0
+        return readings["now"]
+
+    monkeypatch.setattr(profile.time, "perf_counter", fake_counter)
+    calls = profile.profile_calls(executable, inputs, repeat=4)
+    assert len(calls) == per_run and all(call.seconds == 1.0 for call in calls)
