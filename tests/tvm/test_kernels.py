@@ -260,6 +260,60 @@ def test_pooling_in_a_channel_block_is_vectorised_along_the_block_and_matches_th
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_a_concat_copies_each_input_in_its_own_loop_with_its_followers_inlined(epilogue, target):
+    tvm = import_tvm()
+    relax = tvm.relax
+    rng = np.random.default_rng(2)
+    blocks = [4, 2, 2, 2, 1]
+    data = [rng.standard_normal((1, b, 6, 6, 16)).astype("float32") for b in blocks]
+    scale = relax.const(rng.standard_normal((1, sum(blocks), 1, 1, 16)).astype("float32"))
+    builder = relax.BlockBuilder()
+    xs = [relax.Var(f"x{i}", relax.TensorType(d.shape, "float32")) for i, d in enumerate(data)]
+    with builder.function("main", xs):
+        with builder.dataflow():
+            y = relax.op.concat(xs, axis=1)
+            if epilogue:  # a folded batch norm and relu, as DenseNet's layers start
+                y = relax.op.nn.relu(relax.op.add(relax.op.multiply(builder.emit(y), scale), scale))
+            out = builder.emit_output(y)
+        builder.emit_func_output(out)
+    with target:
+        legalized = relax.transform.LegalizeOps()(builder.get())
+        fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(
+            relax.transform.AnnotateTIROpPattern()(legalized)))
+    scheduled = schedule_module(fused, target)
+    (func,) = [f for f in scheduled.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    script = func.script()
+    # one loop nest per input, each vectorised, under one parallel loop; the followers inlined
+    assert script.count("T.parallel") == 1 and script.count("T.vectorized") == len(blocks)
+    assert "T_multiply" not in script and "sblock_alloc_buffer" not in script
+    outputs = []
+    for mod in (legalized, scheduled):
+        vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
+        outputs.append(vm["main"](*[tvm.runtime.tensor(d) for d in data]).numpy())
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-6, atol=1e-6)
+
+
+def test_a_concat_along_the_innermost_axis_keeps_the_generic_schedule(target):
+    tvm = import_tvm()
+    relax = tvm.relax
+    builder = relax.BlockBuilder()
+    xs = [relax.Var(f"x{i}", relax.TensorType((2, 3, 4 + i), "float32")) for i in range(3)]
+    with builder.function("main", xs):
+        with builder.dataflow():
+            out = builder.emit_output(relax.op.concat(xs, axis=2))
+        builder.emit_func_output(out)
+    with target:
+        legalized = relax.transform.LegalizeOps()(builder.get())
+    scheduled = schedule_module(legalized, target)
+    (func,) = [f for f in scheduled.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert func.attrs.get("tirx.is_scheduled") and "T.parallel" in func.script()
+    data = [np.arange(2 * 3 * (4 + i), dtype="float32").reshape(2, 3, 4 + i) for i in range(3)]
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target=target), tvm.cpu())
+    np.testing.assert_array_equal(vm["main"](*[tvm.runtime.tensor(d) for d in data]).numpy(),
+                                  np.concatenate(data, axis=2))
+
+
 # -- targets and errors ----------------------------------------------------------------------------
 
 

@@ -76,7 +76,7 @@ def schedule_primfunc(func, target: Any, strict: bool = False):
         rule = _rule_for(sch, names)
         if rule is not None:
             sch = rule.schedule(func, target)
-        else:
+        elif not schedule_concat(sch, names):
             schedule_generic(sch, names)
     except (tvm.s_tir.ScheduleError, ValueError, StopIteration) as exc:
         where = func.attrs.get("global_symbol", "?") if func.attrs else "?"
@@ -102,6 +102,72 @@ def schedule_generic(sch, names: Sequence[str]) -> None:
             parallel_vectorize(sch, block)
         else:
             schedule_reduction(sch, block)
+
+
+def schedule_concat(sch, names: Sequence[str]) -> bool:
+    """A concat and the elementwise ops fused after it (a folded batch norm and relu in DenseNet): the
+    followers inlined into the concat, then one loop nest per input instead of one chain of selects
+    per element. Returns False, leaving ``sch`` as it was, when the function is not of that shape
+    (no concat, a follower that is no elementwise op, a concat along the innermost axis).
+
+    TOPI's concat picks each element's input through a chain of ``if_then_else`` as long as the list
+    of inputs, and the generic schedule wrote every follower to its own buffer: DenseNet-201's 98
+    concats of up to 48 inputs took 14.5 ms of a 50.9 ms build. The largest, 48 NCHW16c inputs at
+    14x14 with its batch norm and relu, went from 0.297 to 0.054 ms.
+    """
+    concats = [name for name in names if name.startswith("T_concat")]
+    if len(concats) != 1:
+        return False
+    trial = sch.copy()  # a shape this rule cannot take shows up as a schedule error on the copy
+    try:
+        _partition_concat(trial, concats[0], [name for name in names if name != concats[0]])
+    except (import_tvm().s_tir.ScheduleError, ValueError):
+        return False
+    _partition_concat(sch, concats[0], [name for name in names if name != concats[0]])
+    return True
+
+
+def _partition_concat(sch, concat: str, followers: Sequence[str]) -> None:
+    """Inline ``followers`` into the concat block, parallelise the axes before the concat axis with
+    the first one after it, partition the concat axis at the inputs' boundaries (each piece then
+    reads one input: the selects fold away) and vectorise each piece's innermost loop."""
+    block = sch.get_sblock(concat)
+    axis, extents = _concat_pieces(sch, block)
+    for name in followers:
+        sch.reverse_compute_inline(sch.get_sblock(name))
+    loops = sch.get_loops(block)
+    if axis >= len(loops) - 1 or not is_spatial(sch, block):
+        raise ValueError("a concat along its innermost axis keeps the generic schedule")
+    leading = [*loops[:axis], loops[axis + 1]]
+    sch.reorder(*leading, loops[axis], *loops[axis + 2:])
+    sch.parallel(sch.fuse(*leading) if len(leading) > 1 else leading[0])
+    for piece in sch.loop_partition(loops[axis], [*extents[:-1], None]):
+        for leaf in sch.get_child_blocks(piece):
+            while sch.get_child_blocks(leaf):  # the partition wraps each piece's block in one of its own
+                leaf = sch.get_child_blocks(leaf)[0]
+            sch.vectorize(sch.get_loops(leaf)[-1])
+
+
+def _concat_pieces(sch, block) -> tuple[int, list[int]]:
+    """The concat axis of ``block`` and its inputs' extents along it, in output order: each input is
+    read at the output index minus its offset on that axis."""
+    tvm = import_tvm()
+    analyzer = tvm.sym.Analyzer()
+    stmt = sch.get(block)
+    written = stmt.writes[0].region
+    offsets: dict[int, list[int]] = {}
+    for read in stmt.reads:
+        shifts = [analyzer.simplify(w.min - r.min) for w, r in zip(written, read.region, strict=True)]
+        for axis, shift in enumerate(shifts):
+            if not isinstance(shift, tvm.tirx.IntImm):
+                raise ValueError(f"concat input {read.source.name} is not read at a constant offset")
+            offsets.setdefault(axis, []).append(int(shift))
+    moved = [axis for axis, shifts in offsets.items() if any(shifts)]
+    if len(moved) != 1 or len(stmt.reads) < 2:
+        raise ValueError("not a concat along one axis")
+    axis = moved[0]
+    order = sorted(range(len(stmt.reads)), key=lambda r: offsets[axis][r])
+    return axis, [int(stmt.reads[r].source.shape[axis]) for r in order]
 
 
 def schedule_reduction(sch, block) -> None:
