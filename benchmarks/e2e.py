@@ -168,7 +168,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     threads = int(os.environ["TVM_NUM_THREADS"])  # the count actually set, for TVM, PyTorch and ORT alike
     row: dict = {"network": network, "threads": threads, "load_before": os.getloadavg()[0],
                  "blocks": ",".join(map(str, args.blocks)) if args.blocks else "4,8,16,32,64",
-                 "algorithms": args.algorithms}
+                 "algorithms": args.algorithms, "orders": args.orders}
     onnx_path = export_onnx(network, Path(args.models))
     start = time.perf_counter()
     mod = load_model(onnx_path, input_shape=input_shape(network))
