@@ -63,6 +63,11 @@ def annotated_candidate(sch, block) -> dict[str, Any] | None:
     return plain_value(annotations[CANDIDATE_ANNOTATION])
 
 
+def parallel_over(sch, loops: Sequence) -> None:
+    """Run ``loops`` (adjacent, outermost first) as one parallel loop: fused when there are several."""
+    sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
+
+
 def parallel_vectorize(sch, block, max_parallel_loops: int = 3) -> None:
     """Parallelise the outer spatial loops of an injective block and vectorise its innermost loop
     (split first, if longer than :data:`MAX_VECTOR_LOOP`, into a parallel outer part and 64 lanes or
@@ -73,8 +78,7 @@ def parallel_vectorize(sch, block, max_parallel_loops: int = 3) -> None:
         lanes = max(d for d in range(1, 65) if extent.value % d == 0)
         loops = [*loops[:-1], *sch.split(loops[-1], [None, lanes])]
     if len(loops) > 1:
-        outer = loops[: min(max_parallel_loops, len(loops) - 1)]
-        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+        parallel_over(sch, loops[: min(max_parallel_loops, len(loops) - 1)])
     if loops:
         sch.vectorize(loops[-1])
 

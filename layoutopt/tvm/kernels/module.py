@@ -28,7 +28,7 @@ from typing import Any
 from ...errors import ProblemError
 from .._tvm import first_line, import_tvm, resolve_target
 from . import conv2d, dense, gemm, winograd
-from .common import SCHEDULED_ATTR, block_names, is_spatial, parallel_vectorize
+from .common import SCHEDULED_ATTR, block_names, is_spatial, parallel_over, parallel_vectorize
 
 __all__ = ["RULES", "Rule", "ScheduleModule", "schedule_module", "schedule_primfunc"]
 
@@ -76,8 +76,12 @@ def schedule_primfunc(func, target: Any, strict: bool = False):
         rule = _rule_for(sch, names)
         if rule is not None:
             sch = rule.schedule(func, target)
-        elif not schedule_concat(sch, names):
-            schedule_generic(sch, names)
+        else:
+            concat = schedule_concat(sch, names)
+            if concat is not None:
+                sch = concat
+            else:
+                schedule_generic(sch, names)
     except (tvm.s_tir.ScheduleError, ValueError, StopIteration) as exc:
         where = func.attrs.get("global_symbol", "?") if func.attrs else "?"
         if strict:
@@ -104,11 +108,12 @@ def schedule_generic(sch, names: Sequence[str]) -> None:
             schedule_reduction(sch, block)
 
 
-def schedule_concat(sch, names: Sequence[str]) -> bool:
+def schedule_concat(sch, names: Sequence[str]) -> Any:
     """A concat and the elementwise ops fused after it (a folded batch norm and relu in DenseNet): the
     followers inlined into the concat, then one loop nest per input instead of one chain of selects
-    per element. Returns False, leaving ``sch`` as it was, when the function is not of that shape
-    (no concat, a follower that is no elementwise op, a concat along the innermost axis).
+    per element. Returns the schedule so made, on a copy of ``sch``; None, leaving ``sch`` as it
+    was, when the function is not of that shape (no concat, a follower that is no elementwise op, a
+    concat along the innermost axis).
 
     TOPI's concat picks each element's input through a chain of ``if_then_else`` as long as the list
     of inputs, and the generic schedule wrote every follower to its own buffer: DenseNet-201's 98
@@ -117,14 +122,13 @@ def schedule_concat(sch, names: Sequence[str]) -> bool:
     """
     concats = [name for name in names if name.startswith("T_concat")]
     if len(concats) != 1:
-        return False
-    trial = sch.copy()  # a shape this rule cannot take shows up as a schedule error on the copy
+        return None
+    scheduled = sch.copy()  # a shape this rule cannot take shows up as a schedule error on the copy
     try:
-        _partition_concat(trial, concats[0], [name for name in names if name != concats[0]])
+        _partition_concat(scheduled, concats[0], [name for name in names if name != concats[0]])
     except (import_tvm().s_tir.ScheduleError, ValueError):
-        return False
-    _partition_concat(sch, concats[0], [name for name in names if name != concats[0]])
-    return True
+        return None
+    return scheduled
 
 
 def _partition_concat(sch, concat: str, followers: Sequence[str]) -> None:
@@ -140,7 +144,7 @@ def _partition_concat(sch, concat: str, followers: Sequence[str]) -> None:
         raise ValueError("a concat along its innermost axis keeps the generic schedule")
     leading = [*loops[:axis], loops[axis + 1]]
     sch.reorder(*leading, loops[axis], *loops[axis + 2:])
-    sch.parallel(sch.fuse(*leading) if len(leading) > 1 else leading[0])
+    parallel_over(sch, leading)
     for piece in sch.loop_partition(loops[axis], [*extents[:-1], None]):
         for leaf in sch.get_child_blocks(piece):
             while sch.get_child_blocks(leaf):  # the partition wraps each piece's block in one of its own
@@ -186,7 +190,7 @@ def schedule_reduction(sch, block) -> None:
         leading = spatial[:-1][:3]
         sch.reorder(*spatial[:-1], *reduction, spatial[-1])
         # parallel and vectorise before decomposing: the update block alone is no reduction block
-        sch.parallel(sch.fuse(*leading) if len(leading) > 1 else leading[0])
+        parallel_over(sch, leading)
         sch.vectorize(spatial[-1])
         init = sch.decompose_reduction(block, reduction[0])
         sch.vectorize(sch.get_loops(init)[-1])
@@ -197,7 +201,7 @@ def schedule_reduction(sch, block) -> None:
             break
         leading.append(loop)
     if leading:
-        sch.parallel(sch.fuse(*leading) if len(leading) > 1 else leading[0])
+        parallel_over(sch, leading)
 
 
 def _vectorizable_reduction(sch, block, loops, kinds: Sequence[int]) -> bool:
