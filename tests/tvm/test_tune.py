@@ -39,7 +39,14 @@ def tuned(tmp_path_factory):
 def test_tuned_build_matches_the_untouched_model_and_its_prediction(tuned):
     result, _ = tuned
     graph, solution = result.graph, result.solution
-    assert solution.status == "optimal"
+    # pbqp is exact on this graph; only calibration can leave the answer feasible: when its noisy
+    # in-network profiles keep changing the choice for its 2 rounds, it hands on the cheapest
+    # assignment profiled, and says so (tune._calibrated_solution)
+    settled = solution.status == "optimal"
+    if not settled:
+        assert solution.status == "feasible"
+        assert solution.message.startswith("in-network calibration did not settle in 2 round(s)")
+        assert solution.lower_bound <= solution.objective
     assert result.tuned.max_relative_error < 1e-4
     # the predicted latency is the problem's objective for the applied assignment
     assert math.isclose(result.tuned.predicted, solution.objective, rel_tol=1e-12)
@@ -48,7 +55,8 @@ def test_tuned_build_matches_the_untouched_model_and_its_prediction(tuned):
     assert result.tuned.measured > 0
     # an exact solution is never predicted slower than a baseline's assignment
     for name in ("nchw16c", "nchw16c_tuned", "greedy"):
-        assert result.tuned.predicted <= result.baselines[name].predicted + 1e-12
+        if settled:
+            assert result.tuned.predicted <= result.baselines[name].predicted + 1e-12
         assert result.baselines[name].max_relative_error < 1e-4
     assert result.baselines["default"].measured > 0
     assert result.speedup("default") == result.baselines["default"].measured / result.tuned.measured
