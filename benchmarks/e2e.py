@@ -55,6 +55,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 from benchmarks.networks import MODEL_SNIPPET, NETWORKS, export_onnx, input_shape  # noqa: E402
+from benchmarks.ort_layers import CONV_OPS, match_convs, node_times  # noqa: E402
+from benchmarks.ort_layers import markdown as ort_markdown  # noqa: E402
+from benchmarks.ort_layers import summary_cells as ort_summary_cells  # noqa: E402
 
 VARIANTS = [
     ("default", "(a) TVM default build"),
@@ -93,47 +96,80 @@ _ORT_SERVER = r"""
 import json, sys, time
 import numpy as np, onnxruntime as ort
 path, size, threads = json.loads(sys.argv[1])
-options = ort.SessionOptions()
-options.intra_op_num_threads = threads
-options.inter_op_num_threads = 1
-options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+def session_options(profile_prefix=None):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if profile_prefix:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+    return options
+session = ort.InferenceSession(path, session_options(), providers=["CPUExecutionProvider"])
 data = np.random.default_rng(0).standard_normal((1, 3, size, size)).astype("float32")
 x = {session.get_inputs()[0].name: data}
 for _ in range(3):
     session.run(None, x)
 print(json.dumps({"onnxruntime": ort.__version__}), flush=True)
-for line in sys.stdin:  # one request per round: one run, timed
-    start = time.perf_counter()
+for line in sys.stdin:
+    if line.startswith("profile"):  # "profile RUNS PREFIX": a profiling session's file, after RUNS runs
+        _, runs, prefix = line.split(maxsplit=2)
+        options = session_options(prefix.strip())
+        profiled = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        for _ in range(int(runs)):
+            profiled.run(None, x)
+        print(profiled.end_profiling(), flush=True)
+        continue
+    start = time.perf_counter()  # any other line: one run, timed
     session.run(None, x)
     print(time.perf_counter() - start, flush=True)
 """
 
 
-def time_with_onnxruntime(executables: dict, inputs: list, onnx_path: Path, size: int, threads: int,
-                          rounds: int) -> tuple[dict[str, list[float]], dict]:
-    """Latency samples of TVM builds and ONNX Runtime in the same interleaved rounds (one run of each
-    per round, in an order that rotates; ORT in a subprocess, idle while TVM runs), and ORT's version."""
-    from layoutopt.tvm.timing import time_builds
+class OnnxRuntimeServer:
+    """ONNX Runtime in a subprocess, idle while the TVM builds run: :meth:`once` times one run (a
+    contender for :func:`layoutopt.tvm.timing.time_builds`), :meth:`profile` times every node.
 
-    payload = json.dumps([str(onnx_path), size, threads])
-    server = subprocess.Popen([sys.executable, "-c", _ORT_SERVER, payload],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
-    assert server.stdin is not None and server.stdout is not None
+    Example::
 
-    def onnxruntime_once() -> float:
-        server.stdin.write("\n")
-        server.stdin.flush()
-        return float(server.stdout.readline())
+        with OnnxRuntimeServer(onnx_path, 224, threads=2) as server:
+            samples = time_builds(builds, inputs, 30, others={"onnxruntime": server.once})
+            nodes = server.profile(runs=5)
+    """
 
-    info = json.loads(server.stdout.readline())
-    try:
-        samples = time_builds(executables, inputs, rounds, others={"onnxruntime": onnxruntime_once})
-    finally:
-        server.stdin.close()
-        server.wait(timeout=60)
-    return samples, info
+    def __init__(self, onnx_path: Path, size: int, threads: int) -> None:
+        payload = json.dumps([str(onnx_path), size, threads])
+        self._process = subprocess.Popen([sys.executable, "-c", _ORT_SERVER, payload], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True,
+                                         env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+        self.version = json.loads(self._request(None))["onnxruntime"]
+
+    def _request(self, line: str | None) -> str:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        if line is not None:
+            self._process.stdin.write(line + "\n")
+            self._process.stdin.flush()
+        answer = self._process.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the ONNX Runtime server exited (code {self._process.poll()})")
+        return answer
+
+    def once(self) -> float:
+        """Seconds of one run."""
+        return float(self._request(""))
+
+    def profile(self, runs: int = 5) -> list[dict]:
+        """Every node's fastest of ``runs`` runs (:func:`benchmarks.ort_layers.node_times`)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            return node_times(self._request(f"profile {runs} {Path(tmp) / 'ort'}").strip())
+
+    def __enter__(self) -> OnnxRuntimeServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        self._process.wait(timeout=60)
 
 
 def _subprocess_json(snippet: str, payload: list, timeout: float = 3600) -> dict:
@@ -162,7 +198,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     from layoutopt.tvm import load_model, tune_and_build
     from layoutopt.tvm.baselines import COMPOSITES
     from layoutopt.tvm.report import write_report
-    from layoutopt.tvm.timing import Ratio, random_inputs
+    from layoutopt.tvm.timing import Ratio, random_inputs, time_builds
 
     size = input_shape(network)[-1]
     threads = int(os.environ["TVM_NUM_THREADS"])  # the count actually set, for TVM, PyTorch and ORT alike
@@ -202,8 +238,13 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     # every TVM build and ONNX Runtime side by side, in the same interleaved rounds
     builds = {v.name: v.executable for v in result.variants()
               if v.executable is not None and v.name not in COMPOSITES}  # a composite is one of its members
-    samples, ort_info = time_with_onnxruntime(builds, random_inputs(result.module), onnx_path, size, threads,
-                                              args.repeat)
+    with OnnxRuntimeServer(onnx_path, size, threads) as server:
+        samples = time_builds(builds, random_inputs(result.module), args.repeat,
+                              others={"onnxruntime": server.once})
+        # ORT's own per-node profile beside the tuned build's in-network one, conv layer by conv layer
+        ort_nodes = server.profile(runs=5)
+    row["ort_layers"] = match_convs(_conv_layers(result), ort_nodes)
+    row["ort_other_nodes"] = sum(n["seconds"] for n in ort_nodes if n["op"] not in CONV_OPS)
     for name, values in samples.items():
         row[name] = float(np.median(values))
         row[f"{name}_spread"] = [float(np.percentile(values, 25)), float(np.percentile(values, 75))]
@@ -219,7 +260,10 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     row["algorithms_chosen"] = dict(Counter(c.get("algorithm", "direct") for c in convs))
     if "default" in result.baselines:
         row["default"] = result.baselines["default"].measured
-    write_report(result, args.out, name=f"e2e-{network}", model=network)
+    report = write_report(result, args.out, name=f"e2e-{network}", model=network)
+    with open(report["markdown"], "a") as handle:
+        lines = ort_markdown(row["ort_layers"], ort_nodes)
+        handle.write("\n## Conv layers against ONNX Runtime\n\n" + "\n".join(lines) + "\n")
     ctor, kwargs, _ = NETWORKS[network]
     torch_info = _subprocess_json(_TORCH_SNIPPET, [ctor, kwargs, size, args.repeat_eager, threads])
     row["torch"] = torch_info["seconds"]
@@ -227,10 +271,17 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     row["versions"] = {
         "torch": torch_info["torch"],
         "torchvision": torch_info["torchvision"],
-        "onnxruntime": ort_info["onnxruntime"],
+        "onnxruntime": server.version,
     }
     row["stamp"] = stamp()  # this row's own date and machine: rows of several runs share the table
     return row
+
+
+def _conv_layers(result) -> list[dict]:
+    """The tuned build's conv2d layers as :func:`benchmarks.ort_layers.match_convs` takes them."""
+    return [{"layer": str(layer.node), "workload": result.graph.layout_node(layer.node).workload,
+             "choice": layer.choice, "in_network": layer.in_network}
+            for layer in result.layers if layer.op == "relax.nn.conv2d"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,6 +410,15 @@ def write_outputs(rows: list[dict], out: Path) -> None:
             f"| {row.get('solver')} ({row.get('status')}) | {row.get('tune_seconds', 0):.0f} | {_load(row)} |"
         )
     lines += _breakdown_table(rows)
+    compared = [row for row in rows if row.get("ort_layers")]
+    if compared:
+        lines += ["", "Conv layers against ONNX Runtime: (d)'s conv calls timed in its network, ONNX",
+                  "Runtime's conv nodes in its own profile, each the fastest of 5 runs (ms; per layer in",
+                  "`e2e-<network>.md`):",
+                  "", "| network | matched | (d) convs | ORT convs | ORT / (d) | layers (d) wins "
+                  "| where ORT gains most (ms) | ORT's other nodes |", "|---" * 8 + "|"]
+        lines += [f"| {row['network']} | " + " | ".join(ort_summary_cells(row["ort_layers"]))
+                  + f" | {_ms(row.get('ort_other_nodes'))} |" for row in compared]
     lines += ["", "When and where each row was measured:", "",
               "| network | date | machine | threads | versions |", "|---" * 5 + "|"]
     lines += [f"| {row['network']} | " + " | ".join(_measured(row)) + " |" for row in rows]

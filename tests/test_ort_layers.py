@@ -1,0 +1,86 @@
+"""benchmarks.ort_layers: reading ONNX Runtime's profile and pairing its conv nodes with our layers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.ort_layers import group_of, markdown, match_convs, node_times, summary_cells
+
+
+def _conv(data, kernel, stride=1, pad=0, groups=1):
+    return {"op": "conv2d", "data": data, "kernel": kernel, "strides": [stride, stride],
+            "padding": [pad] * 4, "dilation": [1, 1], "groups": groups, "dtype": "float32"}
+
+
+def _event(node, op, inputs, outputs, micros):
+    """One node run as ONNX Runtime's profiler writes it (chrome trace format)."""
+    return {"cat": "Node", "name": f"{node}_kernel_time", "dur": micros,
+            "args": {"op_name": op, "input_type_shape": [{"float": s} for s in inputs],
+                     "output_type_shape": [{"float": s} for s in outputs]}}
+
+
+@pytest.fixture
+def profile(tmp_path):
+    first = ([[1, 64, 56, 56], [64, 64, 3, 3], [64]], [[1, 64, 56, 56]])
+    strided = ([[1, 64, 56, 56], [64, 64, 3, 3], [64]], [[1, 64, 28, 28]])
+    events = [{"cat": "Session", "name": "model_run", "dur": 9000}]
+    for scale in (1.5, 1.0, 1.2):  # three runs: each node keeps its fastest
+        events += [
+            _event("conv_a", "FusedConv", *first, 400 * scale),
+            _event("conv_b", "Conv", *strided, 300 * scale),
+            _event("conv_c", "FusedConv", *first, 500 * scale),
+            _event("reorder", "ReorderOutput", [[1, 64, 56, 56]], [[1, 64, 56, 56]], 50 * scale),
+            {"cat": "Node", "name": "conv_a_fence_before", "dur": 1},  # not a kernel time
+        ]
+    path = tmp_path / "ort.json"
+    path.write_text(json.dumps(events))
+    return path
+
+
+def test_node_times_keeps_each_nodes_fastest_run_in_first_run_order(profile):
+    nodes = node_times(profile)
+    assert [n["node"] for n in nodes] == ["conv_a", "conv_b", "conv_c", "reorder"]
+    assert [n["seconds"] for n in nodes] == pytest.approx([400e-6, 300e-6, 500e-6, 50e-6])
+    assert nodes[1]["inputs"][1] == [64, 64, 3, 3] and nodes[1]["outputs"] == [[1, 64, 28, 28]]
+
+
+def test_match_pairs_equal_shapes_in_program_order_and_tells_strides_apart(profile):
+    same = _conv([1, 64, 56, 56], [64, 64, 3, 3], pad=1)
+    layers = [
+        {"layer": "l1", "workload": same, "choice": "NCHW16c->NCHW16c[algorithm=winograd,tile=4]",
+         "in_network": 300e-6},
+        {"layer": "l2", "workload": _conv([1, 64, 56, 56], [64, 64, 3, 3], stride=2, pad=1),
+         "choice": "NCHW16c->NCHW32c[order=rows]", "in_network": 350e-6},
+        {"layer": "l3", "workload": same, "choice": "NCHW16c->NCHW16c", "in_network": 450e-6},
+        {"layer": "l4", "workload": same, "choice": "NCHW16c->NCHW16c", "in_network": 450e-6},
+    ]
+    records = match_convs(layers, node_times(profile))
+    assert [r["onnxruntime"] for r in records] == pytest.approx([400e-6, 300e-6, 500e-6, None])
+    assert records[3]["onnxruntime"] is None and records[3]["ort_op"] is None  # ORT ran only two
+    assert [r["algorithm"] for r in records] == ["winograd", "direct", "direct", "direct"]
+    assert [r["group"] for r in records[:2]] == ["3x3 winograd", "3x3 s2 direct"]
+
+    text = "\n".join(markdown(records, node_times(profile)))
+    assert "3 of 4 conv layers matched" in text
+    # all convs: ours 0.3 + 0.35 + 0.45 = 1.1 ms, ORT's 1.2 ms; two of the three faster here
+    assert "| all convs | 3 | 1.100 | 1.200 | 1.09x | 2 of 3 |" in text
+    assert "other nodes (reorders, pooling, gemm, elementwise): 0.050 ms" in text
+    cells = summary_cells(records)
+    assert cells[:5] == ["3 of 4", "1.10", "1.20", "1.09x", "2"]
+    assert cells[5] == "3x3 s2 direct (+0.05)"  # the one group where ORT is faster
+
+
+def test_groups_name_kernel_stride_grouping_and_algorithm():
+    assert group_of(_conv([1, 64, 56, 56], [256, 64, 1, 1]), "gemm") == "1x1 gemm"
+    assert group_of(_conv([1, 32, 56, 56], [32, 1, 3, 3], stride=2, groups=32), "direct") == \
+        "3x3 s2 grouped direct"
+
+
+def test_nothing_matched_says_so():
+    layer = {"layer": "l", "workload": _conv([1, 8, 8, 8], [8, 8, 1, 1]), "choice": "NCHW",
+             "in_network": 1e-5}
+    records = match_convs([layer], [])
+    assert markdown(records, []) == ["No conv layer matched a node of ONNX Runtime's profile."]
+    assert summary_cells(records)[0] == "0 of 1"
