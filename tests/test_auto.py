@@ -1,6 +1,7 @@
 """auto: exact answers through whichever engine, anytime under a time limit."""
 
 import math
+import time
 
 import networkx as nx
 import numpy as np
@@ -12,8 +13,8 @@ from test_reductions import small_problems
 import layoutopt
 from layoutopt import Problem, ProblemError
 from layoutopt.generators import generate
-from layoutopt.solvers.auto import exact_engine
-from layoutopt.solvers.base import Option
+from layoutopt.solvers.auto import SECOND_SEARCH_KERNEL, SecondSearch, _free_cpus, exact_engine
+from layoutopt.solvers.base import Deadline, Option, SolverResult
 from layoutopt.solvers.dp import DP
 
 
@@ -108,3 +109,91 @@ def test_an_answer_stopped_by_the_limit_leaves_no_single_move_that_helps():
     for i in range(len(problem)):
         local = problem.node_costs[i] + sum(problem.edge(i, j)[:, choice[j]] for j in problem.neighbors(i))
         assert local.min() >= local[choice[i]]
+
+
+def _random_k16(nodes: int, seed: int) -> Problem:
+    """Issue 13's random K=16 kind: dense integer costs on a sparse random graph, no proof in seconds."""
+    rng = np.random.default_rng(seed)
+    graph = nx.random_regular_graph(3, nodes, seed=seed)
+    costs = {"nodes": {v: rng.integers(0, 100, 16).astype(float) for v in graph},
+             "edges": {e: rng.integers(0, 100, (16, 16)).astype(float) for e in graph.edges}}
+    return Problem.from_graph(graph, costs)
+
+
+needs_two_cpus = pytest.mark.skipif(
+    _free_cpus() < 2 or exact_engine() != "toulbar2",
+    reason="the second search runs toulbar2 on a second CPU")
+
+
+@needs_two_cpus
+def test_second_search_keeps_the_better_answer_and_the_higher_bound():
+    kernel = _random_k16(300, seed=5)
+    second = SecondSearch.start(kernel, Deadline(1.5))
+    assert second is not None
+    poor = SolverResult(np.zeros(len(kernel), dtype=np.int64), "feasible", 0.0, "stopped by the limit")
+    stats: dict = {}
+    merged = second.merge(poor, kernel, Deadline(1.5), stats)
+    assert not second.alive()
+    child = stats["second_search"]
+    assert child["used"] and child["status"] == "feasible"
+    assert kernel.evaluate(merged.assignment) == child["objective"] < kernel.evaluate(poor.assignment)
+    assert merged.lower_bound == child["lower_bound"] > 0.0  # the child's bound is the higher one
+    assert merged.status == "feasible" and merged.message == poor.message
+
+    # the other way round too: the better of the two answers, the higher of the two bounds
+    second = SecondSearch.start(kernel, Deadline(1.2))
+    good = SolverResult(merged.assignment, "feasible", child["lower_bound"] + 1.0)
+    stats = {}
+    kept = second.merge(good, kernel, Deadline(1.2), stats)
+    other = stats["second_search"]
+    assert kernel.evaluate(kept.assignment) == min(kernel.evaluate(good.assignment), other["objective"])
+    assert kept.lower_bound == max(good.lower_bound, other["lower_bound"])
+
+
+@needs_two_cpus
+def test_a_proof_stops_the_second_search_at_once():
+    kernel = _random_k16(300, seed=6)
+    second = SecondSearch.start(kernel, Deadline(20.0))
+    proof = SolverResult(np.zeros(len(kernel), dtype=np.int64), "optimal", 0.0)
+    start = time.perf_counter()
+    stats: dict = {}
+    assert second.merge(proof, kernel, Deadline(20.0), stats) is proof
+    assert time.perf_counter() - start < 1.0 and stats["second_search"] == "stopped"
+    assert not second.alive()
+
+
+@needs_two_cpus
+def test_auto_answers_at_least_as_well_as_its_second_search_within_the_limit():
+    problem = _random_k16(300, seed=7)
+    start = time.perf_counter()
+    sol = layoutopt.solve_problem(problem, "auto", time_limit=1.5)
+    assert time.perf_counter() - start <= 1.5 * 1.1 + 0.1
+    child = sol.stats["second_search"]
+    assert sol.status == "feasible" and sol.objective <= child["objective"]
+    assert sol.lower_bound >= child["lower_bound"]
+
+
+def test_no_second_search_without_a_limit_on_a_small_kernel_or_when_asked():
+    assert SecondSearch.start(_random_k16(300, seed=1), Deadline(None)) is None  # no end to wait for
+    assert SecondSearch.start(_random_k16(SECOND_SEARCH_KERNEL - 2, seed=1), Deadline(10.0)) is None
+    sol = layoutopt.solve_problem(_random_k16(300, seed=8), "auto", time_limit=1.2, second_search=False)
+    assert "second_search" not in sol.stats
+    with pytest.raises(ProblemError, match="second_search"):
+        layoutopt.solve_problem(_random_k16(300, seed=8), "auto", second_search="yes")
+
+
+def _auto_in_this_process(seed: int):
+    layoutopt.solve_problem(_random_k16(20, seed=seed), "auto")  # imports and compiles outside the limit
+    sol = layoutopt.solve_problem(_random_k16(300, seed=seed), "auto", time_limit=1.5)
+    return sol.status, sol.stats.get("second_search")
+
+
+@needs_two_cpus
+def test_the_second_search_runs_inside_a_daemonic_worker_too():
+    # the benchmark harness solves in a daemonic multiprocessing worker, which may have no
+    # multiprocessing children: a multiprocessing-based second search failed there
+    from layoutopt.isolation import IsolatedWorker
+
+    with IsolatedWorker() as worker:
+        status, second = worker.call(_auto_in_this_process, 9, timeout=60)
+    assert status == "feasible" and second["objective"] > 0
