@@ -55,8 +55,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 from benchmarks.networks import MODEL_SNIPPET, NETWORKS, export_onnx, input_shape  # noqa: E402
-from benchmarks.ort_layers import CONV_OPS, match_convs, node_times  # noqa: E402
 from benchmarks.ort_layers import markdown as ort_markdown  # noqa: E402
+from benchmarks.ort_layers import match_convs, node_times, other_seconds  # noqa: E402
 from benchmarks.ort_layers import summary_cells as ort_summary_cells  # noqa: E402
 
 VARIANTS = [
@@ -243,8 +243,11 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
                               others={"onnxruntime": server.once})
         # ORT's own per-node profile beside the tuned build's in-network one, conv layer by conv layer
         ort_nodes = server.profile(runs=5)
-    row["ort_layers"] = match_convs(_conv_layers(result), ort_nodes)
-    row["ort_other_nodes"] = sum(n["seconds"] for n in ort_nodes if n["op"] not in CONV_OPS)
+    # the tuned build's conv2d layers with their candidates: which algorithm each runs
+    convs = {node: result.graph.choice(node, k).candidate for node, k in result.tuned.assignment.items()
+             if result.graph.layout_node(node).op == "relax.nn.conv2d"}
+    row["ort_layers"] = match_convs(_conv_layers(result, convs), ort_nodes)
+    row["ort_other_nodes"] = other_seconds(ort_nodes)
     for name, values in samples.items():
         row[name] = float(np.median(values))
         row[f"{name}_spread"] = [float(np.percentile(values, 25)), float(np.percentile(values, 75))]
@@ -254,10 +257,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
         member = result.baselines[composite].description.rsplit(": ", 1)[-1]
         row[composite], row[f"{composite}_is"] = row[member], member
         row[f"{composite}_vs_layoutopt"] = row[f"{member}_vs_layoutopt"]
-    # which algorithm each conv of the tuned build runs
-    convs = [result.graph.choice(node, k).candidate for node, k in result.tuned.assignment.items()
-             if result.graph.layout_node(node).op == "relax.nn.conv2d"]
-    row["algorithms_chosen"] = dict(Counter(c.get("algorithm", "direct") for c in convs))
+    row["algorithms_chosen"] = dict(Counter(c.get("algorithm", "direct") for c in convs.values()))
     if "default" in result.baselines:
         row["default"] = result.baselines["default"].measured
     report = write_report(result, args.out, name=f"e2e-{network}", model=network)
@@ -277,11 +277,13 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     return row
 
 
-def _conv_layers(result) -> list[dict]:
-    """The tuned build's conv2d layers as :func:`benchmarks.ort_layers.match_convs` takes them."""
+def _conv_layers(result, convs: dict) -> list[dict]:
+    """The tuned build's conv2d layers (``convs``: node -> candidate) as
+    :func:`benchmarks.ort_layers.match_convs` takes them."""
     return [{"layer": str(layer.node), "workload": result.graph.layout_node(layer.node).workload,
-             "choice": layer.choice, "in_network": layer.in_network}
-            for layer in result.layers if layer.op == "relax.nn.conv2d"]
+             "choice": layer.choice, "algorithm": convs[layer.node].get("algorithm", "direct"),
+             "in_network": layer.in_network}
+            for layer in result.layers if layer.node in convs]
 
 
 # ---------------------------------------------------------------------------------------------

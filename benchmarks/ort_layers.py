@@ -88,15 +88,15 @@ def match_convs(layers: Sequence[Mapping[str, Any]],
     """Pair each conv layer with ONNX Runtime's node of the same shapes (the n-th layer of a shape with
     the n-th node of it: both run in program order).
 
-    ``layers``: dicts with ``"workload"`` (the conv2d workload dict), ``"layer"``, ``"choice"`` and
-    ``"in_network"`` (seconds). Returns one record per layer: those keys, ``"algorithm"``,
-    ``"group"`` (see :func:`group_of`), ``"onnxruntime"`` (seconds, None when no node matched) and
-    ``"ort_op"``.
+    ``layers``: dicts with ``"workload"`` (the conv2d workload dict), ``"layer"``, ``"choice"`` (its
+    label), ``"algorithm"`` (its candidate's) and ``"in_network"`` (seconds). Returns one record per
+    layer: those keys but the workload, ``"group"`` (see :func:`group_of`), ``"onnxruntime"``
+    (seconds, None when no node matched) and ``"ort_op"``.
 
     Example::
 
-        match_convs([{"layer": "lv", "workload": wl, "choice": "NCHW16c->NCHW16c", "in_network": 4e-4}],
-                    node_times(profile))[0]["onnxruntime"]      # 3.5e-4
+        match_convs([{"layer": "lv", "workload": wl, "choice": "NCHW16c->NCHW16c", "algorithm": "direct",
+                      "in_network": 4e-4}], node_times(profile))[0]["onnxruntime"]      # 3.5e-4
     """
     queues: dict[tuple, deque] = defaultdict(deque)
     for node in nodes:
@@ -108,7 +108,7 @@ def match_convs(layers: Sequence[Mapping[str, Any]],
         workload = layer["workload"]
         queue = queues.get(conv_key(workload))
         node = queue.popleft() if queue else None
-        algorithm = _algorithm(layer["choice"])
+        algorithm = layer["algorithm"]
         records.append({
             "layer": layer["layer"], "choice": layer["choice"], "algorithm": algorithm,
             "group": group_of(workload, algorithm), "in_network": layer["in_network"],
@@ -118,11 +118,9 @@ def match_convs(layers: Sequence[Mapping[str, Any]],
     return records
 
 
-def _algorithm(choice: str) -> str:
-    """``"NCHW16c->NCHW16c[algorithm=winograd,tile=4]"`` -> ``"winograd"``; ``"direct"`` when unnamed."""
-    knobs = choice.partition("[")[2].rstrip("]")
-    named = dict(part.split("=", 1) for part in knobs.split(",") if "=" in part)
-    return named.get("algorithm", "direct")
+def other_seconds(nodes: Sequence[Mapping[str, Any]]) -> float:
+    """ONNX Runtime's time outside its convs: reorders, pooling, gemm, elementwise nodes."""
+    return sum(n["seconds"] for n in nodes if n["op"] not in CONV_OPS)
 
 
 def group_of(workload: Mapping[str, Any], algorithm: str) -> str:
@@ -156,8 +154,8 @@ def markdown(records: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, 
     wins = sum(r["in_network"] < r["onnxruntime"] for r in matched)
     lines.append(f"| all convs | {len(matched)} | {ours * 1e3:.3f} | {theirs * 1e3:.3f} "
                  f"| {theirs / ours:.2f}x | {wins} of {len(matched)} |")
-    other = sum(n["seconds"] for n in nodes if n["op"] not in CONV_OPS)
-    lines += ["", f"ONNX Runtime's other nodes (reorders, pooling, gemm, elementwise): {other * 1e3:.3f} ms.",
+    lines += ["", "ONNX Runtime's other nodes (reorders, pooling, gemm, elementwise): "
+              f"{other_seconds(nodes) * 1e3:.3f} ms.",
               "", "| layer | layoutopt choice | layoutopt | ORT op | ONNX Runtime | ORT / layoutopt |",
               "|---|---|---|---|---|---|"]
     lines += [f"| {r['layer']} | {r['choice']} | {r['in_network'] * 1e3:.3f} | {r['ort_op']} "

@@ -50,11 +50,13 @@ def test_match_pairs_equal_shapes_in_program_order_and_tells_strides_apart(profi
     same = _conv([1, 64, 56, 56], [64, 64, 3, 3], pad=1)
     layers = [
         {"layer": "l1", "workload": same, "choice": "NCHW16c->NCHW16c[algorithm=winograd,tile=4]",
-         "in_network": 300e-6},
+         "algorithm": "winograd", "in_network": 300e-6},
         {"layer": "l2", "workload": _conv([1, 64, 56, 56], [64, 64, 3, 3], stride=2, pad=1),
-         "choice": "NCHW16c->NCHW32c[order=rows]", "in_network": 350e-6},
-        {"layer": "l3", "workload": same, "choice": "NCHW16c->NCHW16c", "in_network": 450e-6},
-        {"layer": "l4", "workload": same, "choice": "NCHW16c->NCHW16c", "in_network": 450e-6},
+         "choice": "NCHW16c->NCHW32c[order=rows]", "algorithm": "direct", "in_network": 350e-6},
+        {"layer": "l3", "workload": same, "choice": "NCHW16c->NCHW16c", "algorithm": "direct",
+         "in_network": 450e-6},
+        {"layer": "l4", "workload": same, "choice": "NCHW16c->NCHW16c", "algorithm": "direct",
+         "in_network": 450e-6},
     ]
     records = match_convs(layers, node_times(profile))
     assert [r["onnxruntime"] for r in records] == pytest.approx([400e-6, 300e-6, 500e-6, None])
@@ -80,7 +82,7 @@ def test_groups_name_kernel_stride_grouping_and_algorithm():
 
 def test_nothing_matched_says_so():
     layer = {"layer": "l", "workload": _conv([1, 8, 8, 8], [8, 8, 1, 1]), "choice": "NCHW",
-             "in_network": 1e-5}
+             "algorithm": "direct", "in_network": 1e-5}
     records = match_convs([layer], [])
     assert markdown(records, []) == ["No conv layer matched a node of ONNX Runtime's profile."]
     assert summary_cells(records)[0] == "0 of 1"

@@ -130,7 +130,9 @@ class Auto(Solver):
             # a fork costs 15-20 ms (page tables, then copy-on-write faults): worth it only on kernels
             # the first phase did not prove, or too large for it
             if options["second_search"] and len(kernel) >= SECOND_SEARCH_KERNEL:
-                second.extend(s for s in [SecondSearch.start(problem, deadline)] if s is not None)
+                started = SecondSearch.start(problem, deadline)
+                if started is not None:
+                    second.append(started)
 
         own = self._solve_kernel(reduction, exact_engine(), deadline, stats, start_second_search)
         return second[0].merge(own, problem, deadline, stats) if second else own
