@@ -114,6 +114,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="measure the kernels, check and time the builds on the devices of the TVM RPC "
                         "tracker at HOST:PORT (give --target the devices' target)")
     parser.add_argument("--key", help="device key registered at the RPC tracker (with --rpc)")
+    parser.add_argument("--warm", action="store_true",
+                        help="time kernels with warm caches (default: cold, with their weights and "
+                             "output flushed before each run, as the network leaves them)")
     parser.add_argument("--baselines", default="greedy",
                         help="comma-separated baselines to build and time beside the best fixed layout "
                         "(b*: the faster of nchw8c and nchw16c, always built, and with Winograd the fixed "
@@ -216,13 +219,14 @@ def _runner(args: argparse.Namespace):
 
     if args.key and not args.rpc:
         raise ProblemError("--key needs --rpc HOST:PORT (the tracker the device is registered with)")
+    from .runner import LocalRunner, RPCRunner
+
+    cold = not args.warm
     if not args.rpc:
-        return None
+        return LocalRunner(cold=cold)
     if not args.key:
         raise ProblemError("--rpc needs --key (the device key registered at the tracker)")
-    from .runner import RPCRunner
-
-    return RPCRunner(tracker=args.rpc, key=args.key)
+    return RPCRunner(tracker=args.rpc, key=args.key, cold=cold)
 
 
 def _candidates(blocks_text: str | None, orders_text: str = "oc", algorithms_text: str | None = None):

@@ -369,13 +369,14 @@ class Measurer:
 
         self.target = resolve_target(target)
         self.target_key = target_key(self.target)
-        # The schedule version rides along with TVM's: a cached time is only valid for the same
-        # compiler AND the same hand-written schedule.
-        self.tvm_version = f"{metadata.version('apache-tvm')}+schedules.{SCHEDULE_VERSION}"
         self.cache = cache if isinstance(cache, CostCache) else CostCache(cache)
         self.runner = runner if runner is not None else LocalRunner()
         if not isinstance(self.runner, Runner):
             raise ProblemError(f"runner must be a layoutopt.tvm.Runner, not {type(self.runner).__name__}")
+        # The schedule version and the timing ride along with TVM's: a cached time is only valid
+        # for the same compiler, the same hand-written schedule and the same cache state (cold/warm)
+        self.tvm_version = (f"{metadata.version('apache-tvm')}+schedules.{SCHEDULE_VERSION}"
+                            + ("+cold" if self.runner.timing == "cold" else ""))
         if not timeout > 0:
             raise ProblemError(f"timeout must be positive seconds, got {timeout!r}")
         self.timeout = float(timeout)

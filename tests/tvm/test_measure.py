@@ -24,7 +24,7 @@ from layoutopt.tvm.measure import LocalRunner, Measurer, RPCRunner, parse_rpc_ad
 pytestmark = pytest.mark.tvm
 
 #: short timings: these tests check the machinery, not the numbers
-FAST = LocalRunner(repeat=2, min_repeat_ms=1)
+FAST = LocalRunner(repeat=2, min_repeat_ms=1, cold_runs=2)
 
 
 @dataclass
@@ -240,7 +240,8 @@ RESUME_SCRIPT = textwrap.dedent(
     import json, sys
     from layoutopt.tvm.measure import LocalRunner, Measurer
     tasks = json.loads(sys.argv[2])
-    with Measurer(cache=sys.argv[1], runner=LocalRunner(repeat=2, min_repeat_ms=20), progress=False) as m:
+    runner = LocalRunner(repeat=2, min_repeat_ms=20, cold=False)  # slow enough to be killed midway
+    with Measurer(cache=sys.argv[1], runner=runner, progress=False) as m:
         m.measure(tasks)
     """
 )
@@ -263,10 +264,52 @@ def test_a_run_killed_with_sigkill_resumes_where_it_stopped(tmp_path):
     run.wait()
     done_before = len([line for line in path.read_bytes().splitlines() if line.endswith(b"}")])
     assert 3 <= done_before < len(tasks)
-    with Measurer(cache=path, runner=FAST, progress=False) as m:
+    with Measurer(cache=path, runner=LocalRunner(repeat=2, min_repeat_ms=1, cold=False), progress=False) as m:
         results = m.measure(tasks)
     assert all(r.ok for r in results)
     assert m.stats["cached"] == done_before and m.stats["measured"] == len(tasks) - done_before
+
+
+class _Timings:
+    def __init__(self, results):
+        self.results = results
+
+
+class RecordingModule:
+    """Stands for a loaded kernel library: records how it is asked to be timed."""
+
+    def __init__(self):
+        self.asked = []
+
+    def time_evaluator(self, name, device, **settings):
+        self.asked.append(settings)
+        return lambda *args: _Timings([float(i) for i in range(1, settings["repeat"] + 1)])
+
+
+def test_cold_timing_flushes_all_but_the_input_before_each_single_run():
+    module = RecordingModule()
+    assert LocalRunner(repeat=2, cold_runs=3).time(module, None, "k", []) == [2.0, 5.0]  # medians of 3
+    assert module.asked[-1] == {"number": 1, "repeat": 6, "f_preproc": "cache_flush_cpu_non_first_arg"}
+    warm = LocalRunner(repeat=2, min_repeat_ms=5, cold=False)
+    assert warm.time(module, None, "k", []) == [1.0, 2.0] and "f_preproc" not in module.asked[-1]
+    assert warm.timing == "warm" and LocalRunner().timing == "cold"
+    # the flush runs where the kernel runs: TVM's runtime (local, or behind an RPC server) has it
+    import tvm
+
+    assert tvm.get_global_func("cache_flush_cpu_non_first_arg", allow_missing=True) is not None
+
+
+def test_cold_and_warm_costs_are_cached_apart(tiny_conv, tmp_path):
+    path, task = tmp_path / "c.jsonl", [(tiny_conv, {"in": "NCHW8c", "out": "NCHW8c"})]
+    with Measurer(cache=path, runner=LocalRunner(repeat=2, cold_runs=3), progress=False, passes=1) as m:
+        (cold,) = m.measure(task)
+    with Measurer(cache=path, runner=LocalRunner(repeat=2, min_repeat_ms=1, cold=False),
+                  progress=False, passes=1) as m:
+        (warm,) = m.measure(task)
+        (again,) = m.measure(task)
+    assert cold.ok and warm.ok and not cold.cached and not warm.cached and again.cached
+    assert cold.record["tvm"].endswith("+cold") and not warm.record["tvm"].endswith("+cold")
+    assert len(cold.results) == 2 and again.cost == warm.cost
 
 
 def test_bad_settings_and_tasks_are_clear_errors_before_anything_runs(tiny_conv):
@@ -274,6 +317,10 @@ def test_bad_settings_and_tasks_are_clear_errors_before_anything_runs(tiny_conv)
         Measurer(target="cuda")
     with pytest.raises(ProblemError, match="repeat >= 1"):
         LocalRunner(repeat=0)
+    with pytest.raises(ProblemError, match="cold_runs >= 1"):
+        LocalRunner(cold_runs=0)
+    with pytest.raises(ProblemError, match="cold must be True or False"):
+        LocalRunner(cold="no")
     with pytest.raises(ProblemError, match="timeout"):
         Measurer(timeout=0)
     with pytest.raises(ProblemError, match="passes must be a positive integer"):
