@@ -349,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         f"- versions: {stamp['versions']}",
         f"- command: `python -m benchmarks.core{' --quick' if args.quick else ''}` "
         f"(time limit {args.time_limit:g} s per exact solve; {elapsed / 60:.1f} min in all)",
-        f"- times: through `layoutopt.solve` (validation included), best of 3 below 0.2 s, each method "
+        f"- times: through `layoutopt.solve` (validation included), best of 3 below "
+        f"{bench.runner.REPEAT_BELOW:g} s, each method "
         f"in its own worker process. The verdicts use **{CLOCK} time**: the machine was shared with "
         f"other jobs (load average {load_average()}), which inflates wall times; the anytime rows use "
         f"wall time. The tables below show wall times; the CSV has both.",

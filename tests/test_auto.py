@@ -14,9 +14,16 @@ import layoutopt
 from layoutopt import Problem, ProblemError
 from layoutopt.generators import generate
 from layoutopt.machine import usable_cores
-from layoutopt.solvers.auto import SECOND_SEARCH_KERNEL, SecondSearch, exact_engine
+from layoutopt.solvers.auto import (
+    LOOSE_BOUND_SHARE,
+    SECOND_SEARCH_KERNEL,
+    SecondSearch,
+    bound_share,
+    exact_engine,
+)
 from layoutopt.solvers.base import Deadline, Option, SolverResult
 from layoutopt.solvers.dp import DP
+from layoutopt.solvers.reductions import reduce
 
 
 @settings(max_examples=120, deadline=None)
@@ -172,6 +179,32 @@ def test_auto_answers_at_least_as_well_as_its_second_search_within_the_limit():
     child = sol.stats["second_search"]
     assert sol.status == "feasible" and sol.objective <= child["objective"]
     assert sol.lower_bound >= child["lower_bound"]
+
+
+def test_bound_share_tells_dense_random_costs_from_dnn_layout_costs():
+    for seed in range(3):
+        assert bound_share(_random_k16(200, seed=seed)) < LOOSE_BOUND_SHARE
+    for family in ("densenet", "random"):
+        for regime in ("normal", "hard"):
+            kernel = reduce(Problem.from_graph(*generate(family, nodes=300, seed=1, regime=regime))).kernel
+            assert bound_share(kernel) > 1.5 * LOOSE_BOUND_SHARE
+    costs = {"nodes": {0: [-3.0, 3.0], 1: [2.0, 2.0]}, "edges": {(0, 1): [[0.0, 4.0], [4.0, 0.0]]}}
+    assert np.isnan(bound_share(Problem.from_graph(nx.path_graph(2), costs)))  # a bound <= 0 tells nothing
+    costs["nodes"][0] = [1.0, 3.0]
+    share = bound_share(Problem.from_graph(nx.path_graph(2), costs))
+    costs = {"nodes": {n: np.multiply(c, 1e-6) for n, c in costs["nodes"].items()},
+             "edges": {e: np.multiply(c, 1e-6) for e, c in costs["edges"].items()}}
+    assert share == 0.5 and bound_share(Problem.from_graph(nx.path_graph(2), costs)) == pytest.approx(share)
+
+
+@needs_two_cpus
+def test_the_second_search_starts_at_once_only_where_the_first_phase_cannot_prove():
+    layoutopt.solve_problem(_random_k16(20, seed=10), "auto")  # compiles the reductions outside the limit
+    loose = layoutopt.solve_problem(_random_k16(300, seed=10), "auto", time_limit=1.5)
+    assert loose.stats["second_search_at_once"] and loose.stats["second_search"]["status"] == "feasible"
+    graph, costs = generate("densenet", nodes=600, seed=0, regime="hard")
+    tight = layoutopt.solve(graph, costs, "auto", time_limit=1.5)
+    assert not tight.stats["second_search_at_once"]
 
 
 def test_no_second_search_without_a_limit_on_a_small_kernel_or_when_asked():
