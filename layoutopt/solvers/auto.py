@@ -135,18 +135,19 @@ class Auto(Solver):
         if solved is not None:
             return solved
         second: list[SecondSearch] = []
+        # a fork costs 15-20 ms (page tables, then copy-on-write faults): worth it only on kernels
+        # the first phase did not prove, or too large for it
+        wanted = options["second_search"] and len(kernel) >= SECOND_SEARCH_KERNEL
 
         def start_second_search() -> None:
-            # a fork costs 15-20 ms (page tables, then copy-on-write faults): worth it only on kernels
-            # the first phase did not prove, or too large for it
-            if options["second_search"] and len(kernel) >= SECOND_SEARCH_KERNEL and not second:
-                started = SecondSearch.start(problem, deadline)
+            if wanted and not second:
+                started = SecondSearch.start(problem, deadline)  # None without the time or a free CPU
                 if started is not None:
                     second.append(started)
 
-        remaining = deadline.remaining()
-        if (remaining is not None and remaining >= SECOND_SEARCH_SECONDS
-                and len(kernel) >= SECOND_SEARCH_KERNEL and bound_share(kernel) < LOOSE_BOUND_SHARE):
+        remaining = deadline.remaining()  # checked first: bound_share reads every cost
+        if (wanted and remaining is not None and remaining >= SECOND_SEARCH_SECONDS
+                and bound_share(kernel) < LOOSE_BOUND_SHARE):
             start_second_search()  # the first phase will not prove this kernel: do not wait for it
         stats["second_search_at_once"] = bool(second)
         own = self._solve_kernel(reduction, exact_engine(), deadline, stats, start_second_search)
