@@ -495,6 +495,18 @@ class Problem:
         """Number of choices of each node."""
         return [c.size for c in self.node_costs]
 
+    @property
+    def entries(self) -> int:
+        """Number of cost entries, node vectors and edge matrices together (what a model build reads).
+
+        Example:
+            >>> Problem.from_graph(nx.path_graph(2), {"nodes": {0: [1, 2], 1: [3, 4, 5]},
+            ...                                       "edges": {(0, 1): np.zeros((2, 3))}}).entries
+            11
+        """
+        packed = self._packing
+        return int(packed.node_flat.size + packed.edge_flat.size)
+
     def __len__(self) -> int:
         return len(self.nodes)
 

@@ -4,6 +4,7 @@ import math
 import signal
 import subprocess
 import sys
+import time
 
 import networkx as nx
 import pytest
@@ -123,3 +124,25 @@ def test_under_a_tight_limit_the_fallback_is_made_before_the_search():
     assert sol.status == "feasible" and "pbqp assignment" in sol.message
     # pbqp's own answer, unless the fallback ran out of its grace too and cut corners (a loaded machine)
     assert pbqp.objective <= sol.objective <= 1.1 * pbqp.objective and sol.lower_bound < sol.objective
+
+
+def test_a_slow_build_does_not_change_the_search(monkeypatch):
+    # whether the fallback is made first (and bounds the search) must not depend on how long the build
+    # happened to take: the same call searches the same way (auto's second search relies on it)
+    import layoutopt.solvers.toulbar2 as module
+
+    graph, costs = generate("densenet", nodes=150, seed=3, regime="hard")
+    problem = Problem.from_graph(graph, costs)
+    assert problem.entries * module.BUILD_SECONDS_PER_ENTRY < module.FALLBACK_SHARE * 10  # no fallback first
+    runs = [layoutopt.solve_problem(problem, "toulbar2", time_limit=10)]
+    scale = module.scale_costs
+
+    def slow_scale(*args, **kwargs):
+        time.sleep(0.2)  # a loaded core: 4 % of the limit
+        return scale(*args, **kwargs)
+
+    monkeypatch.setattr(module, "scale_costs", slow_scale)
+    runs.append(layoutopt.solve_problem(problem, "toulbar2", time_limit=10))
+    assert runs[0].status == runs[1].status == "optimal"
+    assert runs[0].stats["nodes"] == runs[1].stats["nodes"] > 1
+    assert runs[0].assignment == runs[1].assignment
