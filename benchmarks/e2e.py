@@ -195,8 +195,9 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     import numpy as np
 
     from layoutopt.machine import stamp
-    from layoutopt.tvm import load_model, tune_and_build
+    from layoutopt.tvm import load_model, resolve_target, tune_and_build
     from layoutopt.tvm.baselines import COMPOSITES
+    from layoutopt.tvm.kernels.isa import isa_name
     from layoutopt.tvm.report import write_report
     from layoutopt.tvm.timing import Ratio, random_inputs, time_builds
 
@@ -205,11 +206,16 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     row: dict = {"network": network, "threads": threads, "load_before": os.getloadavg()[0],
                  "blocks": ",".join(map(str, args.blocks)) if args.blocks else "4,8,16,32,64",
                  "algorithms": args.algorithms, "orders": args.orders}
+    given = args.target
+    target = resolve_target(given if given is None or given.lstrip().startswith(("{", "llvm"))
+                            else {"kind": "llvm", "mcpu": given})
+    row["target"] = f"{target.attrs['mcpu']} ({isa_name(target)})"
     onnx_path = export_onnx(network, Path(args.models))
     start = time.perf_counter()
     mod = load_model(onnx_path, input_shape=input_shape(network))
     result = tune_and_build(
         mod,
+        target=target,
         method=args.method,
         cache=args.cache,
         candidates={"blocks": args.blocks, "orders": args.orders.split(","),
@@ -316,10 +322,12 @@ def _threads(rows: list[dict]) -> str:
 
 
 def _measured(row: dict) -> list[str]:
-    """When, where and with what a row was measured: date, machine, threads, versions."""
+    """When, where and with what a row was measured: date, machine (and the target TVM built for),
+    threads, versions."""
     info = row.get("stamp") or {}
     versions = info.get("versions", "?") + "".join(f", {k} {v}" for k, v in row.get("versions", {}).items())
-    return [info.get("date", "?"), info.get("machine", "?"), str(row.get("threads", "?")), versions]
+    machine = info.get("machine", "?") + (f"; TVM built for {row['target']}" if row.get("target") else "")
+    return [info.get("date", "?"), machine, str(row.get("threads", "?")), versions]
 
 
 def write_outputs(rows: list[dict], out: Path) -> None:
@@ -547,6 +555,10 @@ def main(argv: list[str] | None = None) -> int:
         default=str(Path.home() / ".cache" / "layoutopt" / "models"),
         help="where the exported ONNX files are kept (not committed: ~100 MB each)",
     )
+    parser.add_argument("--target", default=None,
+                        help="llvm CPU to build the TVM variants for, an mcpu name (znver3: AVX2) or a "
+                             "target JSON; default this host. A CPU older than the host runs here too "
+                             "(ONNX Runtime still picks its kernels for the host)")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--row-file", help=argparse.SUPPRESS)  # internal: one network, its row to this file
     args = parser.parse_args(argv)
