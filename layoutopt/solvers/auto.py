@@ -13,7 +13,8 @@ The plan, in order:
    is returned as ``"feasible"`` with the engine's certified lower bound (or, when it has
    none, the sum of the kernel's node and edge minima), after an ICM polish (each node moves to its
    best reply while one helps).
-   When the first phase did not prove the kernel (or the kernel skips it), under a time limit with at
+   When the first phase did not prove the kernel (on a kernel of :data:`TRWS_KERNEL` nodes or more,
+   :data:`PROBE` seconds of the second phase stand in for it), under a time limit with at
    least :data:`SECOND_SEARCH_SECONDS` left, on a kernel of at least :data:`SECOND_SEARCH_KERNEL`
    nodes and with a second CPU free, toulbar2's default search runs on the whole problem too (as
    ``method="toulbar2"`` would), in a forked process on the other core, until the same deadline
@@ -82,6 +83,11 @@ ENGINE_SHARE = 0.95
 TRWS_KERNEL = 800
 #: seconds of toulbar2's first phase (plain bounds), plus this share of the time left
 FIRST_PHASE, FIRST_PHASE_SHARE = 0.5, 0.1
+#: seconds of the second phase's search on a kernel of :data:`TRWS_KERNEL` nodes or more before the
+#: second search is forked (then it starts again from its incumbent): a kernel proved in the probe
+#: pays no fork, which costs 15-60 ms (random_2000's 890-node kernel is proved in 30-45 ms; with
+#: the fork first auto took 1.27x toulbar2's time on it)
+PROBE = 0.1
 
 #: toulbar2's two phases on a kernel (``benchmarks/core.py`` measures them against its defaults):
 #: a limited discrepancy search first (``lds=2``: DenseNet kernels of 300 to 1300 nodes solved 2 to 3
@@ -135,8 +141,8 @@ class Auto(Solver):
         if solved is not None:
             return solved
         second: list[SecondSearch] = []
-        # a fork costs 15-20 ms (page tables, then copy-on-write faults): worth it only on kernels
-        # the first phase did not prove, or too large for it
+        # a fork costs 15-60 ms (page tables, then copy-on-write faults): worth it only on kernels
+        # the first phase (or the probe) did not prove
         wanted = options["second_search"] and len(kernel) >= SECOND_SEARCH_KERNEL
 
         def start_second_search() -> None:
@@ -145,23 +151,23 @@ class Auto(Solver):
                 if started is not None:
                     second.append(started)
 
-        remaining = deadline.remaining()  # checked first: bound_share reads every cost
-        if (wanted and remaining is not None and remaining >= SECOND_SEARCH_SECONDS
-                and bound_share(kernel) < LOOSE_BOUND_SHARE):
+        possible = wanted and SecondSearch.possible(deadline)  # checked first: bound_share reads every cost
+        if possible and bound_share(kernel) < LOOSE_BOUND_SHARE:
             start_second_search()  # the first phase will not prove this kernel: do not wait for it
         stats["second_search_at_once"] = bool(second)
-        own = self._solve_kernel(reduction, exact_engine(), deadline, stats, start_second_search)
+        own = self._solve_kernel(reduction, exact_engine(), deadline, stats, start_second_search,
+                                 probe=possible and not second)
         return second[0].merge(own, problem, deadline, stats) if second else own
 
     def _solve_kernel(self, reduction: Reduction, engine: str, deadline: Deadline, stats: dict[str, Any],
-                      before_second_phase: Callable[[], None]) -> SolverResult:
+                      before_second_phase: Callable[[], None], probe: bool) -> SolverResult:
         kernel = reduction.kernel
         stats["engine"] = engine
         solver_cls = get_solver(engine)
         phase = time.perf_counter()
         engine_deadline = deadline.share(ENGINE_SHARE)
         if engine == "toulbar2":
-            result = _two_phases(solver_cls, kernel, engine_deadline, stats, before_second_phase)
+            result = _two_phases(solver_cls, kernel, engine_deadline, stats, before_second_phase, probe)
         else:
             result = solver_cls().solve(kernel, engine_deadline, solver_cls.resolve_options())
         stats["engine_time"] = time.perf_counter() - phase
@@ -213,11 +219,16 @@ class SecondSearch:
     def __init__(self, pid: int, connection) -> None:
         self._pid, self._connection = pid, connection
 
+    @staticmethod
+    def possible(deadline: Deadline) -> bool:
+        """Would :meth:`start` fork now (time enough left, a free CPU, ``os.fork``)?"""
+        remaining = deadline.remaining()
+        return (remaining is not None and remaining >= SECOND_SEARCH_SECONDS and usable_cores() >= 2
+                and hasattr(os, "fork"))
+
     @classmethod
     def start(cls, problem: Problem, deadline: Deadline) -> SecondSearch | None:
-        remaining = deadline.remaining()
-        if (remaining is None or remaining < SECOND_SEARCH_SECONDS or usable_cores() < 2
-                or not hasattr(os, "fork")):
+        if not cls.possible(deadline):
             return None
         # A bare fork, not multiprocessing: the child starts at once with the problem in its memory
         # (spawn would import layoutopt and toulbar2 again, a second or so of the budget), and it
@@ -333,16 +344,21 @@ def bound_share(problem: Problem) -> float:
 
 
 def _two_phases(solver_cls: type[Solver], kernel: Problem, deadline: Deadline, stats: dict[str, Any],
-                before_second_phase: Callable[[], None] = lambda: None) -> SolverResult:
+                before_second_phase: Callable[[], None] = lambda: None, probe: bool = False) -> SolverResult:
     """toulbar2 on ``kernel`` with :data:`TOULBAR2_PHASES`: the second only if the first did not finish;
-    it starts from the first's incumbent, after a call of ``before_second_phase``."""
+    it starts from the first's incumbent, after a call of ``before_second_phase``. A kernel of
+    :data:`TRWS_KERNEL` nodes or more skips the first phase, or with ``probe`` (a fork to come)
+    replaces it by :data:`PROBE` seconds of the second."""
     first, second = (solver_cls.resolve_options(options) for options in TOULBAR2_PHASES)
     incumbent = None
+    remaining = deadline.remaining()
     if len(kernel) < TRWS_KERNEL:
-        remaining = deadline.remaining()
-        budget = FIRST_PHASE + FIRST_PHASE_SHARE * (remaining if remaining is not None else 0.0)
+        options, budget = first, FIRST_PHASE + FIRST_PHASE_SHARE * (remaining or 0.0)
+    else:  # a short probe with the second phase's options, only where a fork would follow
+        options, budget = (second, PROBE) if probe else (None, 0.0)
+    if options is not None:
         result = solver_cls().solve(kernel, Deadline(budget if remaining is None else min(budget, remaining)),
-                                    first, fallback=False)  # the second phase makes it if needed
+                                    options, fallback=False)  # the second phase makes it if needed
         stats["phases"] = 1
         proved = result.status == "optimal" or result.lower_bound == math.inf  # optimal, or infeasible
         if proved or (deadline.expired() and result.assignment is not None):
