@@ -17,6 +17,7 @@ from layoutopt.machine import usable_cores
 from layoutopt.solvers.auto import (
     LOOSE_BOUND_SHARE,
     SECOND_SEARCH_KERNEL,
+    TRWS_KERNEL,
     SecondSearch,
     bound_share,
     exact_engine,
@@ -232,3 +233,16 @@ def test_the_second_search_runs_inside_a_daemonic_worker_too():
     with IsolatedWorker() as worker:
         status, second = worker.call(_auto_in_this_process, 9, timeout=60)
     assert status == "feasible" and second["objective"] > 0
+
+
+@needs_two_cpus
+def test_a_large_kernel_proved_by_the_probe_pays_no_fork():
+    graph, costs = generate("random", nodes=2000, seed=0)  # an 890-node kernel, proved in ~40 ms
+    sol = layoutopt.solve(graph, costs, "auto", time_limit=20)
+    assert sol.status == "optimal" and sol.stats["kernel_nodes"] >= TRWS_KERNEL
+    assert sol.stats["phases"] == 1 and "second_search" not in sol.stats
+    # a kernel the probe does not prove gets the second search, after the probe
+    graph, costs = generate("densenet", nodes=2000, seed=0)
+    sol = layoutopt.solve(graph, costs, "auto", time_limit=20)
+    assert sol.stats["kernel_nodes"] >= TRWS_KERNEL and sol.stats["phases"] == 2
+    assert sol.stats["second_search"] == "stopped" and sol.status == "optimal"
