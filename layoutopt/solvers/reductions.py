@@ -153,8 +153,8 @@ class WorkingGraph:
         rows, cols = np.where(flip, second, first), np.where(flip, first, second)
         edge_i, edge_j = np.minimum(p, q), np.maximum(p, q)
         by_pair = np.lexsort((edge_j, edge_i))
-        found, first, second, flip, rows, cols, edge_i, edge_j = (
-            a[by_pair] for a in (found, first, second, flip, rows, cols, edge_i, edge_j))
+        found, second, flip, rows, cols, edge_i, edge_j = (
+            a[by_pair] for a in (found, second, flip, rows, cols, edge_i, edge_j))
         local, edge = _ranges(sizes[rows] * sizes[cols])
         r, c = np.divmod(local, sizes[cols][edge])  # the entry's row and column in the kernel's matrix
         u_choice, v_choice = np.where(flip[edge], c, r), np.where(flip[edge], r, c)
