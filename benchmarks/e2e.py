@@ -26,6 +26,10 @@ Usage::
     .venv-bench/bin/python -m benchmarks.e2e \
         --networks resnet50_v1,vgg19_bn,inception_v3,densenet201,ssd_resnet50_512 --blocks 8,16,32,64
 
+``--target znver3`` builds every TVM variant for another CPU (here AVX2) and runs it on this host; on
+an AVX-512 host, ONNX Runtime and PyTorch then run with AVX-512 hidden from CPUID
+(:mod:`benchmarks.cpuid_mask`), so that every contender uses AVX2 (``benchmarks/results/avx2/``).
+
 A cost cache holds kernel times for one schedule: after a change to the kernels' schedules
 (``layoutopt/tvm/kernels/``), measure into a fresh ``--cache`` file.
 
@@ -53,6 +57,9 @@ os.environ.setdefault("OMP_NUM_THREADS", os.environ["TVM_NUM_THREADS"])
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: set in a network's process to the compiled :mod:`benchmarks.cpuid_mask` when ONNX Runtime and
+#: PyTorch must run without AVX-512 (a TVM target without it on an AVX-512 host)
+HIDE_AVX512 = "LAYOUTOPT_HIDE_AVX512"
 
 from benchmarks.networks import MODEL_SNIPPET, NETWORKS, export_onnx, input_shape  # noqa: E402
 from benchmarks.ort_layers import markdown as ort_markdown  # noqa: E402
@@ -76,7 +83,16 @@ VARIANTS = [
 # ---------------------------------------------------------------------------------------------
 # models (torch side, run in a subprocess too so torch never shares this process with TVM timings)
 
-_TORCH_SNIPPET = MODEL_SNIPPET + r"""
+# First in both subprocesses, before numpy, torch or ONNX Runtime read CPUID.
+_PRELUDE = f"""
+import os, sys
+if os.environ.get({HIDE_AVX512!r}):
+    sys.path.insert(0, {str(RESULTS.parent.parent)!r})
+    from benchmarks.cpuid_mask import hide_avx512
+    hide_avx512(os.environ[{HIDE_AVX512!r}])
+"""
+
+_TORCH_SNIPPET = _PRELUDE + MODEL_SNIPPET + r"""
 import time
 import numpy as np
 ctor, kwargs, size, repeat, threads = json.loads(sys.argv[1])
@@ -92,7 +108,7 @@ print(json.dumps({"seconds": float(np.median(times)), "torch": torch.__version__
                   "torchvision": torchvision.__version__}))
 """
 
-_ORT_SERVER = r"""
+_ORT_SERVER = _PRELUDE + r"""
 import json, sys, time
 import numpy as np, onnxruntime as ort
 path, size, threads = json.loads(sys.argv[1])
@@ -210,6 +226,15 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     target = resolve_target(given if given is None or given.lstrip().startswith(("{", "llvm"))
                             else {"kind": "llvm", "mcpu": given})
     row["target"] = f"{target.attrs['mcpu']} ({isa_name(target)})"
+    # Compare like with like: without AVX-512 in TVM's target, ONNX Runtime and PyTorch go without too.
+    if isa_name(None) == "AVX-512" and isa_name(target) != "AVX-512":
+        from benchmarks.cpuid_mask import available, library
+
+        if not available():
+            raise SystemExit(f"--target {given}: TVM builds without AVX-512, but this host cannot hide its "
+                             f"AVX-512 from ONNX Runtime and PyTorch (no CPUID faulting)")
+        os.environ[HIDE_AVX512] = str(library())
+        row["others_isa"] = "AVX2 (AVX-512 hidden from CPUID)"
     onnx_path = export_onnx(network, Path(args.models))
     start = time.perf_counter()
     mod = load_model(onnx_path, input_shape=input_shape(network))
@@ -327,6 +352,8 @@ def _measured(row: dict) -> list[str]:
     info = row.get("stamp") or {}
     versions = info.get("versions", "?") + "".join(f", {k} {v}" for k, v in row.get("versions", {}).items())
     machine = info.get("machine", "?") + (f"; TVM built for {row['target']}" if row.get("target") else "")
+    if row.get("others_isa"):
+        machine += f"; ONNX Runtime and PyTorch on {row['others_isa']}"
     return [info.get("date", "?"), machine, str(row.get("threads", "?")), versions]
 
 
@@ -557,8 +584,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--target", default=None,
                         help="llvm CPU to build the TVM variants for, an mcpu name (znver3: AVX2) or a "
-                             "target JSON; default this host. A CPU older than the host runs here too "
-                             "(ONNX Runtime still picks its kernels for the host)")
+                             "target JSON; default this host. A CPU older than the host runs here too; "
+                             "for a target without AVX-512 on an AVX-512 host, ONNX Runtime and PyTorch "
+                             "run with AVX-512 hidden from CPUID (benchmarks/cpuid_mask.py)")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--row-file", help=argparse.SUPPRESS)  # internal: one network, its row to this file
     args = parser.parse_args(argv)
