@@ -121,8 +121,13 @@ def library() -> Path:
             c_file, built = Path(tmp) / "cpuid_mask.c", Path(tmp) / "cpuid_mask.so"
             c_file.write_text(source)
             compiler = os.environ.get("CC", "cc")
-            subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(built), str(c_file)],
-                           check=True, capture_output=True, text=True)
+            try:
+                subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(built), str(c_file)],
+                               check=True, capture_output=True, text=True)
+            except FileNotFoundError:
+                raise RuntimeError(f"no C compiler {compiler!r} (set CC) to build the CPUID mask") from None
+            except subprocess.CalledProcessError as exc:
+                raise RuntimeError(f"{compiler} could not build the CPUID mask:\n{exc.stderr}") from None
             os.replace(built, target)  # atomic: a crash never leaves half a library under the final name
     return target
 

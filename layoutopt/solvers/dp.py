@@ -42,9 +42,9 @@ __all__ = ["DP", "OutOfTime", "TableTooLarge", "eliminate", "elimination_order"]
 #: kernels of at most this many nodes also try a min-fill order, which often has smaller tables
 #: than min-degree's but costs O(n^2 d^2): 2.9 ms on a 78-node kernel whose min-degree order takes 0.25
 MIN_FILL_LIMIT = 100
-#: ... and only this many when the min-degree order does not fit: on the synthetic and random
-#: kernels of up to 100 nodes, min-fill then fitted on 2 of 133 (of 20 and 22 nodes); min-degree
-#: fitted where min-fill did not on 2 others
+#: ... and only this many when the min-degree order does not fit: of 188 synthetic and random
+#: kernels of 2-100 nodes (cap 1e5), min-fill fitted on 2 of the 111 where min-degree did not (of
+#: 20 and 22 nodes), and min-degree on 2 where min-fill did not
 MIN_FILL_RESCUE = 40
 
 
