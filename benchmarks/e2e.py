@@ -259,9 +259,8 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     for variant in result.variants():
         row[f"{variant.name}_predicted"] = variant.predicted
         row[f"{variant.name}_transforms"] = variant.transforms
-        if variant.breakdown:  # predicted vs in-network for what the problem models (kernels, transforms)
-            modelled = [c.measured for c in variant.breakdown if c.predicted is not None]
-            row[f"{variant.name}_in_network"] = sum(modelled)
+        if variant.in_network is not None:  # predicted vs in-network for what the problem models
+            row[f"{variant.name}_in_network"] = variant.in_network
     # where each build's time goes, every call timed in the network (layoutopt.tvm.profile)
     row["breakdown"] = {variant.name: [dataclasses.asdict(c) for c in variant.breakdown]
                         for variant in result.variants() if variant.breakdown}

@@ -83,6 +83,14 @@ class Variant:
     module: Any = field(default=None, repr=False)
     executable: Any = field(default=None, repr=False)
 
+    @property
+    def in_network(self) -> float | None:
+        """Seconds the calls the layout problem models (kernels, transforms) took in the running
+        network, to set beside ``predicted``; None when the build was not profiled."""
+        if not self.breakdown:
+            return None
+        return sum(c.measured for c in self.breakdown if c.predicted is not None)
+
 
 @dataclass
 class Layer:
