@@ -236,9 +236,13 @@ def test_the_second_search_runs_inside_a_daemonic_worker_too():
 
 
 @needs_two_cpus
-def test_a_large_kernel_proved_by_the_probe_pays_no_fork():
-    graph, costs = generate("random", nodes=2000, seed=0)  # an 890-node kernel, proved in ~40 ms
-    sol = layoutopt.solve(graph, costs, "auto", time_limit=20)
+def test_a_large_kernel_proved_by_the_probe_pays_no_fork(monkeypatch):
+    graph, costs = generate("random", nodes=2000, seed=0)  # an 890-node kernel, proved in 30-130 ms
+    # the probe's length is a speed setting (benchmarks/core.py); a long one here keeps a slow or
+    # busy host from deciding what this test checks: a proof in the probe ends the search
+    with monkeypatch.context() as patch:
+        patch.setattr("layoutopt.solvers.auto.PROBE", 5.0)
+        sol = layoutopt.solve(graph, costs, "auto", time_limit=20)
     assert sol.status == "optimal" and sol.stats["kernel_nodes"] >= TRWS_KERNEL
     assert sol.stats["phases"] == 1 and "second_search" not in sol.stats
     # a kernel the probe does not prove gets the second search, after the probe
