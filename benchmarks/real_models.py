@@ -133,6 +133,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
 
     from layoutopt.machine import stamp
     from layoutopt.tvm import load_model, tune_and_build
+    from layoutopt.tvm.kernels.workload import DEFAULT_BLOCKS
     from layoutopt.tvm.timing import Latency, relative_error, run
 
     model = MODELS[name]
@@ -146,10 +147,11 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
                  "threads": threads, "load_before": round(os.getloadavg()[0], 2)}
     started = time.perf_counter()
     mod = load_model(path, list(model.shape))
+    # None, not the default blocks, when none are given: given blocks also restrict dense's weight blocks
     blocks = [int(b) for b in args.blocks.split(",")] if args.blocks else None
     result = tune_and_build(mod, method=args.method, cache=args.cache, baselines=("greedy",),
                             candidates={"blocks": blocks}, repeat=args.repeat, progress=True)
-    row["blocks"] = args.blocks or "4,8,16,32,64"
+    row["blocks"] = ",".join(map(str, blocks or DEFAULT_BLOCKS))
     row["tune_seconds"] = round(time.perf_counter() - started, 1)
     graph = result.graph
     kinds = {kind: sum(node.kind == kind for node in graph.layout_nodes())
@@ -244,7 +246,7 @@ def write_markdown(rows: list[dict], out: Path) -> None:
         lines.append(f"- **{r['model']}**: {r['family']}. Boundary ops (plain NCHW): "
                      f"{', '.join(op.removeprefix('relax.') for op in r['boundary_ops']) or 'none'}; "
                      f"{r['followers']} ops follow their input's layout. "
-                     f"Channel blocks {r.get('blocks', '4,8,16,32,64')}; "
+                     f"Channel blocks {r.get('blocks', 'default')}; "
                      f"solver {r['solver']} ({r['status']}); "
                      f"load average {r['load_before']} before, {r['load_after']} after; "
                      f"stages (s): {', '.join(f'{k} {v}' for k, v in r['timings'].items())}.")
@@ -266,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated models (default: all: {', '.join(MODELS)})")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "layoutopt" / "costs.jsonl"))
     parser.add_argument("--method", default="auto")
-    parser.add_argument("--blocks", default=None, help="channel blocks (default 4,8,16,32,64 + C<8)")
+    parser.add_argument("--blocks", default=None,
+                        help="comma-separated channel blocks (default: layoutopt's, and C itself when C < 8)")
     parser.add_argument("--repeat", type=int, default=30, help="tune_and_build's timing rounds")
     parser.add_argument("--rounds", type=int, default=30, help="interleaved rounds against ONNX Runtime")
     parser.add_argument("--out", default=str(RESULTS / "real_models.md"))
