@@ -86,8 +86,8 @@ FIRST_PHASE, FIRST_PHASE_SHARE = 0.5, 0.1
 #: seconds of the second phase's search on a kernel of :data:`TRWS_KERNEL` nodes or more before the
 #: second search is forked (then it starts again from its incumbent): a kernel proved in the probe
 #: pays no fork, which costs 15-60 ms (random_2000's 890-node kernel is proved in 30-45 ms on an
-#: Emerald Rapids core and in 80-130 ms on a 2 GHz Skylake one, where a 0.1-s probe missed it in one
-#: run of three and auto took 2-4x longer; with the fork first auto took 1.27x toulbar2's time on
+#: Emerald Rapids core and in 80-130 ms on a 2 GHz Skylake one, where a 0.1-s probe missed it in 4
+#: of 9 solves and auto took 2-4x longer; with the fork first auto took 1.27x toulbar2's time on
 #: it). Kernels the probe cannot prove lose little to a longer one: densenet_2000's (3.5-4 s) took
 #: the same time with 0.1 and 0.3 s
 PROBE = 0.3
