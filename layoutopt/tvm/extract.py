@@ -61,7 +61,8 @@ from .ops import (
     static_shape,
 )
 
-__all__ = ["KINDS", "Candidates", "clip_bounds_as_ops", "extract_layout_graph", "prepare"]
+__all__ = ["KINDS", "Candidates", "clip_bounds_as_ops", "extract_layout_graph", "fold_elementwise_constants",
+           "prepare"]
 
 #: what ``candidates=`` accepts: channel blocks, options ``{"blocks": [...], "orders": [...]}``, a
 #: function ``workload -> candidate dicts``, or None
@@ -86,8 +87,8 @@ def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
       returns (``{"main": [arrays]}``), e.g. after ``from_onnx(..., keep_params_in_input=True)``;
     * ``FoldBatchnormToConv2D`` (batch norm right after a conv2d goes into its weights),
       ``DecomposeOpsForInference`` (other batch norms become per-channel constant arithmetic,
-      which follows layouts), ``CanonicalizeBindings``, ``FoldConstant`` and
-      ``DeadCodeElimination``;
+      which follows layouts), ``CanonicalizeBindings``, :func:`fold_elementwise_constants` (their
+      constant arithmetic in numpy), ``FoldConstant`` and ``DeadCodeElimination``;
     * :func:`clip_bounds_as_ops` (the ONNX frontend's ``Clip`` as Relax ``maximum``/``minimum``);
     * renaming of duplicate binding names in ``main`` (``lv7``, ``lv7`` -> ``lv7``, ``lv7_1``, as
       TVMScript prints them): layout graph nodes are keyed by binding name, so names must be unique.
@@ -110,18 +111,82 @@ def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
             raise
         except Exception as exc:  # TVM's message is a long C++ trace
             raise ProblemError(f"cannot bind params to main: {first_line(exc)}") from None
-    passes = tvm.transform.Sequential([
+    decompose = tvm.transform.Sequential([
         relax.transform.FoldBatchnormToConv2D(),
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
-        relax.transform.FoldConstant(),
-        relax.transform.DeadCodeElimination(),
     ])
+    fold = tvm.transform.Sequential([relax.transform.FoldConstant(), relax.transform.DeadCodeElimination()])
     try:
-        mod = clip_bounds_as_ops(passes(mod))
+        mod = clip_bounds_as_ops(fold(fold_elementwise_constants(decompose(mod))))
     except Exception as exc:
         raise ProblemError(f"normalising the module failed: {first_line(exc)}") from None
     return _unique_names(mod)
+
+
+#: Relax ops on constants that :func:`fold_elementwise_constants` computes with numpy
+_NUMPY_FOLDS: dict[str, Callable[..., np.ndarray]] = {
+    "relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
+    "relax.divide": np.divide, "relax.sqrt": np.sqrt,
+}
+#: ... and those that only give their first argument's data another shape (the call's)
+_NUMPY_RESHAPES = ("relax.reshape", "relax.expand_dims", "relax.squeeze")
+
+
+def fold_elementwise_constants(mod):
+    """``mod`` with the elementwise arithmetic and reshapes of constants in ``main`` computed in
+    numpy and bound as constants; part of :func:`prepare`, before TVM's ``FoldConstant``.
+
+    ``FoldBatchnormToConv2D`` and ``DecomposeOpsForInference`` leave up to eight per batch norm (the
+    scale ``gamma / sqrt(var + eps)`` into the weights, the shift into a bias), and ``FoldConstant``
+    compiles and runs each one as a kernel of its own: 39.8 s for the 53 batch norms of a ResNet-50
+    written in ONNX (``benchmarks/onnx_written.py``, width 4), where numpy takes milliseconds. Ops it
+    does not know, non-float results (integer division and overflow follow TVM's rules, not numpy's)
+    and results without the call's static shape are left to ``FoldConstant``.
+
+    Example::
+
+        mod = fold_elementwise_constants(relax.transform.FoldBatchnormToConv2D()(mod))
+    """
+    tvm = import_tvm()
+    relax = tvm.relax
+    reshapes = [tvm.ir.Op.get(name) for name in _NUMPY_RESHAPES]
+    folds = {tvm.ir.Op.get(name): function for name, function in _NUMPY_FOLDS.items()}
+
+    @relax.expr_functor.mutator
+    class _Folder(relax.expr_functor.PyExprMutator):
+        def value(self, arg) -> np.ndarray | float | None:
+            if isinstance(arg, relax.Var):
+                arg = self.lookup_binding(arg)
+            if arg is None or not isinstance(arg, tvm.ir.expr.Constant):
+                return None
+            if is_tensor_constant(arg):
+                return arg.value.numpy()
+            # a scalar argument (batch norm's epsilon) is a FloatImm or IntImm holding a Python number
+            return arg.value if isinstance(arg.value, int | float) else None
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            shape = static_shape(call)
+            reshape = call.op in reshapes
+            if shape is None or not (reshape or call.op in folds):
+                return call
+            values = [self.value(arg) for arg in call.args[:1 if reshape else None]]
+            if any(v is None for v in values):
+                return call
+            dtype = str(call.ty.dtype)
+            if not dtype.startswith("float"):
+                return call
+            with np.errstate(all="ignore"):  # inf and NaN come out as TVM's kernels would give them
+                result = np.reshape(values[0], shape) if reshape else folds[call.op](*values)
+            result = np.asarray(result).astype(dtype, copy=False)
+            if list(result.shape) != shape or not isinstance(values[0], np.ndarray):
+                return call
+            return relax.const(result, dtype)
+
+    functions = dict(mod.functions_items())
+    functions[mod.get_global_var("main")] = _Folder(mod).visit_expr(mod["main"])
+    return tvm.IRModule(functions, attrs=mod.attrs)
 
 
 def clip_bounds_as_ops(mod):

@@ -181,6 +181,38 @@ def test_onnx_import_batch_norm_follows_and_names_are_unique():
     assert len(graph.following) >= 5
 
 
+def test_prepare_computes_batch_norm_constants_in_numpy_as_tvm_would():
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from layoutopt.tvm.extract import _NUMPY_FOLDS, _NUMPY_RESHAPES, fold_elementwise_constants
+    from layoutopt.tvm.timing import relative_error, run
+
+    def constant_calls(mod):  # numpy-foldable calls whose arguments are all constants
+        bound, count = {}, 0
+        for binding in (b for block in mod["main"].body.blocks for b in block.bindings):
+            value = binding.value
+            bound[binding.var] = value
+            op = getattr(value, "op", None)
+            args = [bound.get(a, a) for a in getattr(value, "args", [])][:1 if op in reshapes else None]
+            constant = all(isinstance(a, tvm.ir.expr.Constant) for a in args)
+            count += bool(op in [*reshapes, *folds] and args and constant)
+        return count
+
+    folds, reshapes = ([tvm.ir.Op.get(name) for name in names] for names in (_NUMPY_FOLDS, _NUMPY_RESHAPES))
+    imported = from_onnx(_onnx_model())
+    decomposed = tvm.transform.Sequential([relax.transform.FoldBatchnormToConv2D(),
+                                           relax.transform.DecomposeOpsForInference(),
+                                           relax.transform.CanonicalizeBindings()])(imported)
+    assert constant_calls(decomposed) >= 3  # sqrt(var + eps) and the rest, for TVM to compile one by one
+    assert constant_calls(fold_elementwise_constants(decomposed)) == 0
+    data = np.random.default_rng(5).standard_normal((1, 8, 8, 8)).astype("float32")
+    target = tvm.target.Target({"kind": "llvm"})
+    by_tvm = run(tvm.compile(relax.transform.FoldConstant()(decomposed), target=target), [data])
+    assert relative_error(run(tvm.compile(prepare(imported), target=target), [data]), by_tvm) < 1e-6
+
+
 def test_weights_kept_as_parameters_are_bound_by_prepare():
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
