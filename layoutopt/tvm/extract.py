@@ -111,17 +111,23 @@ def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
             raise
         except Exception as exc:  # TVM's message is a long C++ trace
             raise ProblemError(f"cannot bind params to main: {first_line(exc)}") from None
-    decompose = tvm.transform.Sequential([
-        relax.transform.FoldBatchnormToConv2D(),
-        relax.transform.DecomposeOpsForInference(),
-        relax.transform.CanonicalizeBindings(),
-    ])
     fold = tvm.transform.Sequential([relax.transform.FoldConstant(), relax.transform.DeadCodeElimination()])
     try:
-        mod = clip_bounds_as_ops(fold(fold_elementwise_constants(decompose(mod))))
+        mod = clip_bounds_as_ops(fold(fold_elementwise_constants(_decompose_batch_norms(mod))))
     except Exception as exc:
         raise ProblemError(f"normalising the module failed: {first_line(exc)}") from None
     return _unique_names(mod)
+
+
+def _decompose_batch_norms(mod):
+    """:func:`prepare`'s first passes: batch norms into conv weights or per-channel arithmetic."""
+    tvm = import_tvm()
+    relax = tvm.relax
+    return tvm.transform.Sequential([
+        relax.transform.FoldBatchnormToConv2D(),
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.CanonicalizeBindings(),
+    ])(mod)
 
 
 #: Relax ops on constants that :func:`fold_elementwise_constants` computes with numpy
@@ -171,22 +177,20 @@ def fold_elementwise_constants(mod):
             reshape = call.op in reshapes
             if shape is None or not (reshape or call.op in folds):
                 return call
-            values = [self.value(arg) for arg in call.args[:1 if reshape else None]]
-            if any(v is None for v in values):
-                return call
             dtype = str(call.ty.dtype)
             if not dtype.startswith("float"):
+                return call
+            values = [self.value(arg) for arg in call.args[:1 if reshape else None]]
+            if any(v is None for v in values) or not isinstance(values[0], np.ndarray):
                 return call
             with np.errstate(all="ignore"):  # inf and NaN come out as TVM's kernels would give them
                 result = np.reshape(values[0], shape) if reshape else folds[call.op](*values)
             result = np.asarray(result).astype(dtype, copy=False)
-            if list(result.shape) != shape or not isinstance(values[0], np.ndarray):
+            if list(result.shape) != shape:
                 return call
             return relax.const(result, dtype)
 
-    functions = dict(mod.functions_items())
-    functions[mod.get_global_var("main")] = _Folder(mod).visit_expr(mod["main"])
-    return tvm.IRModule(functions, attrs=mod.attrs)
+    return _with_main(mod, _Folder(mod).visit_expr(mod["main"]))
 
 
 def clip_bounds_as_ops(mod):
@@ -226,9 +230,7 @@ def clip_bounds_as_ops(mod):
                 return call
             return op(tensor, bound)
 
-    functions = dict(mod.functions_items())
-    functions[mod.get_global_var("main")] = _ClipBounds(mod).visit_expr(mod["main"])
-    return relax.transform.DeadCodeElimination()(tvm.IRModule(functions, attrs=mod.attrs))
+    return relax.transform.DeadCodeElimination()(_with_main(mod, _ClipBounds(mod).visit_expr(mod["main"])))
 
 
 def _params_by_name(main, params) -> dict[str, Any]:
@@ -301,8 +303,14 @@ def _unique_names(mod):
         def visit_dataflow_var_def_(self, var):
             return self._fresh(var, relax.DataflowVar)
 
+    return _with_main(mod, _Renamer(mod).visit_expr(main))
+
+
+def _with_main(mod, main):
+    """``mod`` with ``main`` in place of its own (a mutator's output), the other functions kept."""
+    tvm = import_tvm()
     functions = dict(mod.functions_items())
-    functions[mod.get_global_var("main")] = _Renamer(mod).visit_expr(main)
+    functions[mod.get_global_var("main")] = main
     return tvm.IRModule(functions, attrs=mod.attrs)
 
 
