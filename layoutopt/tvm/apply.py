@@ -32,7 +32,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ProblemError
@@ -119,8 +119,9 @@ def _transform_index_map(src: str, dst: str) -> Callable:
 class _Rewriter:
     """Rebuilds ``main`` binding by binding; ``env`` maps each original Var to (new Var, layout)."""
 
-    def __init__(self, choices: Mapping[str, dict[str, Any]], context=None):
+    def __init__(self, choices: Mapping[str, dict[str, Any]], context=None, probes: Sequence[str] = ()):
         self.tvm = import_tvm()
+        self.probes = list(probes)  # binding names whose values main also returns, in NCHW
         self.relax = self.tvm.relax
         self.choices = choices
         self.bb = self.relax.BlockBuilder(context)  # context: the module's other functions
@@ -337,6 +338,13 @@ class _Rewriter:
                             )
                         self.binding(binding.var, binding.value)
                 result = self.result(body.body)
+                if self.probes:
+                    by_name = {var.name: var for var in self.env}
+                    missing = [name for name in self.probes if name not in by_name]
+                    if missing:
+                        raise ProblemError(f"probes name {len(missing)} value(s) that are not bindings of "
+                                           f"main: {', '.join(missing[:5])}")
+                    result = relax.Tuple([result, *(self.result(by_name[name]) for name in self.probes)])
             self.bb.emit_func_output(result)
         return self.bb.get()  # main plus the PrimFuncs of call_te (dense)
 
@@ -357,13 +365,16 @@ def _normalise_choices(choices: Mapping[Hashable, Any]) -> dict[str, dict[str, A
     return {str(node): parse_choice(node, choice) for node, choice in choices.items()}
 
 
-def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True):
+def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True, probes: Sequence[str] = ()):
     """Rewrite ``mod["main"]`` to the chosen kernels and layouts; the function form of :func:`ApplyLayouts`.
 
     Args:
         mod: a Relax ``IRModule`` with a ``main`` function (e.g. after :func:`layoutopt.tvm.prepare`).
         choices: binding name of a problem node -> its choice (see :func:`parse_choice`).
         strict: raise :class:`~layoutopt.ProblemError` when a choice names no binding of ``main``.
+        probes: binding names whose values ``main`` returns too, in ``NCHW``, after its own result (a
+            tuple ``(result, *probes)``): to look inside a build, e.g. for the first value that
+            diverges (:func:`~layoutopt.tvm.check.first_divergence`).
 
     Returns:
         A new ``IRModule``; with every choice ``NCHW`` it is structurally equal to ``mod``. A conv2d
@@ -385,7 +396,7 @@ def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True):
             f"choices name {len(missing)} node(s) that are not bindings of main: {', '.join(missing[:5])}"
         )
     others = tvm.IRModule({gv: func for gv, func in mod.functions.items() if gv.name_hint != "main"})
-    new_mod = _Rewriter(normalised, others).function(mod["main"])
+    new_mod = _Rewriter(normalised, others, probes).function(mod["main"])
     return new_mod.with_attrs(mod.attrs) if mod.attrs else new_mod
 
 
@@ -408,7 +419,7 @@ def ApplyLayouts(choices: Mapping[Hashable, Any], strict: bool = True):
     return _apply
 
 
-def apply_assignment(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int]):
+def apply_assignment(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int], probes: Sequence[str] = ()):
     """Apply an assignment of choice indices of the layout graph extracted from ``mod`` (its
     ``graph.mod``): each target and multi-input node gets its chosen candidate.
 
@@ -419,7 +430,7 @@ def apply_assignment(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int]
     """
     if not assignment:
         raise ProblemError("the assignment is empty: nothing to apply")
-    return apply_layouts(mod, graph.decisions(assignment))
+    return apply_layouts(mod, graph.decisions(assignment), probes=probes)
 
 
 def apply_solution(mod, graph: LayoutGraph, solution):

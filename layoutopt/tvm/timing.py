@@ -36,10 +36,11 @@ import numpy as np
 
 from ..errors import ProblemError
 from ._tvm import import_tvm, one_blas_thread
+from .check import relative_error  # noqa: F401  (imported from here by older code; see check.py)
 from .runner import LocalRunner, Runner
 
-__all__ = ["Latency", "Ratio", "compare_builds", "measure_latencies", "measure_latency", "random_inputs",
-           "relative_error", "rotated", "run", "time_builds"]
+__all__ = ["EPISODE", "Latency", "Noise", "Ratio", "compare_builds", "measure_latencies", "measure_latency",
+           "random_inputs", "rotated", "run", "time_builds"]
 
 
 def random_inputs(mod, seed: int = 0) -> list[np.ndarray]:
@@ -95,24 +96,6 @@ def run(executable, inputs: Sequence[np.ndarray], runner: Runner | None = None) 
     vm.set_input("main", *_device_args(inputs, device))  # the stateful calls also work over RPC,
     vm.invoke_stateful("main")  # where a returned tuple would stay a reference to the device's
     return _to_numpy(vm.get_outputs("main"))
-
-
-def relative_error(outputs: Sequence[np.ndarray], references: Sequence[np.ndarray]) -> float:
-    """Largest ``max|out - ref| / max|ref|`` over the outputs (0 for identical outputs).
-
-    Example:
-        >>> relative_error([np.array([1.0, 2.0])], [np.array([1.0, 2.5])])
-        0.2
-    """
-    if len(outputs) != len(references):
-        raise ProblemError(f"the build returns {len(outputs)} outputs, the reference {len(references)}")
-    worst = 0.0
-    for out, ref in zip(outputs, references, strict=True):
-        if out.shape != ref.shape:
-            raise ProblemError(f"output shape {out.shape} differs from the reference's {ref.shape}")
-        scale = float(np.max(np.abs(ref))) or 1.0
-        worst = max(worst, float(np.max(np.abs(out.astype(np.float64) - ref))) / scale)
-    return worst
 
 
 def measure_latency(
@@ -243,9 +226,13 @@ def compare_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray],
     """Time the builds side by side (:func:`time_builds`) and pair each with ``reference``: returns
     every sample and each other build's :class:`Ratio` to the reference (above 1: slower).
 
-    A pair whose ratio is not settled (its interval contains 1) is timed again, the two builds alone,
-    for ``repeat`` more rounds: a close call gets twice the evidence, and a lone outlier round can
-    no longer decide it. The ratio is then final, settled or not (a tie within the noise).
+    When a pair is not settled (its interval contains 1), every build is timed again for ``repeat``
+    more rounds: a close call gets twice the evidence, and a lone outlier round can no longer decide
+    it. The ratio is then final, settled or not (a tie within the noise). Every build is timed in
+    every round, so that each build's samples, its median and its ratios all come from the same rounds:
+    a median taken from other rounds than its neighbour's is not a comparison (a ResNet-50 build once
+    printed 50.1 ms beside a baseline's 37.7 ms, its ratio to it 1.03x, because the extra rounds had
+    been added to one side only).
 
     Example::
 
@@ -256,14 +243,56 @@ def compare_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray],
         raise ValueError(f"compare_builds: the reference {reference!r} is not among the builds "
                          f"{list(executables)}")
     samples = time_builds(executables, inputs, repeat, runner=runner)
-    ratios = {name: Ratio.of(samples[name], samples[reference]) for name in executables if name != reference}
-    for name in [name for name, ratio in ratios.items() if not ratio.settled]:
-        more = time_builds({reference: executables[reference], name: executables[name]}, inputs, repeat,
-                           runner=runner)
-        paired = samples[reference][:ratios[name].rounds] + more[reference]
-        samples[name] += more[name]
-        ratios[name] = Ratio.of(samples[name], paired)
+    ratios = _ratios(samples, reference)
+    if not all(ratio.settled for ratio in ratios.values()):
+        more = time_builds(executables, inputs, repeat, runner=runner)
+        samples = {name: values + more[name] for name, values in samples.items()}
+        ratios = _ratios(samples, reference)
     return samples, ratios
+
+
+def _ratios(samples: Mapping[str, Sequence[float]], reference: str) -> dict[str, Ratio]:
+    return {name: Ratio.of(values, samples[reference])
+            for name, values in samples.items() if name != reference}
+
+
+#: a round in which every build ran this much slower than its median is a host episode (see :class:`Noise`)
+EPISODE = 1.15
+
+
+@dataclass(frozen=True)
+class Noise:
+    """How noisy a set of interleaved rounds was: ``spread``, the interquartile range over the median
+    of a build's samples (the median over the builds), and ``episodes``, the rounds in which every
+    build ran at least :data:`EPISODE` times its median (the host slowed down for all of them: a
+    shared VM's episodes; paired ratios survive them, single medians do not).
+
+    Example:
+        >>> noise = Noise.of({"a": [1.0, 1.0, 1.3, 1.0], "b": [2.0, 2.1, 2.7, 2.0]})
+        >>> noise.rounds, noise.episodes
+        (4, 1)
+    """
+
+    rounds: int
+    spread: float
+    episodes: int
+
+    @classmethod
+    def of(cls, samples: Mapping[str, Sequence[float]]) -> Noise:
+        if not samples:
+            return cls(0, 0.0, 0)
+        rounds = min(len(values) for values in samples.values())
+        relative = np.array([np.asarray(values[:rounds], float) / np.median(values[:rounds])
+                             for values in samples.values()])
+        spread = float(np.median([Latency.of(values).spread for values in samples.values()]))
+        return cls(rounds, spread, int(np.count_nonzero(np.all(relative >= EPISODE, axis=0))))
+
+    def describe(self) -> str:
+        """One line for a summary."""
+        return (f"{self.rounds} interleaved rounds; a build's samples spread {self.spread:.0%} "
+                f"(interquartile range / median); {self.episodes} round(s) ran {EPISODE - 1:.0%}+ slow "
+                "for every build (host episodes: every latency and ratio printed comes from these same "
+                "rounds)")
 
 
 def rotated(names: Sequence[str], round_: int) -> list[str]:

@@ -46,11 +46,12 @@ from ._tvm import import_tvm, resolve_target
 from .apply import apply_assignment, build, check_rewrite, count_layout_transforms
 from .baselines import BUILDS, COMPOSITES
 from .calibrate import Calibration
+from .check import Reference, first_divergence
 from .graph import LayoutGraph
 from .kernels import describe_workload
 from .profile import Category, layer_times, profile_builds, time_breakdown
 from .runner import LocalRunner
-from .timing import Latency, Ratio, compare_builds, measure_latency, random_inputs, relative_error, run
+from .timing import Latency, Noise, Ratio, compare_builds, measure_latency, random_inputs, run
 
 __all__ = ["TUNED", "Layer", "TuneResult", "Variant", "layer_table", "tune_and_build"]
 
@@ -131,6 +132,9 @@ class TuneResult:
         timings: seconds spent per stage (prepare, measure, solve, apply, build, check, time).
         meta: what :func:`~layoutopt.tvm.build_problem` returned alongside the costs.
         ran_on: where the builds were checked, timed and profiled (the runner's description).
+        reference: what the builds' outputs were checked against (:class:`~layoutopt.tvm.check.Reference`:
+            the untouched model in float64, and its float32 build's own error), None unchecked.
+        noise: how noisy the timing rounds were (:class:`~layoutopt.tvm.timing.Noise`).
     """
 
     executable: Any
@@ -148,6 +152,8 @@ class TuneResult:
     isolated_costs: Costs | None = None
     fuse: bool = True
     ran_on: str = "this machine"
+    reference: Reference | None = field(default=None, repr=False)
+    noise: Noise | None = None
 
     def export(self, library: str | Path, solution: str | Path | None = None,
                model: str | None = None) -> tuple[Path, Path]:
@@ -196,6 +202,12 @@ class TuneResult:
             lines.append(f"handed back: {self.chosen} (it measured faster than the tuned build)")
         else:
             lines.append(f"handed back: {TUNED}")
+        if self.noise is not None and self.noise.rounds:
+            lines.append(f"timing: {self.noise.describe()}")
+        if self.reference is not None:
+            lines.append(f"check: {self.reference.describe()}")
+        else:
+            lines.append("check: none (outputs not compared with the untouched model)")
         lines.append(f"checked and timed on {self.ran_on}, target {self.target}")
         return "\n".join(lines)
 
@@ -214,7 +226,8 @@ def _variant_line(variant: Variant) -> str:
     spread = (f" [{ms(variant.spread[0])}-{ms(variant.spread[1])}]" if variant.spread else "")
     return (f"{variant.name:<14} predicted {ms(variant.predicted):>9} ms"
             f"   measured {ms(variant.measured):>9} ms{spread}"
-            f"   transforms {variant.transforms if variant.transforms is not None else '-':>3}")
+            f"   transforms {variant.transforms if variant.transforms is not None else '-':>3}"
+            + ("" if variant.max_relative_error is None else f"   error {variant.max_relative_error:.1e}"))
 
 
 @contextmanager
@@ -286,9 +299,14 @@ def tune_and_build(
             all-NCHW16c) and, when a conv offers Winograd, the fixed rule (``winograd_fixed``), time
             them beside the tuned build, and hand back the fastest build timed (a baseline or the
             isolated-cost build included) that keeps the pins and forbids.
-        check: compare every build's outputs with TVM's default build of the untouched model on
-            seeded random inputs; :class:`~layoutopt.ProblemError` if the error exceeds ``rtol``.
-        rtol: tolerance of ``max|out - ref| / max|ref|``.
+        check: compare every build's outputs, on seeded random inputs, with the untouched model
+            computed in float64 (:class:`~layoutopt.tvm.check.Reference`); a build may be off by
+            ``rtol`` or by :data:`~layoutopt.tvm.check.ROUNDING_GROWTH` times the untouched float32
+            build's own error, whichever is larger. A baseline that fails is dropped with a warning;
+            a tuned build that fails raises :class:`~layoutopt.ProblemError` naming the first value
+            that diverges; an untouched model that gives NaN/inf on the input cannot be checked
+            (:class:`~layoutopt.ProblemError`).
+        rtol: tolerance of ``max|out - ref| / max|ref|`` per output.
         repeat: interleaved timing rounds, one run of each build per round (the median is reported,
             with its spread; the guard decides on per-round ratios, and times a close pair for
             ``repeat`` more rounds: :func:`~layoutopt.tvm.timing.compare_builds`). With 40 rounds on
@@ -362,19 +380,27 @@ def tune_and_build(
             say(f"building TVM's default build of the untouched model (reference){where} ...")
             with _stage(timings, "reference"):
                 default_ex = import_tvm().compile(mod, target=target)
-                reference = run(default_ex, inputs, place) if check else None
+                if check:
+                    reference = Reference.of(mod, inputs, target, place, rtol, default_ex)
+                    say(reference.describe())
 
-        def make_variant(name: str, description: str, assignment: Mapping[Hashable, int]) -> Variant:
+        def make_variant(name: str, description: str, assignment: Mapping[Hashable, int]) -> Variant | None:
+            """The checked build of ``assignment``; None (with a warning) for a baseline that fails the
+            check; a ProblemError, saying where it diverges, for the tuned build."""
             new_mod = apply_assignment(mod, graph, assignment)
             executable = build(new_mod, target, fuse=fuse)
-            error = relative_error(run(executable, inputs, place), reference) if check else None
-            if error is not None and not error <= rtol:
-                raise ProblemError(f"the {name} build's outputs differ from the untouched model's by "
-                                   f"{error:.3g} (relative), above rtol={rtol:g}: a layout rewrite bug, "
-                                   "please report it")
+            verdict = reference.judge(run(executable, inputs, place)) if reference is not None else None
+            if verdict is not None and not verdict.passed:
+                if name != TUNED:
+                    say(f"warning: {verdict.describe(name)}: dropped from the comparison")
+                    return None
+                where = _divergence(mod, graph, assignment, target, inputs, place, rtol, fuse)
+                raise ProblemError(f"{verdict.describe(name)}; {where}. "
+                                   "A layout rewrite bug: please report it (--no-check, or check=False, "
+                                   "builds without the check)")
             return Variant(name, description, None, transforms=count_layout_transforms(new_mod),
-                           max_relative_error=error, assignment=dict(assignment), module=new_mod,
-                           executable=executable)
+                           max_relative_error=verdict.error if verdict else None, assignment=dict(assignment),
+                           module=new_mod, executable=executable)
 
         say(f"applying the solution, building and checking{where} ...")
         with _stage(timings, "build"):
@@ -388,10 +414,13 @@ def tune_and_build(
             with _stage(timings, f"baseline {name}"):
                 if name == "default":  # TVM's default build: ~100x slower, timed once, not interleaved
                     latency = measure_latency(default_ex, inputs, repeat=1, min_repeat_ms=0, runner=place)
-                    variants[name] = Variant(name, description, None, latency, 0, 0.0 if check else None)
+                    error = reference.untouched_error if reference is not None else None
+                    variants[name] = Variant(name, description, None, latency, 0, error)
                 else:
                     assignment = get_baseline(name).function(graph, Problem.from_graph(graph, isolated), None)
-                    variants[name] = make_variant(name, description, assignment)
+                    variant = make_variant(name, description, assignment)
+                    if variant is not None:
+                        variants[name] = variant
 
         if (calibrate or profile) and not place.profiles_builds:
             say(f"not calibrated nor profiled: the calls of a running build cannot be timed one by one"
@@ -440,6 +469,7 @@ def tune_and_build(
         say(f"timing the builds side by side{where} ...")
         with _stage(timings, "time"):
             samples, ratios = compare_builds(executables, inputs, TUNED, repeat, runner=place)
+        noise = Noise.of(samples)
         for variant in [tuned, *variants.values()]:
             if variant.name in samples:
                 latency = Latency.of(samples[variant.name])
@@ -447,7 +477,9 @@ def tune_and_build(
                 variant.versus_tuned = ratios.get(variant.name)
         aliases: dict[str, str] = {}  # b* (and the like) -> the member build it is
         for composite in (name for name in names if name in COMPOSITES):  # the faster member, measured
-            members = COMPOSITES[composite]
+            members = [m for m in COMPOSITES[composite] if m in variants]  # a member may have failed
+            if not members:
+                continue
             fastest = aliases[composite] = min(members, key=lambda m: variants[m].versus_tuned.median)
             variants[composite] = replace(variants[fastest], name=composite,
                                           description=f"{BUILDS[composite]}: {fastest}")
@@ -466,7 +498,17 @@ def tune_and_build(
                     layer.in_network = in_network.get(layer.node)
         handed_back = tuned if chosen == TUNED else variants[chosen]
         return TuneResult(handed_back.executable, handed_back.module, solution, graph, costs, tuned, variants,
-                          layers, timings, meta, str(target), chosen, isolated, fuse, place.describe())
+                          layers, timings, meta, str(target), chosen, isolated, fuse, place.describe(),
+                          reference, noise)
+
+
+def _divergence(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int], target: Any,
+                inputs: Sequence[np.ndarray], runner: Any, rtol: float, fuse: bool) -> str:
+    """:func:`~layoutopt.tvm.check.first_divergence`, or why it could not say."""
+    try:
+        return first_divergence(mod, graph, assignment, target, inputs, runner, rtol, fuse)
+    except Exception as exc:  # the diagnosis of a failure must not hide the failure
+        return f"the first value that diverges could not be found ({exc})"
 
 
 def _solve(graph: LayoutGraph, costs: Costs, method: str, time_limit: float | None,

@@ -7,8 +7,10 @@ import itertools
 
 import pytest
 
+pytest.importorskip("tvm")  # timing runs builds through TVM's VM (faked here, but imported)
+
 import layoutopt.tvm.timing as timing
-from layoutopt.tvm.timing import Ratio
+from layoutopt.tvm.timing import Noise, Ratio
 
 
 class _FakeVM:
@@ -79,16 +81,33 @@ def test_the_interval_of_the_median_narrows_with_rounds_and_contains_it():
     assert not many.settled  # centred on 1: a tie
 
 
-def test_compare_builds_times_a_close_pair_again_and_leaves_a_clear_one(fake_builds):
+def test_compare_builds_times_every_build_again_when_a_pair_is_close(fake_builds):
     log = fake_builds({"ref": [1.0], "slow": [2.0], "close": [0.9, 1.1, 1.0]})
     samples, ratios = timing.compare_builds({"ref": "ref", "slow": "slow", "close": "close"}, [], "ref",
                                             repeat=6)
     assert set(ratios) == {"slow", "close"}
-    assert ratios["slow"].settled and ratios["slow"].median == 2.0 and ratios["slow"].rounds == 6
+    assert ratios["slow"].settled and ratios["slow"].median == 2.0
     assert not ratios["close"].settled and ratios["close"].rounds == 12  # timed again, twice the rounds
-    extra = log[18:]  # after the 6 rounds of three builds: only the close pair
-    assert sorted(set(extra)) == ["close", "ref"] and len(extra) == 12
-    assert len(samples["close"]) == 12 and len(samples["ref"]) == 6 and len(samples["slow"]) == 6
+    extra = log[18:]  # after the 6 rounds of three builds: 6 more rounds of all three
+    assert sorted(set(extra)) == ["close", "ref", "slow"] and len(extra) == 18
+    assert {name: len(values) for name, values in samples.items()} == {"ref": 12, "slow": 12, "close": 12}
+
+
+def test_every_latency_comes_from_the_rounds_of_its_ratio(fake_builds):
+    # the reference's first rounds run in a slow episode, the close build's extra rounds in a calm one:
+    # taking the reference's median from its first rounds alone made a build 1.2x ahead read 0.6x
+    fake_builds({"ref": [2.0] * 5 + [1.0] * 5, "close": [1.0, 1.1, 0.9, 1.0, 1.0]})
+    samples, ratios = timing.compare_builds({"ref": "ref", "close": "close"}, [], "ref", repeat=5)
+    assert len(samples["ref"]) == len(samples["close"]) == ratios["close"].rounds
+    assert ratios["close"] == Ratio.of(samples["close"], samples["ref"])
+
+
+def test_noise_counts_the_rounds_every_build_ran_slow():
+    calm = [1.0] * 8
+    samples = {"a": [*calm, 1.4, 1.0], "b": [*(2 * x for x in calm), 2.6, 2.0], "c": [*calm, 1.3, 1.5]}
+    noise = Noise.of(samples)
+    assert noise.rounds == 10 and noise.episodes == 1  # round 8: all three; round 9: c alone
+    assert "1 round(s)" in noise.describe()
 
 
 def test_compare_builds_names_a_missing_reference():
