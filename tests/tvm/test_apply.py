@@ -20,8 +20,9 @@ from layoutopt.tvm.apply import (
     op_list,
     parse_choice,
 )
+from layoutopt.tvm.check import relative_error
 from layoutopt.tvm.extract import extract_layout_graph, prepare
-from layoutopt.tvm.tune import random_inputs, relative_error, run
+from layoutopt.tvm.timing import random_inputs, run
 
 pytestmark = pytest.mark.tvm
 

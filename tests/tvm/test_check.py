@@ -10,13 +10,13 @@ import pytest
 
 pytest.importorskip("tvm")
 
-from layoutopt import ProblemError  # noqa: E402
-from layoutopt.tvm import models, tune_and_build  # noqa: E402
-from layoutopt.tvm import apply as apply_module  # noqa: E402
-from layoutopt.tvm.apply import apply_layouts, build  # noqa: E402
-from layoutopt.tvm.check import ROUNDING_GROWTH, Reference, float64_module, relative_error  # noqa: E402
-from layoutopt.tvm.extract import prepare  # noqa: E402
-from layoutopt.tvm.timing import random_inputs, run  # noqa: E402
+from layoutopt import ProblemError
+from layoutopt.tvm import apply as apply_module
+from layoutopt.tvm import models, tune_and_build
+from layoutopt.tvm.apply import apply_layouts, build
+from layoutopt.tvm.check import ROUNDING_GROWTH, Reference, float64_module, relative_error
+from layoutopt.tvm.extract import prepare
+from layoutopt.tvm.timing import random_inputs, run
 
 pytestmark = pytest.mark.tvm
 
@@ -56,7 +56,7 @@ def test_nan_or_inf_where_the_reference_is_finite_is_an_infinite_error():
 
 
 def test_a_non_finite_reference_is_refused_not_passed():
-    with pytest.raises(ProblemError, match="not finite.*1 NaN"):
+    with pytest.raises(ProblemError, match=r"not finite.*1 NaN"):
         relative_error([np.ones(2)], [np.array([1.0, np.nan])])
     with pytest.raises(ProblemError, match="not finite"):
         relative_error([np.full(2, np.nan)], [np.full(2, np.nan)])  # all NaN: nothing compared before
