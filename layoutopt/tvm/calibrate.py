@@ -32,19 +32,21 @@ Example::
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ..problem import Costs
+from ..problem import Costs, Problem
+from ..solution import Solution
 from .cache import task_key
 from .graph import LayoutGraph
 from .kernels import layout_shape
 from .problem import transform_edge_costs, transform_workload
 from .profile import Call, call_category, layer_times
 
-__all__ = ["Calibration", "multi_input_times", "transform_calls"]
+__all__ = ["Calibration", "calibrated_solution", "multi_input_times", "transform_calls"]
 
 
 def transform_calls(calls: Sequence[Call], graph: LayoutGraph,
@@ -186,3 +188,41 @@ class Calibration:
         ratio = _median_ratio([(s, self.measured.get(key, 0.0)) for key, s in seen.items()]) or 1.0
         transforms = {key: seen.get(key, seconds * ratio) for key, seconds in self.measured.items()}
         return Costs(nodes, transform_edge_costs(self.graph, transforms))
+
+
+def calibrated_solution(calibration: Calibration, rounds: int,
+                         build_and_observe: Callable[[Mapping[Hashable, int]], None],
+                         solve_costs: Callable[[Costs], Solution],
+                         own: Callable[[], list[Mapping[Hashable, int]]]) -> tuple[Solution, Costs]:
+    """Solve with the calibrated costs, build and profile the new assignment, and again, until the
+    assignment chosen is one already profiled or ``rounds`` builds were made; then solve once more
+    with every observation in. Returns the solution and the costs it was chosen with.
+
+    When the rounds ran out before the choice settled, the answer is the cheapest, under those
+    costs, of layoutopt's own profiled assignments (``own()``): its prediction is then an in-network
+    measurement, not an extrapolation. The solution is ``feasible``, keeps the solver's lower
+    bound (still valid) and says so in its ``message``.
+
+    Example::
+
+        solution, costs = calibrated_solution(calibration, 2, build_and_observe,
+                                              lambda costs: layoutopt.solve(graph, costs), own)
+    """
+    for built in range(rounds + 1):
+        costs = calibration.costs()
+        solution = solve_costs(costs)
+        if calibration.observed(solution.assignment):
+            return solution, costs
+        if built < rounds:
+            build_and_observe(solution.assignment)
+    problem = Problem.from_graph(calibration.graph, costs)
+    objective, index = min(((problem.evaluate(index), index)
+                            for index in ([a[n] for n in problem.nodes] for a in own())),
+                           key=lambda priced: priced[0])
+    message = (f"in-network calibration did not settle in {rounds} round(s): handing on the cheapest "
+               f"assignment profiled ({objective * 1e3:.3f} ms predicted; "
+               f"the calibrated optimum, never built, is {solution.objective * 1e3:.3f} ms)")
+    assignment = dict(zip(problem.nodes, index, strict=True))
+    return replace(solution, assignment=assignment,
+                   labels={n: problem.label(i, k) for i, (n, k) in enumerate(assignment.items())},
+                   objective=objective, status="feasible", message=message), costs

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..machine import stamp_line
-from .tune import TuneResult, ms
+from .result import TuneResult, ms
 
 __all__ = ["layer_markdown", "summary_markdown", "write_report"]
 

@@ -131,7 +131,7 @@ def test_a_nodes_ratio_carries_to_the_choices_of_the_same_algorithm_first():
 
 def test_calibration_that_does_not_settle_hands_on_the_cheapest_assignment_profiled(chain):
     from layoutopt.solution import Solution
-    from layoutopt.tvm.tune import _calibrated_solution
+    from layoutopt.tvm.calibrate import calibrated_solution
 
     graph, costs, measured = chain
     calibration = Calibration(graph, costs, measured)
@@ -148,8 +148,8 @@ def test_calibration_that_does_not_settle_hands_on_the_cheapest_assignment_profi
     def build_and_observe(assignment):  # second: conv2 runs at 1 ms, cheaper than the first build
         calibration.observe(assignment, _calls(graph, assignment, {"conv1": 2e-3, "conv2": 1e-3}, {}))
 
-    solution, final = _calibrated_solution(calibration, 1, build_and_observe, solve_costs,
-                                           own=lambda: [first, second])
+    solution, final = calibrated_solution(calibration, 1, build_and_observe, solve_costs,
+                                          own=lambda: [first, second])
     assert solution.assignment == second and solution.status == "feasible"
     assert "did not settle in 1 round" in solution.message
     assert solution.lower_bound == 5e-4  # the solver's bound on the calibrated problem stays valid

@@ -41,7 +41,7 @@ def test_tuned_build_matches_the_untouched_model_and_its_prediction(tuned):
     graph, solution = result.graph, result.solution
     # pbqp is exact on this graph; only calibration can leave the answer feasible: when its noisy
     # in-network profiles keep changing the choice for its 2 rounds, it hands on the cheapest
-    # assignment profiled, and says so (tune._calibrated_solution)
+    # assignment profiled, and says so (calibrate.calibrated_solution)
     settled = solution.status == "optimal"
     if not settled:
         assert solution.status == "feasible"
@@ -62,21 +62,6 @@ def test_tuned_build_matches_the_untouched_model_and_its_prediction(tuned):
     assert result.speedup("default") == result.baselines["default"].measured / result.tuned.measured
 
 
-def expected_choice(result) -> str:
-    """The build the guard must hand back: the fastest timed side by side, round by round (the tuned
-    one on a tie), a composite's member named by its composite."""
-    rivals = {name: v for name, v in result.baselines.items()
-              if name not in ("default", "best_fixed", "winograd_fixed")}
-    fastest = min(rivals.values(), key=lambda variant: variant.versus_tuned.median)
-    if fastest.versus_tuned.median >= 1.0:
-        return "layoutopt"
-    for composite in ("best_fixed", "winograd_fixed"):
-        built = result.baselines.get(composite)
-        if built is not None and built.description.rsplit(": ", 1)[-1] == fastest.name:
-            return composite
-    return fastest.name
-
-
 def test_the_guard_hands_back_the_fastest_build_timed(tuned):
     result, _ = tuned
     members = {name: result.baselines[name] for name in ("nchw8c", "nchw16c")}
@@ -86,15 +71,16 @@ def test_the_guard_hands_back_the_fastest_build_timed(tuned):
     assert best.measured == fastest.measured and best.assignment == fastest.assignment
     assert fastest.name in best.description
     assert "winograd_fixed" not in result.baselines  # no conv offers Winograd here
-    expected = expected_choice(result)
-    assert result.chosen == expected
-    # the build handed back is the chosen one's, and never slower than any build timed beside it
+    # the build handed back is never slower, round by round, than any build timed beside it (the guard's
+    # choice on hand-made ratios: test_guard.py)
+    expected = result.chosen
     handed_back = result.tuned if expected == "layoutopt" else result.baselines[expected]
     assert count_layout_transforms(result.module) == handed_back.transforms
     timed = [v for v in result.baselines.values() if v.name != "default"]
     if expected == "layoutopt":
         assert all(v.versus_tuned.median >= 1.0 for v in timed)
     else:
+        assert expected not in ("nchw8c", "nchw16c")  # a member of b* is named by its composite
         assert handed_back.versus_tuned.median < 1.0
         assert all(handed_back.versus_tuned.median <= v.versus_tuned.median for v in timed)
     for variant in timed:  # the ratio and its 95 % interval, paired with the tuned build's rounds
@@ -125,7 +111,11 @@ def test_with_winograd_choices_the_guard_also_times_the_fixed_rule(tmp_path):
     chosen = [result.graph.choice(node, k).candidate for node, k in rule.assignment.items()]
     assert any(c.get("algorithm") == "winograd" for c in chosen)
     assert all(v.max_relative_error < 1e-4 for v in result.variants() if v.name != "default")
-    assert result.chosen == expected_choice(result)
+    ratios = [v.versus_tuned.median for v in result.baselines.values() if v.versus_tuned is not None]
+    if result.chosen == "layoutopt":
+        assert min(ratios) >= 1.0
+    else:
+        assert result.baselines[result.chosen].versus_tuned.median == min(ratios) < 1.0
 
 
 def test_layer_table_lists_every_tuned_op_with_its_choice(tuned):
