@@ -60,7 +60,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from typing import Any
 
 import networkx as nx
@@ -202,10 +202,12 @@ def _parse_float(token: str) -> float:
     return value
 
 
-def read_json_document(path: str | os.PathLike, format: str, version: int, kind: str) -> dict[str, Any]:
+def read_json_document(path: str | os.PathLike, format: str, version: int | Collection[int],
+                       kind: str) -> dict[str, Any]:
     """A layoutopt JSON file (a problem, a solution...) read and checked against its ``"format"``
-    and ``"version"``; every failure a :class:`ProblemError` naming the file. Bare NaN/Infinity and
-    numbers beyond float64 are refused (``inf`` means forbidden: it is written as the string).
+    and ``"version"`` (one, or the several a reader reads); every failure a :class:`ProblemError`
+    naming the file. Bare NaN/Infinity and numbers beyond float64 are refused (``inf`` means
+    forbidden: it is written as the string).
 
     Example:
         >>> import tempfile, os
@@ -233,10 +235,11 @@ def read_json_document(path: str | os.PathLike, format: str, version: int, kind:
     return check_json_document(document, name, format, version, kind)
 
 
-def check_json_document(document: Any, name: str, format: str, version: int, kind: str) -> dict[str, Any]:
-    """``document`` if it is a layoutopt ``kind`` document of ``format`` and ``version``; else a
-    :class:`ProblemError` naming ``name`` (a file, or what the document is). The check
-    :func:`read_json_document` makes, for documents already in memory.
+def check_json_document(document: Any, name: str, format: str, version: int | Collection[int],
+                        kind: str) -> dict[str, Any]:
+    """``document`` if it is a layoutopt ``kind`` document of ``format`` and ``version`` (or one of
+    several); else a :class:`ProblemError` naming ``name`` (a file, or what the document is). The
+    check :func:`read_json_document` makes, for documents already in memory.
 
     Example:
         >>> check_json_document({"format": "layoutopt-solution", "version": 1}, "the solution",
@@ -245,8 +248,11 @@ def check_json_document(document: Any, name: str, format: str, version: int, kin
     """
     if not isinstance(document, dict) or document.get("format") != format:
         raise ProblemError(f"{name}: not a layoutopt {kind} file (expected \"format\": \"{format}\")")
-    if document.get("version") != version:
-        raise ProblemError(f"{name}: unsupported version {document.get('version')!r} (this reads {version})")
+    versions = (version,) if isinstance(version, int) else tuple(version)
+    found = document.get("version")
+    if type(found) is not int or found not in versions:  # true == 1 in Python, not in a file
+        reads = " or ".join(map(str, versions))
+        raise ProblemError(f"{name}: unsupported version {found!r} (this reads {reads})")
     return document
 
 

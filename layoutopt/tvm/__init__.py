@@ -53,6 +53,7 @@ _LAZY = {
     "export_library": ".deploy",
     "load_solution": ".deploy",
     "save_solution": ".deploy",
+    "SolutionFile": ".deploy",
     "TuneResult": ".result",
     "TuneOptions": ".stages",
     "Reference": ".check",

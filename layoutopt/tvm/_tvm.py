@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,7 +19,8 @@ from typing import Any
 from ..errors import MissingExtraError, ProblemError
 from ..machine import usable_cores
 
-__all__ = ["first_line", "import_tvm", "one_blas_thread", "resolve_target", "target_key", "tvm_version"]
+__all__ = ["first_line", "import_tvm", "one_blas_thread", "resolve_target", "target_key", "tvm_version",
+           "without_scope_saving_lines"]
 
 
 def import_tvm():
@@ -55,6 +59,45 @@ def one_blas_thread() -> Iterator[None]:
 
     with threadpool_limits(1, user_api="blas"):
         yield
+
+
+#: the line TVM 0.27's VM executable logs for every memory scope it saves while exporting
+#: (``LOG(WARNING) << "Scope Saving:"`` in src/runtime/vm/executable.cc, a debugging print left in:
+#: 42 lines for the embedded model), straight to the process's stderr from C++
+_SCOPE_SAVING = re.compile(r"\] \S*executable\.cc:\d+: Warning: Scope Saving:")
+
+
+@contextmanager
+def without_scope_saving_lines() -> Iterator[None]:
+    """Drop TVM's ``Warning: Scope Saving:`` lines from the process's stderr inside the block.
+
+    TVM's C++ logs go to file descriptor 2, beneath Python, so the descriptor is pointed at a
+    temporary file meanwhile; every other line written there (a real warning or error) is written
+    on to ``sys.stderr`` when the block ends.
+
+    Example::
+
+        with without_scope_saving_lines():
+            executable.export_library("model.so")
+    """
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to filter
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode(errors="replace").splitlines(keepends=True):
+                if not _SCOPE_SAVING.search(line):
+                    sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 def tvm_version() -> str:

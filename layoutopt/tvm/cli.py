@@ -19,6 +19,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["add_parser", "default_cache_path", "parse_input_shapes", "run"]
@@ -179,9 +182,11 @@ def _guarded(command: str, function, args: argparse.Namespace) -> int:
         return 2
 
 
-def _library_path(text: str | None) -> Path | None:
-    """``-o MODEL.so``: checked now (a writable directory), written at the end."""
+def _library_path(text: str | None, with_solution: bool = False) -> Path | None:
+    """``-o MODEL.so``: checked now, with the solution file written beside it when
+    ``with_solution`` (each must be a file that can be written), written at the end."""
     from ..errors import ProblemError
+    from .deploy import check_writable, solution_path
 
     if not text:
         return None
@@ -190,8 +195,22 @@ def _library_path(text: str | None) -> Path | None:
         raise ProblemError(f"-o {text!r}: the library needs a .so name (e.g. model.so)")
     if path.is_dir():
         raise ProblemError(f"-o {text!r} is a directory; name the library file, e.g. {text}/model.so")
-    _output_directory(str(path.parent), "-o")
+    check_writable(path, "-o")
+    if with_solution:
+        check_writable(solution_path(path), f"-o {text!r}: the solution file")
     return path
+
+
+@contextmanager
+def _warnings_in_one_line(command: str) -> Iterator[None]:
+    """Python warnings raised inside the block, printed as ``layoutopt COMMAND: warning: ...``."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"layoutopt {command}: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -202,14 +221,16 @@ def _build(args: argparse.Namespace) -> int:
     solution = load_solution(args.solution)
     target = resolve_target(args.target)
     output = _library_path(args.output)
-    shapes = parse_input_shapes(args.input_shape)
-    if shapes is None and args.model:
-        shapes = {name: spec["shape"] for name, spec in (solution["model"].get("inputs") or {}).items()}
-    mod = load_model(args.model, shapes or None)
-    executable, _ = build_from_solution(mod, solution, target)
+    shapes, shapes_from = parse_input_shapes(args.input_shape), None
+    if shapes is None and args.model and Path(args.model).suffix.lower() == ".onnx":  # .pt2: fixed shapes
+        shapes = {name: list(spec.shape) for name, spec in solution.inputs.items()}
+        shapes_from = f"solution file {args.solution!r}"
+    mod = load_model(args.model, shapes or None, shapes_from=shapes_from)
+    with _warnings_in_one_line("build"):
+        executable, _ = build_from_solution(mod, solution, target)
     export_library(executable, output)
-    handed_back = solution.get("handed_back", {}).get("name", "?")
-    print(f"layoutopt build: {output} ({len(solution['layers'])} layers as in {args.solution}, "
+    handed_back = solution.handed_back.name if solution.handed_back else "?"
+    print(f"layoutopt build: {output} ({len(solution.layers)} layers as in {args.solution}, "
           f"the {handed_back} build; nothing measured)")
     return 0
 
@@ -306,7 +327,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ProblemError(f"--repeat {args.repeat}: need at least one timing round")
     runner = _runner(args)
     report = _output_directory(args.report, "--report")
-    output = _library_path(args.output)
+    output = _library_path(args.output, with_solution=True)
     cache = _cache(args.cache)
     mod = load_model(args.model, shapes)
     where = cache.path if cache is not None else "off"
@@ -319,9 +340,11 @@ def _run(args: argparse.Namespace) -> int:
     print(_layer_table(result))
     print()
     print(result.summary())
-    if result.tuned.breakdown:
-        print("\nwhere the time goes (ms, each call timed in the network):")
-        print(breakdown_markdown(result))
+    shown = list(dict.fromkeys([result.chosen, "best_fixed"]))  # every build's: the report
+    breakdown = breakdown_markdown(result, shown)
+    if breakdown:
+        print(f"\nwhere the time goes (ms, each call timed in the network; {' and '.join(shown)}):")
+        print(breakdown)
     if report is not None:
         paths = write_report(result, report, model=args.model or "embedded default model")
         print(f"\nreport: {paths['markdown']} and {paths['plot']}")
@@ -332,11 +355,21 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _layer_table(result) -> str:
-    rows = [("layer", "workload", "chosen layouts", "kernel ms", "in network ms", "transforms in")]
-    for layer in result.layers:
-        in_network = "" if layer.in_network is None else f"{layer.in_network * 1e3:.3f}"
+    """The layers of the build handed back (the one ``-o`` writes), under a line saying which it is;
+    in-network times only for the tuned build (the one profiled layer by layer)."""
+    from .report import handed_back_layers
+    from .tune import TUNED
+
+    layers = handed_back_layers(result)
+    variant = result.tuned if result.chosen == TUNED else result.baselines[result.chosen]
+    profiled = any(layer.in_network is not None for layer in layers)
+    rows = [("layer", "workload", "layouts and kernel", "kernel ms", *(["in network ms"] if profiled else []),
+             "transforms in")]
+    for layer in layers:
+        in_network = ["" if layer.in_network is None else f"{layer.in_network * 1e3:.3f}"] if profiled else []
         rows.append((str(layer.node), layer.workload, layer.choice, f"{layer.kernel_time * 1e3:.3f}",
-                     in_network, str(layer.transforms_in or "")))
+                     *in_network, str(layer.transforms_in or "")))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)
+    table = "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+                      for row in rows)
+    return f"layers of the build handed back: {result.chosen} ({variant.description})\n{table}"

@@ -28,6 +28,7 @@ def load_model(
     input_shape: Mapping[str, Sequence[int]] | Sequence[int] | None = None,
     *,
     fold: bool = True,
+    shapes_from: str | None = None,
 ):
     """A Relax module from an ONNX file, a ``torch.export`` ``.pt2`` file, or the embedded default.
 
@@ -40,6 +41,8 @@ def load_model(
             ``Expand``..., as exporters write dynamic batch and image sizes) has those subgraphs folded
             for the given static input shapes first (:func:`fold_shapes`, with onnxslim from the
             ``tvm`` extra): TVM's ONNX frontend cannot import most of them.
+        shapes_from: where ``input_shape`` came from, named when it does not fit (default: "the
+            given shape"; e.g. ``"solution file 'det.solution.json'"``).
 
     Raises:
         ProblemError: unreadable file, unknown format, a shape that does not fit the model, a model
@@ -60,7 +63,7 @@ def load_model(
         raise ProblemError(f"model file {str(path)!r} does not exist")
     suffix = path.suffix.lower()
     if suffix == ".onnx":
-        return _load_onnx(path, input_shape, fold)
+        return _load_onnx(path, input_shape, fold, shapes_from)
     if suffix in (".pt2", ".pt"):
         return _load_exported_program(path, input_shape)
     raise ProblemError(
@@ -68,7 +71,7 @@ def load_model(
     )
 
 
-def _load_onnx(path: Path, input_shape, fold: bool = True):
+def _load_onnx(path: Path, input_shape, fold: bool = True, shapes_from: str | None = None):
     try:
         import onnx
     except ImportError:
@@ -82,13 +85,16 @@ def _load_onnx(path: Path, input_shape, fold: bool = True):
         model = onnx.load(str(path))
     except Exception as exc:  # onnx raises DecodeError, OSError... with no file name
         raise ProblemError(f"model {str(path)!r} is not a readable ONNX file: {exc}") from None
+    if not model.ir_version and not model.HasField("graph"):  # an empty file parses as an empty model
+        what = "is empty (0 bytes)" if path.stat().st_size == 0 else "holds no IR version and no graph"
+        raise ProblemError(f"model {str(path)!r} {what}: not an ONNX model")
     initializers = {init.name for init in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in initializers]
     declared = {
         i.name: [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
         for i in inputs
     }
-    shapes = _match_shapes(str(path), declared, input_shape)
+    shapes = _match_shapes(str(path), declared, input_shape, shapes_from)
     computes_shapes = any(node.op_type in _SHAPE_OPS for node in model.graph.node)
     if fold and computes_shapes:
         model = fold_shapes(model, shapes, where=str(path))
@@ -151,7 +157,11 @@ def fold_shapes(model, shapes: Mapping[str, Sequence[int]], where: str = "the mo
                            f"(onnxslim) failed: {first_line(exc, with_type=True)}") from None
 
 
-def _match_shapes(where: str, declared: Mapping[str, list], input_shape) -> dict[str, list[int]]:
+def _match_shapes(where: str, declared: Mapping[str, list], input_shape,
+                  shapes_from: str | None = None) -> dict[str, list[int]]:
+    """The static shape of every input: the one given where given (``shapes_from`` names where it
+    came from), else the declared one; ProblemError naming the input that does not fit."""
+    origin = f" (from {shapes_from})" if shapes_from else ""
     if input_shape is None:
         given = {}
     elif isinstance(input_shape, Mapping):
@@ -163,7 +173,7 @@ def _match_shapes(where: str, declared: Mapping[str, list], input_shape) -> dict
         given = {next(iter(declared)): list(input_shape)}
     unknown = set(given) - set(declared)
     if unknown:
-        raise ProblemError(f"model {where!r} has no input named {sorted(unknown)[0]!r}; "
+        raise ProblemError(f"model {where!r} has no input named {sorted(unknown)[0]!r}{origin}; "
                            f"its inputs are {', '.join(declared)}")
     shapes = {}
     for name, dims in declared.items():
@@ -174,13 +184,15 @@ def _match_shapes(where: str, declared: Mapping[str, list], input_shape) -> dict
                                    "give --input-shape")
             shape = dims
         if any(not isinstance(d, (int, np.integer)) or d <= 0 for d in shape):
-            raise ProblemError(f"model {where!r}: input shape {shape} for {name!r} must be positive integers")
+            raise ProblemError(f"model {where!r}: input shape {shape} for {name!r}{origin} must be positive "
+                               "integers")
         fits = len(shape) == len(dims) and all(
             d is None or d <= 0 or d == s for d, s in zip(dims, shape, strict=True)
         )
         if not fits:
             raise ProblemError(f"model {where!r}: input {name!r} is declared {dims}, "
-                               f"which the given shape {list(shape)} does not fit")
+                               f"which the {'shape' if shapes_from else 'given shape'} {list(shape)}{origin} "
+                               "does not fit")
         shapes[name] = [int(d) for d in shape]
     return shapes
 

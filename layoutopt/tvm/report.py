@@ -12,12 +12,14 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..machine import stamp_line
-from .result import TuneResult, ms
+from ..problem import Problem
+from .result import TUNED, Layer, TuneResult, layer_table, ms
 
-__all__ = ["layer_markdown", "summary_markdown", "write_report"]
+__all__ = ["breakdown_markdown", "handed_back_layers", "layer_markdown", "summary_markdown", "write_report"]
 
 
 def summary_markdown(result: TuneResult) -> str:
@@ -38,12 +40,17 @@ def summary_markdown(result: TuneResult) -> str:
     return "\n".join(lines)
 
 
-def breakdown_markdown(result: TuneResult) -> str:
-    """Predicted vs in-network time per category of op, a column pair per profiled build.
+def breakdown_markdown(result: TuneResult, builds: Sequence[str] | None = None) -> str:
+    """Predicted vs in-network time per category of op, three columns per profiled build: every
+    build, or those named in ``builds`` (the terminal's summary shows the build handed back and b*).
 
     Empty when no build was profiled (``tune_and_build(..., profile=False)``).
+
+    Example::
+
+        print(breakdown_markdown(result, [result.chosen, "best_fixed"]))
     """
-    variants = [v for v in [result.tuned, *result.baselines.values()] if v.breakdown]
+    variants = [v for v in result.variants() if v.breakdown and (builds is None or v.name in builds)]
     if not variants:
         return ""
     header = " | ".join(f"{v.name} predicted (ms) | {v.name} in network (ms) | calls" for v in variants)
@@ -82,6 +89,23 @@ def _breakdown_section(result: TuneResult) -> list[str]:
         table,
         "",
     ]
+
+
+def handed_back_layers(result: TuneResult) -> list[Layer]:
+    """The per-layer table of the build handed back: ``result.layers`` when it is the tuned build,
+    else the fixed rule's layers, under the same costs (their ``in_network`` times unknown: only the
+    tuned build is profiled layer by layer).
+
+    Example::
+
+        for layer in handed_back_layers(result):
+            print(layer.node, layer.choice)
+    """
+    if result.chosen == TUNED:
+        return result.layers
+    variant = result.baselines[result.chosen]
+    return layer_table(result.graph, Problem.from_graph(result.graph, result.costs), variant.assignment,
+                       result.isolated_costs)
 
 
 def layer_markdown(result: TuneResult) -> str:
@@ -175,6 +199,10 @@ def write_report(result: TuneResult, directory: str | Path, name: str = "report"
         "",
         *_breakdown_section(result),
         "## Layers",
+        "",
+        "The layers of the tuned build" + (", the one handed back." if result.chosen == TUNED else
+                                           f"; the build handed back (written by `-o`, its layers in the "
+                                           f"solution file) is {result.chosen}."),
         "",
         f"![per-layer time]({png.name})",
         "",

@@ -136,19 +136,18 @@ class TuneResult:
         """Write the build handed back as a shared library, and the solution file that rebuilds it
         (:mod:`layoutopt.tvm.deploy`; default ``model.so`` -> ``model.solution.json`` beside it).
 
-        Returns the two paths. ``tvm.runtime.load_module(library)`` loads the library back, for
-        ``relax.VirtualMachine``; :func:`~layoutopt.tvm.deploy.build_from_solution` rebuilds it with no
-        measurement.
+        Returns the two paths (both checked before either is written). ``tvm.runtime.load_module(library)``
+        loads the library back, for ``relax.VirtualMachine``;
+        :func:`~layoutopt.tvm.deploy.build_from_solution` rebuilds it with no measurement.
 
         Example::
 
             library, solution = result.export("model.so", model="model.onnx")
             vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
         """
-        from .deploy import export_library, save_solution, solution_path
+        from .deploy import export
 
-        solution = Path(solution) if solution is not None else solution_path(library)
-        return export_library(self.executable, library), save_solution(self, solution, model)
+        return export(self, library, solution, model)
 
     def variants(self) -> list[Variant]:
         """The tuned variant, then the baselines."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from onnx_models import relu_only_onnx, tiny_conv_onnx  # tests/tvm is on sys.pa
 from layoutopt import ProblemError
 from layoutopt.cli import main
 from layoutopt.tvm.cli import parse_input_shapes
+from layoutopt.tvm.graph import candidate_label
 
 pytestmark = pytest.mark.tvm
 
@@ -27,7 +30,7 @@ def test_tune_runs_end_to_end_and_writes_a_report(tmp_path, capsys):
             "--report", str(tmp_path / "report")]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "chosen layouts" in out and "NCHW" in out
+    assert "layers of the build handed back: " in out and "NCHW" in out
     assert re.search(r"layoutopt +predicted", out) and "speed-up" in out
     assert "nchw16c" in out and "greedy" in out
     assert "best_fixed" in out and "handed back:" in out
@@ -73,12 +76,17 @@ def test_user_errors_exit_2_with_one_line(tmp_path, capsys, extra, message):
         (["--repeat", "0"], "--repeat"),
         (["--cache", "FILE/costs.jsonl"], "cannot write cost cache"),
         (["--report", "FILE/report"], "--report"),
+        (["-o", "TMP/taken.so"], "the solution file 'TMP/taken.solution.json' is a directory"),
+        pytest.param(["-o", "/proc/x.so"], "-o '/proc/x.so': cannot write there",
+                     marks=pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")),
     ],
 )
 def test_every_option_is_checked_before_the_model_is_measured(tmp_path, capsys, extra, message):
     model = tiny_conv_onnx(tmp_path / "tiny.onnx")
     (tmp_path / "FILE").write_text("a file, not a directory")
-    extra = [e.replace("FILE", str(tmp_path / "FILE")) for e in extra]
+    (tmp_path / "taken.solution.json").mkdir()  # where -o TMP/taken.so would write its solution file
+    extra = [e.replace("FILE", str(tmp_path / "FILE")).replace("TMP", str(tmp_path)) for e in extra]
+    message = message.replace("TMP", str(tmp_path))
     argv = ["tune", str(model), *extra]
     if "--input-shape" not in extra:
         argv += ["--input-shape", "1,4,8,8"]
@@ -108,6 +116,61 @@ def test_the_default_cost_cache_makes_the_second_run_measure_nothing(tmp_path, c
     second = capsys.readouterr().out
     assert re.search(r"kernels and transforms: 0 measured, \d+ from the cost cache", second)
     assert (tmp_path / "layoutopt-report" / "report.md").exists()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """One ``layoutopt tune -o`` of the tiny model with a report, run as a user runs it (a process of
+    its own: TVM's C++ logs reach its stderr): (the finished process, its directory)."""
+    directory = tmp_path_factory.mktemp("exported")
+    model = tiny_conv_onnx(directory / "tiny.onnx")
+    argv = ["tune", str(model), "--input-shape", "1,4,8,8", "--blocks", "4,8", "--cache",
+            str(directory / "costs.jsonl"), "--baselines", "greedy", "--repeat", "3",
+            "--report", str(directory / "report"), "-o", str(directory / "out" / "tiny.so")]
+    done = subprocess.run([sys.executable, "-m", "layoutopt.cli", *argv], capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr
+    return done, directory
+
+
+def test_tune_o_exports_without_tvms_scope_saving_lines(exported):
+    done, directory = exported
+    assert (directory / "out" / "tiny.so").stat().st_size > 0
+    assert "Scope Saving" not in done.stderr
+
+
+def test_the_layer_table_is_the_build_handed_back(exported):
+    done, directory = exported
+    handed_back = re.search(r"^handed back: (\S+)", done.stdout, re.MULTILINE).group(1)
+    lines = done.stdout.splitlines()
+    title = next(i for i, line in enumerate(lines) if line.startswith("layers of the build handed back: "))
+    assert lines[title].startswith(f"layers of the build handed back: {handed_back} (")
+    rows = {line.split()[0]: line for line in lines[title + 2:lines.index("", title)]}
+    solution = json.loads((directory / "out" / "tiny.solution.json").read_text())
+    assert solution["handed_back"]["name"] == handed_back
+    for layer in solution["layers"]:
+        if layer["kind"] == "target":  # the kernels written to the .so are the table's
+            assert f"  {candidate_label(layer['candidate'])}  " in rows[layer["layer"]]
+
+
+def test_where_the_time_goes_shows_the_build_handed_back_and_b_star_and_the_report_every_build(exported):
+    done, directory = exported
+    handed_back = re.search(r"^handed back: (\S+)", done.stdout, re.MULTILINE).group(1)
+    section = done.stdout.split("where the time goes", 1)[1].splitlines()
+    header = next(line for line in section if line.startswith("| op |"))
+    assert set(re.findall(r"(\S+) predicted \(ms\)", header)) == {handed_back, "best_fixed"}
+    report = (directory / "report" / "report.md").read_text()
+    report_header = next(line for line in report.splitlines() if line.startswith("| op |"))
+    assert {"layoutopt", "greedy", "nchw8c", "nchw16c", "best_fixed"} <= set(
+        re.findall(r"(\S+) predicted \(ms\)", report_header))
+
+
+def test_an_empty_model_file_is_called_empty(tmp_path, capsys):
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    assert main(["tune", str(tmp_path / "empty.onnx"), "--cache", "none", "--report", ""]) == 2
+    err = capsys.readouterr().err
+    assert "'" + str(tmp_path / "empty.onnx") + "' is empty (0 bytes): not an ONNX model" in err
+    assert "IR version" not in err
 
 
 def test_model_without_supported_ops_exits_2(tmp_path, capsys):
