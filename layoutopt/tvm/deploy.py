@@ -89,7 +89,7 @@ def _layers(graph: LayoutGraph, assignment: Mapping[Hashable, int], costs) -> li
             "op": node.op,
             "kind": node.kind,
             "workload": _plain(node.workload),
-            "algorithm": candidate.get("algorithm", "direct") if node.kind == "target" else None,
+            "algorithm": node.choices[k].record.algorithm if node.kind == "target" else None,
             "in": node.choices[k].in_layout,
             "out": node.choices[k].out_layout,
             "knobs": knobs,

@@ -516,7 +516,7 @@ def _calibrated_solution(calibration: Calibration, rounds: int,
 def _guard_rules(graph: LayoutGraph) -> list[str]:
     """The fixed rules the guard times the tuned build beside: b*, and the Winograd rule when a conv
     offers Winograd (an algorithm the tuned build may pick, so the fixed rule is a fair bar)."""
-    offers_winograd = any(choice.candidate.get("algorithm") == "winograd"
+    offers_winograd = any(choice.record.algorithm == "winograd"
                           for node in graph.layout_nodes() for choice in node.choices)
     return ["best_fixed", *(["winograd_fixed"] if offers_winograd else [])]
 
