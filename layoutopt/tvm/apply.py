@@ -274,7 +274,7 @@ class _Rewriter:
         if is_tensor_constant(weight):
             packed = kernels.pack_weight(workload, candidate, weight.value.numpy())
             weight = relax.const(packed, str(packed.dtype))
-        elif kernels is conv2d and workload["groups"] == 1:
+        elif kernels is conv2d.FAMILY and workload["groups"] == 1:
             # a runtime parameter: repack it in the program (FoldConstant removes it once bound)
             in_block, out_block = layout_block(in_layout), layout_block(out_layout)
 
@@ -287,8 +287,7 @@ class _Rewriter:
             raise ProblemError(f"node {name!r}: kernel {candidate} needs a constant weight "
                                "(bind the weights: prepare(mod, params))")
         tvm = self.tvm
-        algorithm = candidate.get("algorithm", "direct")
-        hint = {"direct": "conv2d_NCHWc"}.get(algorithm, f"conv2d_{algorithm}")
+        hint = {"direct": "conv2d_NCHWc"}.get(kernels.algorithm, f"conv2d_{kernels.algorithm}")
         if workload["groups"] > 1:
             hint = f"depthwise_{hint}"
         new = self.bb.call_te(lambda d, w: kernels.compute(tvm, [d, w], workload, candidate), data, weight,
@@ -305,12 +304,12 @@ class _Rewriter:
             raise ProblemError(f"node {var.name!r}: a dense kernel {candidate} needs a constant 2-D weight")
         workload = dense_workload(call)
         try:
-            dense.validate_candidate(workload, candidate)
+            dense.FAMILY.validate_candidate(workload, candidate)
         except ProblemError as exc:
             raise ProblemError(f"node {var.name!r}: {exc}") from None
-        packed = dense.pack_weight(workload, candidate, weight.value.numpy().T)
+        packed = dense.FAMILY.pack_weight(workload, candidate, weight.value.numpy().T)
         tvm = self.tvm
-        new = self.bb.call_te(lambda x, w: dense.compute(tvm, [x, w], workload, candidate),
+        new = self.bb.call_te(lambda x, w: dense.FAMILY.compute(tvm, [x, w], workload, candidate),
                               self.value(call.args[0], None), relax.const(packed, str(packed.dtype)),
                               primfunc_name_hint="dense" if candidate["weight"] == "NK" else "dense_pack")
         self.emit(var, new, None)
