@@ -104,11 +104,11 @@ def variants(workload: dict[str, Any], blocks: Sequence[int]) -> dict[str, list[
 
     workload = kernels.validate_workload(workload)
     found = {"direct": kernels.conv2d_candidates(workload, blocks=blocks, include_nchw=False)}
-    if winograd.applies(workload):
+    if winograd.FAMILY.applies(workload):
         for tile in TILES:
-            found[f"winograd F{tile}"] = winograd.candidates(workload, blocks=blocks, tiles=[tile])
-    if gemm.applies(workload):
-        found["gemm"] = gemm.candidates(workload, blocks=blocks, orders=gemm.ORDERS)
+            found[f"winograd F{tile}"] = winograd.FAMILY.candidates(workload, blocks=blocks, tiles=[tile])
+    if gemm.FAMILY.applies(workload):
+        found["gemm"] = gemm.FAMILY.candidates(workload, blocks=blocks, orders=gemm.ORDERS)
     return {name: cands for name, cands in found.items() if cands}
 
 
@@ -184,7 +184,7 @@ def measure_layer(workload: dict[str, Any], target, blocks: Sequence[int],
 
     workload = kernels.validate_workload(workload)
     rng = np.random.default_rng(0)
-    shapes = kernels.conv2d.logical_shapes(workload)
+    shapes = kernels.conv2d.FAMILY.logical_shapes(workload)
     inputs = [rng.uniform(-1, 1, shape).astype("float32") for shape in shapes]
     reference = (inputs, kernels.reference_output(workload, inputs))
     best: dict[str, dict[str, Any]] = {}
@@ -246,9 +246,9 @@ def network_errors(depth: int = 50, tiles: Sequence[int] = TILES, target=None) -
 
     def choice(workload: dict[str, Any], algorithm: str, tile: int) -> dict[str, Any]:
         blocks = {"in": "NCHW3c" if workload["data"][1] == 3 else "NCHW16c", "out": "NCHW16c"}
-        if algorithm == "winograd" and winograd.applies(workload):
+        if algorithm == "winograd" and winograd.FAMILY.applies(workload):
             return {**blocks, "algorithm": "winograd", "tile": tile}
-        if algorithm != "direct" and gemm.applies(workload):
+        if algorithm != "direct" and gemm.FAMILY.applies(workload):
             return {**blocks, "algorithm": "gemm"}
         return blocks
 

@@ -5,9 +5,12 @@ costs ``inf`` in every choice but the pinned ones. :func:`constrain` returns the
 :class:`~layoutopt.Costs`, which any :func:`layoutopt.solve` method then respects, e.g. to keep the
 output layout a downstream consumer needs, or to ban a kernel known to misbehave.
 
-Choices are named by their labels (the graph's ``"choices"`` attribute). A label with schedule knobs
-in brackets (``"NCHW16c->NCHW16c[order=rows]"``) is also matched by its layouts alone
-(``"NCHW16c->NCHW16c"`` names every kernel in those layouts).
+Choices are named by their labels (the graph's ``"choices"`` attribute). Labels in the grammar of
+:mod:`layoutopt.labels` are read, not only compared as text: their options may come in any order
+(``"NCHW16c->NCHW16c[tile=4,algorithm=winograd]"``), a single layout ``"NCHW16c"`` is
+``"NCHW16c->NCHW16c"``, and a label with options in brackets (``"NCHW16c->NCHW16c[order=rows]"``) is
+also matched by its layouts alone when no choice is named exactly (``"NCHW16c->NCHW16c"`` then names
+every kernel in those layouts).
 
 Example:
     >>> import networkx as nx
@@ -32,6 +35,7 @@ from typing import Any
 import networkx as nx
 
 from .errors import ProblemError
+from .labels import Label, parse_label
 from .problem import Costs, Problem, _as_costs
 
 __all__ = ["Constraint", "constrain", "explain_infeasible", "parse_constraints"]
@@ -74,9 +78,26 @@ def _node(graph: nx.Graph, kind: str, name: Any, choice: str) -> Hashable:
     raise ProblemError(f"{kind} {name}={choice}: the graph has no layer {str(name)!r}{hint}")
 
 
+def _parsed(text: str) -> Label | None:
+    """``text`` read as a label of :mod:`layoutopt.labels`; None for labels that are only names."""
+    try:
+        return parse_label(text)
+    except ProblemError:
+        return None
+
+
 def _matches(labels: list[str], choice: str) -> tuple[int, ...]:
+    """The indices of the labels ``choice`` names: the same text; else the same label (read in the
+    grammar); else, for a choice of layouts alone, every label with those layouts."""
     exact = tuple(k for k, label in enumerate(labels) if label == choice)
-    return exact or tuple(k for k, label in enumerate(labels) if label.split("[", 1)[0] == choice)
+    wanted = _parsed(choice)
+    if exact or wanted is None:
+        return exact
+    parsed = [_parsed(label) for label in labels]
+    same = tuple(k for k, label in enumerate(parsed) if label == wanted)
+    if same or wanted.options:
+        return same
+    return tuple(k for k, label in enumerate(parsed) if label is not None and label.layouts == wanted.layouts)
 
 
 def parse_constraints(graph: nx.Graph, pin: Spec = None, forbid: Spec = None) -> list[Constraint]:

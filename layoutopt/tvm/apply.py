@@ -38,7 +38,8 @@ from typing import Any
 from ..errors import ProblemError
 from ._tvm import first_line, import_tvm, resolve_target
 from .graph import LayoutGraph
-from .kernels import NCHW, conv2d, dense, family, layout_block, pack_data, plain_layout, schedule_module
+from .kernels import NCHW, conv2d, dense, family, layout_block, pack_data, schedule_module
+from .kernels.candidate import Candidate
 from .ops import (
     BINARY_OPS,
     CONCAT_OPS,
@@ -69,36 +70,33 @@ def parse_choice(node: Hashable, choice: Any) -> dict[str, Any]:
 
     Accepted forms: a candidate dict ``{"in": ..., "out": ...}`` (its other keys, such as an
     ``"algorithm"``, a dense ``"weight"`` layout or schedule knobs, choose the kernel), a pair
-    ``("NCHW16c", "NCHW8c")``, a label ``"NCHW16c->NCHW8c"`` or a single layout ``"NCHW16c"`` (a
-    multi-input op's common layout: in and out equal). A dense layer's plain ``"NC"`` counts as
-    ``"NCHW"``.
+    ``("NCHW16c", "NCHW8c")``, or a label as the layout graph prints it (the grammar of
+    :mod:`layoutopt.labels`): ``"NCHW16c->NCHW8c"``, ``"NCHW16c->NCHW16c[algorithm=winograd,tile=4]"``
+    or a single layout ``"NCHW16c"`` (a multi-input op's common layout: in and out equal). A dense
+    layer's plain ``"NC"`` counts as ``"NCHW"``.
 
     Example:
         >>> parse_choice("conv1", "NCHW16c->NCHW8c"), parse_choice("add", "NCHW8c")
         ({'in': 'NCHW16c', 'out': 'NCHW8c'}, {'in': 'NCHW8c', 'out': 'NCHW8c'})
+        >>> parse_choice("conv2", "NCHW16c->NCHW16c[order=rows]")
+        {'in': 'NCHW16c', 'out': 'NCHW16c', 'order': 'rows'}
     """
-    knobs: dict[str, Any] = {}
-    if isinstance(choice, Mapping):
-        pair = (choice.get("in"), choice.get("out"))
-        knobs = {str(k): v for k, v in choice.items() if k not in ("in", "out")}
-    elif isinstance(choice, str):
-        pair = tuple(choice.split("->")) if "->" in choice else (choice, choice)
-    elif isinstance(choice, (tuple, list)) and len(choice) == 2:
-        pair = tuple(choice)
-    else:
-        raise ProblemError(
-            f"node {node!r}: choice {choice!r} is not a layout, an (in, out) pair, a label 'IN->OUT' "
-            "or a candidate dict"
-        )
-    if len(pair) != 2 or not all(isinstance(layout, str) for layout in pair):
-        raise ProblemError(f"node {node!r}: choice {choice!r} is not of the form 'IN->OUT'")
-    pair = tuple(plain_layout(layout) for layout in pair)
-    for layout in pair:
-        try:
+    try:
+        if isinstance(choice, Mapping):
+            record = Candidate.from_json(choice)
+        elif isinstance(choice, str):
+            record = Candidate.from_label(choice)
+        elif isinstance(choice, (tuple, list)) and len(choice) == 2:
+            record = Candidate(*choice)
+        else:
+            raise ProblemError(f"choice {choice!r} is not a layout, an (in, out) pair, a label "
+                               "'IN->OUT[KEY=VALUE,...]' or a candidate dict")
+        record = record.in_graph_spelling()
+        for layout in (record.in_layout, record.out_layout):
             layout_block(layout)
-        except ProblemError as exc:
-            raise ProblemError(f"node {node!r}: {exc}") from None
-    return {"in": pair[0], "out": pair[1], **knobs}
+    except ProblemError as exc:
+        raise ProblemError(f"node {node!r}: {exc}") from None
+    return record.to_json()
 
 
 def _transform_index_map(src: str, dst: str) -> Callable:
@@ -277,7 +275,7 @@ class _Rewriter:
         if is_tensor_constant(weight):
             packed = kernels.pack_weight(workload, candidate, weight.value.numpy())
             weight = relax.const(packed, str(packed.dtype))
-        elif kernels is conv2d and workload["groups"] == 1:
+        elif kernels is conv2d.FAMILY and workload["groups"] == 1:
             # a runtime parameter: repack it in the program (FoldConstant removes it once bound)
             in_block, out_block = layout_block(in_layout), layout_block(out_layout)
 
@@ -290,8 +288,7 @@ class _Rewriter:
             raise ProblemError(f"node {name!r}: kernel {candidate} needs a constant weight "
                                "(bind the weights: prepare(mod, params))")
         tvm = self.tvm
-        algorithm = candidate.get("algorithm", "direct")
-        hint = {"direct": "conv2d_NCHWc"}.get(algorithm, f"conv2d_{algorithm}")
+        hint = {"direct": "conv2d_NCHWc"}.get(kernels.algorithm, f"conv2d_{kernels.algorithm}")
         if workload["groups"] > 1:
             hint = f"depthwise_{hint}"
         new = self.bb.call_te(lambda d, w: kernels.compute(tvm, [d, w], workload, candidate), data, weight,
@@ -308,12 +305,12 @@ class _Rewriter:
             raise ProblemError(f"node {var.name!r}: a dense kernel {candidate} needs a constant 2-D weight")
         workload = dense_workload(call)
         try:
-            dense.validate_candidate(workload, candidate)
+            dense.FAMILY.validate_candidate(workload, candidate)
         except ProblemError as exc:
             raise ProblemError(f"node {var.name!r}: {exc}") from None
-        packed = dense.pack_weight(workload, candidate, weight.value.numpy().T)
+        packed = dense.FAMILY.pack_weight(workload, candidate, weight.value.numpy().T)
         tvm = self.tvm
-        new = self.bb.call_te(lambda x, w: dense.compute(tvm, [x, w], workload, candidate),
+        new = self.bb.call_te(lambda x, w: dense.FAMILY.compute(tvm, [x, w], workload, candidate),
                               self.value(call.args[0], None), relax.const(packed, str(packed.dtype)),
                               primfunc_name_hint="dense" if candidate["weight"] == "NK" else "dense_pack")
         self.emit(var, new, None)

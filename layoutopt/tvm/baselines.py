@@ -73,17 +73,17 @@ def fixed_layout_assignment(
     assignment = {}
     for node in graph.layout_nodes():
         choices = node.choices
-        allowed = [k for k, c in enumerate(choices) if c.candidate.get("algorithm", "direct") in algorithms]
+        allowed = [k for k, c in enumerate(choices) if c.record.algorithm in algorithms]
         cost = (problem.node_costs[problem.index[node.name]] if problem is not None
                 else np.zeros(len(choices)))
         chosen = min(
             allowed or range(len(choices)),
             key=lambda k: (distance(layout_block(choices[k].out_layout)),
                            distance(layout_block(choices[k].in_layout)),
-                           distance(choices[k].candidate.get("oc_block")), cost[k]),
+                           distance(choices[k].record.oc_block), cost[k]),
         )
         layouts = (choices[chosen].in_layout, choices[chosen].out_layout)
-        preferred = [k for k, c in enumerate(choices) if c.candidate.get("algorithm") in prefer
+        preferred = [k for k, c in enumerate(choices) if c.record.algorithm in prefer
                      and (c.in_layout, c.out_layout) == layouts]
         assignment[node.name] = min(preferred, key=lambda k: cost[k]) if preferred else chosen
     return assignment

@@ -153,7 +153,7 @@ class Calibration:
         return dict(assignment) in self.assignments
 
     def _algorithm(self, node: Hashable, k: int) -> str:
-        return self.graph.choice(node, k).candidate.get("algorithm", "direct")
+        return self.graph.choice(node, k).record.algorithm
 
     def costs(self) -> Costs:
         """The isolated costs, calibrated by every observation so far (see the module docstring)."""

@@ -250,7 +250,7 @@ class SolutionLayer:
         choice = Choice(self.candidate)
         return {
             "binding": self.layer,
-            "algorithm": self.candidate.get("algorithm", "direct") if self.kind == "target" else None,
+            "algorithm": choice.record.algorithm if self.kind == "target" else None,
             "in": choice.in_layout,
             "out": choice.out_layout,
             "knobs": {k: v for k, v in self.candidate.items() if k not in ("in", "out", "algorithm")},

@@ -27,11 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import networkx as nx
 
 from ..errors import ProblemError
+from ..labels import format_label
+from .kernels.candidate import Candidate
 from .kernels.workload import NCHW, plain_layout
 
 __all__ = ["KINDS", "Choice", "LayoutEdge", "LayoutGraph", "LayoutNode", "Value", "candidate_label"]
@@ -42,7 +45,8 @@ KINDS = ("target", "multi", "boundary", "input", "output")
 
 
 def candidate_label(candidate: Mapping[str, Any]) -> str:
-    """The label of a kernel candidate: ``"IN->OUT"``, then any other keys in brackets.
+    """The label of a kernel candidate dict (:attr:`Candidate.label`, in the grammar of
+    :mod:`layoutopt.labels`): ``"IN->OUT"``, then any other keys in brackets, sorted.
 
     Dense candidates' activation layouts (``"NC"``) are plain, written ``NCHW`` like every plain
     layout of the graph.
@@ -53,9 +57,7 @@ def candidate_label(candidate: Mapping[str, Any]) -> str:
         >>> candidate_label({"in": "NC", "out": "NC", "weight": "NK16n"})
         'NCHW->NCHW[weight=NK16n]'
     """
-    in_layout, out_layout = plain_layout(candidate["in"]), plain_layout(candidate["out"])
-    knobs = ",".join(f"{k}={candidate[k]}" for k in sorted(candidate) if k not in ("in", "out"))
-    return f"{in_layout}->{out_layout}" + (f"[{knobs}]" if knobs else "")
+    return Candidate.from_json(candidate).label
 
 
 @dataclass(frozen=True)
@@ -69,23 +71,29 @@ class Choice:
 
     def __post_init__(self) -> None:
         if not self.label:
-            object.__setattr__(self, "label", candidate_label(self.candidate))
+            object.__setattr__(self, "label", self.record.label)
+
+    @cached_property
+    def record(self) -> Candidate:
+        """The candidate as a :class:`~layoutopt.tvm.kernels.candidate.Candidate` record
+        (``.algorithm``, ``.in_layout``, ``.knobs``...)."""
+        return Candidate.from_json(self.candidate)
 
     @property
     def in_layout(self) -> str:
         """The layout the node reads its inputs in (``"NC"`` written ``"NCHW"``)."""
-        return plain_layout(self.candidate["in"])
+        return plain_layout(self.record.in_layout)
 
     @property
     def out_layout(self) -> str:
         """The layout the node writes its output in."""
-        return plain_layout(self.candidate["out"])
+        return plain_layout(self.record.out_layout)
 
     @classmethod
     def layout(cls, layout: str = NCHW) -> Choice:
         """The choice of running in one ``layout`` throughout (multi-input ops, boundaries), labelled
         by the layout."""
-        return cls({"in": layout, "out": layout}, layout)
+        return cls({"in": layout, "out": layout}, format_label(layout))
 
 
 @dataclass

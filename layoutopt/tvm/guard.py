@@ -53,7 +53,7 @@ def guard_rules(graph: LayoutGraph) -> list[str]:
 
         guard_rules(extract_layout_graph(models.chain(), {"algorithms": ["direct"]}))   # ['best_fixed']
     """
-    offers_winograd = any(choice.candidate.get("algorithm") == "winograd"
+    offers_winograd = any(choice.record.algorithm == "winograd"
                           for node in graph.layout_nodes() for choice in node.choices)
     return ["best_fixed", *(["winograd_fixed"] if offers_winograd else [])]
 

@@ -205,6 +205,34 @@ def test_parse_choice_forms():
         parse_choice("c", "NCHW8c->NCHW8c->NCHW8c")
 
 
+def test_parse_choice_reads_the_labels_the_graph_prints():
+    # the graph prints a choice's knobs in brackets; parse_choice refused them ("is not of the form")
+    assert parse_choice("c", "NCHW16c->NCHW16c[order=rows]") == {"in": "NCHW16c", "out": "NCHW16c",
+                                                                 "order": "rows"}
+    assert parse_choice("c", "NCHW16c->NCHW[tile=4,oc_block=16,algorithm=winograd]") == {
+        "in": "NCHW16c", "out": "NCHW", "algorithm": "winograd", "oc_block": 16, "tile": 4}
+    assert parse_choice("fc", "NCHW->NCHW[weight=NK16n]") == {"in": "NCHW", "out": "NCHW", "weight": "NK16n"}
+    for bad, message in [("NCHW16c->NCHW16c[order=rows", "not a label"),
+                         ("NCHW16c->NCHW16c[tile]", "KEY=VALUE"),
+                         ("NCHW16c->NHWC8c[order=rows]", "neither 'NCHW'")]:
+        with pytest.raises(ProblemError, match=f"node 'c'.*{message}"):
+            parse_choice("c", bad)
+
+
+def test_a_pin_by_the_graphs_label_applies_that_kernel():
+    from layoutopt.tvm.kernels import CANDIDATE_ANNOTATION
+
+    mod = prepare(NETS["chain"]())
+    graph = extract_layout_graph(mod, {"blocks": [8, 16], "orders": ["oc", "rows"]}, prepared=True)
+    labels = {name: graph.layout_node(name).labels for name in ("conv1", "conv2")}
+    rows, winograd = "NCHW8c->NCHW16c[order=rows]", "NCHW16c->NCHW16c[algorithm=winograd,tile=2]"
+    assert rows in labels["conv1"] and winograd in labels["conv2"]
+    new_mod = apply_layouts(mod, {"conv1": rows, "conv2": winograd})
+    script = new_mod.script()
+    assert CANDIDATE_ANNOTATION in script and '"order": "rows"' in script and '"tile": 2' in script
+    assert any(gv.name_hint.startswith("conv2d_winograd") for gv in new_mod.get_global_vars())
+
+
 def test_infeasible_solution_is_refused():
     mod = prepare(NETS["chain"]())
     graph = extract_layout_graph(mod, prepared=True, candidates=[8])

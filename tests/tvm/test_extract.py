@@ -114,7 +114,7 @@ def test_flatten_dense_head():
 
 def test_every_algorithm_is_a_choice_by_default_where_it_applies():
     graph = extract_layout_graph(models.resnet(depth=50), BLOCKS)
-    algorithms = {name: {choice.candidate.get("algorithm", "direct") for choice in node.choices}
+    algorithms = {name: {choice.record.algorithm for choice in node.choices}
                   for name, node in ((n, graph.layout_node(n)) for n in graph) if node.kind == "target"}
     assert algorithms["layer1_0_conv2"] == {"direct", "winograd"}  # 3x3 stride 1
     assert algorithms["layer1_0_conv1"] == {"direct", "gemm"}  # 1x1
@@ -399,10 +399,10 @@ def test_other_algorithms_are_choices_where_they_apply_and_the_fixed_rule_takes_
     options = {"blocks": [8, 16], "algorithms": ["direct", "winograd", "gemm"]}
     graph = extract_layout_graph(models.residual(channels=16, size=8), options)
     conv1 = graph.layout_node("conv1")  # 3x3 stride 1: Winograd applies; no 1x1 conv: no GEMM
-    algorithms = {choice.candidate.get("algorithm", "direct") for choice in conv1.choices}
+    algorithms = {choice.record.algorithm for choice in conv1.choices}
     assert algorithms == {"direct", "winograd"}
     assert "NCHW16c->NCHW16c" in conv1.labels  # the direct kernels stay
-    costs = Costs({node.name: [1.0 if c.candidate.get("algorithm") == "winograd" else 2.0
+    costs = Costs({node.name: [1.0 if c.record.algorithm == "winograd" else 2.0
                                for c in node.choices] for node in graph.layout_nodes()},
                   {edge: np.zeros((len(graph.layout_node(edge[0]).choices),
                                    len(graph.layout_node(edge[1]).choices))) for edge in graph.edges})

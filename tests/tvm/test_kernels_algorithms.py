@@ -17,9 +17,11 @@ from layoutopt.tvm.kernels import build_kernel
 from layoutopt.tvm.kernels import gemm as kernels_gemm
 from layoutopt.tvm.kernels import winograd as kernels_winograd
 from layoutopt.tvm.kernels.common import annotated_candidate, block_names
+from layoutopt.tvm.kernels.isa import gemm_register_tile
 
 pytestmark = pytest.mark.tvm
 
+WINOGRAD, GEMM = kernels_winograd.FAMILY, kernels_gemm.FAMILY
 AVX512 = {"kind": "llvm", "mcpu": "skylake-avx512"}
 AVX2 = {"kind": "llvm", "mcpu": "znver3"}
 
@@ -62,25 +64,25 @@ def build_and_check(workload, candidate, target) -> float:
 
 
 def test_winograd_applies_to_3x3_stride_1_ungrouped_convs_only():
-    assert kernels_winograd.applies(conv([1, 16, 8, 8], [16, 16, 3, 3]))
-    assert kernels_winograd.applies(conv([1, 16, 8, 8], [16, 16, 3, 3], padding=(0, 0, 0, 0)))
-    assert not kernels_winograd.applies(conv([1, 16, 8, 8], [16, 16, 3, 3], strides=(2, 2)))
-    assert not kernels_winograd.applies(conv([1, 16, 8, 8], [16, 16, 1, 1], padding=(0, 0, 0, 0)))
-    assert not kernels_winograd.applies(conv([1, 16, 8, 8], [16, 1, 3, 3], groups=16))
-    assert kernels_winograd.candidates(conv([1, 16, 8, 8], [16, 16, 3, 3], strides=(2, 2))) == []
+    assert WINOGRAD.applies(conv([1, 16, 8, 8], [16, 16, 3, 3]))
+    assert WINOGRAD.applies(conv([1, 16, 8, 8], [16, 16, 3, 3], padding=(0, 0, 0, 0)))
+    assert not WINOGRAD.applies(conv([1, 16, 8, 8], [16, 16, 3, 3], strides=(2, 2)))
+    assert not WINOGRAD.applies(conv([1, 16, 8, 8], [16, 16, 1, 1], padding=(0, 0, 0, 0)))
+    assert not WINOGRAD.applies(conv([1, 16, 8, 8], [16, 1, 3, 3], groups=16))
+    assert WINOGRAD.candidates(conv([1, 16, 8, 8], [16, 16, 3, 3], strides=(2, 2))) == []
 
 
 def test_winograd_candidates_pair_blocks_and_tiles_with_vector_wide_outputs():
     wl = kernels.validate_workload(conv([1, 16, 8, 8], [32, 16, 3, 3]))
-    cands = kernels_winograd.candidates(wl, blocks=[4, 8, 16, 32], tiles=[2, 4], orders=["positions"])
+    cands = WINOGRAD.candidates(wl, blocks=[4, 8, 16, 32], tiles=[2, 4], orders=["positions"])
     assert {(c["in"], c["out"], c["tile"]) for c in cands} == set(
         itertools.product(["NCHW4c", "NCHW8c", "NCHW16c"], ["NCHW8c", "NCHW16c", "NCHW32c"], [2, 4]))
     assert all(c["algorithm"] == "winograd" and "order" not in c for c in cands)
     # every order by default, the default order without an "order" key
-    both = kernels_winograd.candidates(wl, blocks=[16], tiles=[4])
+    both = WINOGRAD.candidates(wl, blocks=[16], tiles=[4])
     assert both == [winograd(16, 16, 4), winograd(16, 16, 4, order="tiles")]
     with pytest.raises(ProblemError, match="orders"):
-        kernels_winograd.candidates(wl, orders=["zigzag"])
+        WINOGRAD.candidates(wl, orders=["zigzag"])
 
 
 def test_winograd_rejects_bad_candidates():
@@ -90,10 +92,10 @@ def test_winograd_rejects_bad_candidates():
                          (winograd(32, 16, 2), "divide"), (winograd(16, 16, 2, order="zigzag"), "order"),
                          (winograd(16, 16, 2, reg_n=4), "unknown keys")]:
         with pytest.raises(ProblemError, match=message):
-            kernels_winograd.validate_candidate(wl, bad)
+            WINOGRAD.validate_candidate(wl, bad)
     strided = kernels.validate_workload(conv([1, 16, 8, 8], [16, 16, 3, 3], strides=(2, 2)))
     with pytest.raises(ProblemError, match="stride 1"):
-        kernels_winograd.validate_candidate(strided, winograd(16, 16, 2))
+        WINOGRAD.validate_candidate(strided, winograd(16, 16, 2))
 
 
 @pytest.mark.parametrize("tile", [2, 4, 6])
@@ -153,8 +155,8 @@ def test_winograd_blocks_carry_their_roles_and_the_gemm_the_candidate():
     wl = kernels.validate_workload(conv([1, 16, 6, 6], [16, 16, 3, 3]))
     cand = winograd(16, 16, 4, order="tiles")
     with resolve_target(AVX2):
-        inputs = kernels_winograd.placeholders(tvm, wl, cand)
-        out = kernels_winograd.compute(tvm, inputs, wl, cand)
+        inputs = WINOGRAD.placeholders(tvm, wl, cand)
+        out = WINOGRAD.compute(tvm, inputs, wl, cand)
     sch = tvm.s_tir.Schedule(tvm.te.create_prim_func([*inputs, out]))
     roles = {}
     for block in sch.get_child_blocks(sch.get_sblock("root")):
@@ -166,21 +168,20 @@ def test_winograd_blocks_carry_their_roles_and_the_gemm_the_candidate():
     assert annotated_candidate(sch, roles["gemm"]) == cand
 
 
-def test_winograd_gemm_tile_is_the_1x1_gemms():
-    # the same register tile rule: a row of 7 tiles x two 16-channel blocks on AVX-512
-    tile = kernels_winograd.gemm_tile(7, 7, 8, 16, AVX512)
-    assert tile == kernels_gemm.register_tile(7, 7, 8, 16, AVX512) == (1, 7, 2)
+def test_winograd_gemm_register_tile_for_a_row_of_seven_tiles():
+    # (the 1x1 GEMM's rule, gemm_register_tile): a row of 7 tiles x two 16-channel blocks on AVX-512
+    assert gemm_register_tile(7, 7, 8, 16, AVX512) == (1, 7, 2)
 
 
 # -- 1x1 GEMM --------------------------------------------------------------------------------------
 
 
 def test_gemm_applies_to_unpadded_1x1_convs():
-    assert kernels_gemm.applies(conv([1, 16, 8, 8], [32, 16, 1, 1], padding=(0, 0, 0, 0)))
-    assert kernels_gemm.applies(conv([1, 16, 8, 8], [32, 16, 1, 1], strides=(2, 2), padding=(0, 0, 0, 0)))
-    assert not kernels_gemm.applies(conv([1, 16, 8, 8], [32, 16, 1, 1], padding=(1, 1, 1, 1)))
-    assert not kernels_gemm.applies(conv([1, 16, 8, 8], [32, 16, 3, 3]))
-    cands = kernels_gemm.candidates(conv([1, 16, 8, 8], [32, 16, 1, 1], padding=(0, 0, 0, 0)), blocks=[4, 16],
+    assert GEMM.applies(conv([1, 16, 8, 8], [32, 16, 1, 1], padding=(0, 0, 0, 0)))
+    assert GEMM.applies(conv([1, 16, 8, 8], [32, 16, 1, 1], strides=(2, 2), padding=(0, 0, 0, 0)))
+    assert not GEMM.applies(conv([1, 16, 8, 8], [32, 16, 1, 1], padding=(1, 1, 1, 1)))
+    assert not GEMM.applies(conv([1, 16, 8, 8], [32, 16, 3, 3]))
+    cands = GEMM.candidates(conv([1, 16, 8, 8], [32, 16, 1, 1], padding=(0, 0, 0, 0)), blocks=[4, 16],
                                     orders=kernels_gemm.ORDERS)
     assert cands == [gemm(4, 16), gemm(4, 16, order="rows"), gemm(16, 16), gemm(16, 16, order="rows")]
 
@@ -204,13 +205,13 @@ def test_gemm_matches_numpy_with_epilogue(target, strides, ib, ob, order):
 
 def test_gemm_register_tile_reuses_weights_and_fits_the_registers():
     # 7x7 maps: one row of 7 pixels x two 16-channel blocks (14 zmm), not 8 blocks of one pixel
-    assert kernels_gemm.register_tile(7, 7, 32, 16, AVX512) == (1, 7, 2)
-    assert kernels_gemm.register_tile(56, 56, 16, 16, AVX512) == (1, 4, 4)
+    assert gemm_register_tile(7, 7, 32, 16, AVX512) == (1, 7, 2)
+    assert gemm_register_tile(56, 56, 16, 16, AVX512) == (1, 4, 4)
     sizes = [7, 14, 28, 56]
     shapes = itertools.product(sizes, sizes, [2, 4, 16], [8, 16, 32, 64], [AVX512, AVX2])
     for h, w, outer, ob, target in shapes:
         lanes, registers = kernels.vector_registers(target)
-        rows, columns, blocks = kernels_gemm.register_tile(h, w, outer, ob, target)
+        rows, columns, blocks = gemm_register_tile(h, w, outer, ob, target)
         assert h % rows == 0 and w % columns == 0 and outer % blocks == 0
         assert rows * columns * blocks * -(-ob // lanes) <= registers - -(-ob // lanes)
 
@@ -330,7 +331,7 @@ def test_padded_weight_appends_zero_filters_before_packing():
 
     workload = conv((1, 16, 8, 8), (12, 16, 3, 3))
     weight = np.arange(12 * 16 * 9, dtype="float32").reshape(12, 16, 3, 3)
-    packed = PaddedKernels(kernels.conv2d).pack_weight(workload, padded(16, 8), weight)
+    packed = PaddedKernels(kernels.conv2d.FAMILY).pack_weight(workload, padded(16, 8), weight)
     assert packed.shape == (2, 1, 3, 3, 16, 8)  # 16 filters: 12 + 4 zero ones
     np.testing.assert_array_equal(packed[1, 0, :, :, :, 4:], 0)
     np.testing.assert_array_equal(packed[1, 0, :, :, :, :4].transpose(3, 2, 0, 1), weight[8:])

@@ -3,16 +3,20 @@
 The package is laid out by job:
 
 - :mod:`.workload`: the plain-data schema (workloads, layouts, packing) with no TVM import;
-- one module per kernel family, each with its candidates, numpy reference, compute and schedule:
+  :mod:`.candidate`: the :class:`Candidate` record of a candidate dict, and its label;
+- :mod:`.family`: the :class:`KernelFamily` interface (candidates, numpy reference, compute,
+  schedule, packing, fused epilogue) that every kernel family implements, one module each:
   :mod:`.conv2d` (direct: NCHW, NCHWc, depthwise NCHWc), :mod:`.winograd` (Winograd F(m x m, 3x3)
   conv2d, ``"algorithm": "winograd"``), :mod:`.gemm` (1x1 conv2d as a packed GEMM,
-  ``"algorithm": "gemm"``), :mod:`.dense`, :mod:`.transform` (layout transforms);
-  :data:`~.kernel.FAMILIES` maps ``(op, algorithm)`` to them, and :mod:`.padded` runs a blocked
-  conv2d family on padded output channels (``"oc_block"``) where no block divides them;
+  ``"algorithm": "gemm"``), :mod:`.dense`, :mod:`.transform` (layout transforms); the conv2d
+  families share :mod:`.convolution`, and :mod:`.padded` runs a blocked conv2d family on padded
+  output channels (``"oc_block"``) where no block divides them;
+- :mod:`.registry`: :data:`FAMILIES` maps ``(op, algorithm)`` to the families (a new family is one
+  line there), and the candidates of a workload over them;
 - :mod:`.isa`: what the *target* CPU offers (vector width, registers, register tiles);
 - :mod:`.kernel`: one measurable kernel (:func:`build_kernel`, :func:`check_kernel`);
-- :mod:`.module`: the schedule rules and :func:`schedule_module`, which schedules a legalized Relax
-  module with the very code that schedules the measured kernels.
+- :mod:`.module`: :func:`schedule_module`, which schedules a legalized Relax module with the very
+  code (each kernel family's schedule) that schedules the measured kernels.
 
 A *workload* is a JSON-able dict describing one operator instance and a *candidate* a JSON-able dict
 choosing its kernel (layouts, algorithm, schedule knobs); both are cost-cache keys, so they stay
@@ -29,28 +33,26 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-from ...errors import ProblemError
 from . import conv2d, dense, transform
+from .candidate import Candidate
 from .common import CANDIDATE_ANNOTATION, MAX_VECTOR_LOOP
 from .conv2d import DEFAULT_ORDERS
 from .conv2d import ORDERS as CONV2D_ORDERS
 from .conv2d import SCHEDULE_KNOBS as CONV2D_SCHEDULE_KNOBS
 from .conv2d import pack_kernel as pack_conv2d_kernel
+from .family import KernelFamily
 from .isa import isa_name, register_tile, vector_registers
-from .kernel import (
+from .kernel import RELATIVE_TOLERANCE, Kernel, build_kernel, check_kernel, reference_output
+from .module import ScheduleModule, schedule_module
+from .registry import (
+    DEFAULT_ALGORITHMS,
     FAMILIES,
-    RELATIVE_TOLERANCE,
-    Kernel,
-    build_kernel,
-    check_kernel,
+    candidates,
+    conv2d_candidates,
+    dense_candidates,
     family,
-    reference_output,
     validate_candidate,
 )
-from .module import RULES, Rule, ScheduleModule, schedule_module
 from .workload import (
     DEFAULT_BLOCKS,
     EPILOGUE_STEPS,
@@ -76,12 +78,6 @@ from .workload import (
 #: 5: register tiles of up to 14 columns and 16 accumulators (:func:`register_tile`).
 SCHEDULE_VERSION = 5
 
-#: the conv2d algorithms whose kernels are choices unless asked otherwise: all of them (each only
-#: where it applies). Winograd and the 1x1 GEMM pay where their preferred layouts meet the graph's:
-#: 1.34x over the best fixed layout on ResNet-50, 2.66x on VGG-19 (benchmarks/results/e2e.md), for
-#: about twice the kernels to measure.
-DEFAULT_ALGORITHMS = ("direct", "winograd", "gemm")
-
 #: dense weight blocks (the packed output-feature block is the vector width)
 DEFAULT_DENSE_BLOCKS = dense.DEFAULT_BLOCKS
 
@@ -98,10 +94,10 @@ __all__ = [
     "MAX_VECTOR_LOOP",
     "NCHW",
     "RELATIVE_TOLERANCE",
-    "RULES",
     "SCHEDULE_VERSION",
+    "Candidate",
     "Kernel",
-    "Rule",
+    "KernelFamily",
     "ScheduleModule",
     "build_kernel",
     "candidates",
@@ -131,64 +127,3 @@ __all__ = [
     "validate_workload",
     "vector_registers",
 ]
-
-
-def conv2d_candidates(workload: dict[str, Any], algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
-                      **options: Any) -> list[dict[str, Any]]:
-    """Kernel candidates of a conv2d: the direct ones (see :func:`.conv2d.candidates`: ``blocks``,
-    ``include_nchw``, ``orders``), then those of every other algorithm in ``algorithms`` that applies
-    (:data:`FAMILIES`: ``"winograd"`` for 3x3 stride-1 convs, ``"gemm"`` for 1x1 ones), over the
-    same ``blocks``.
-
-    Example::
-
-        conv2d_candidates(wl, blocks=[8, 16], algorithms=["direct"])
-        # [{'in': 'NCHW8c', 'out': 'NCHW8c'}, {'in': 'NCHW8c', 'out': 'NCHW16c'}, ...,
-        #  {'in': 'NCHW', 'out': 'NCHW'}]
-        conv2d_candidates(wl, blocks=[8, 16], orders=["oc", "rows"], algorithms=["direct"])
-        # [{'in': 'NCHW8c', 'out': 'NCHW8c'}, {'in': 'NCHW8c', 'out': 'NCHW8c', 'order': 'rows'}, ...]
-        conv2d_candidates(wl, blocks=[16])   # a 3x3 stride-1 conv: direct, then Winograd
-        # [..., {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4}, ...]
-    """
-    workload = validate_workload(workload)
-    found = conv2d.candidates(workload, **options) if "direct" in algorithms else []
-    for algorithm in algorithms:
-        if algorithm == "direct":
-            continue
-        kernels = FAMILIES.get(("conv2d", algorithm))
-        if kernels is None:
-            raise ProblemError(f"unknown conv2d algorithm {algorithm!r}; known: "
-                               f"{sorted(a for op, a in FAMILIES if op == 'conv2d')}")
-        if kernels.applies(workload):
-            blocks = options.get("blocks")
-            found += kernels.candidates(workload) if blocks is None else kernels.candidates(workload, blocks)
-    if not found:
-        found = conv2d.candidates(workload, **options)  # no other algorithm applies: direct kernels
-    return found
-
-
-def dense_candidates(workload: dict[str, Any], **options: Any) -> list[dict[str, Any]]:
-    """Weight-layout candidates of a dense layer (see :func:`.dense.candidates`).
-
-    Example::
-
-        dense_candidates({"op": "dense", "data": [1, 2048], "weight": [1000, 2048], "dtype": "float32"})
-        # [{'in': 'NC', 'out': 'NC', 'weight': 'NK'}, {'in': 'NC', 'out': 'NC', 'weight': 'NK8n'}]
-    """
-    return dense.candidates(validate_workload(workload), **options)
-
-
-def candidates(workload: dict[str, Any], **options: Any) -> list[dict[str, Any]]:
-    """Candidates of any workload kind (layout transforms have the single candidate ``{}``).
-
-    Example::
-
-        candidates({"op": "dense", "data": [1, 64], "weight": [24, 64], "dtype": "float32"})
-    """
-    op = validate_workload(workload)["op"]
-    if op == "conv2d":
-        return conv2d_candidates(workload, **options)
-    if op == "dense":
-        return dense_candidates(workload, **options)
-    return [{}]
-

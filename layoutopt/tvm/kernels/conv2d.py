@@ -6,18 +6,17 @@ Where no block of 8 or more divides the output channels, ``{"in": "NCHW16c", "ou
 "oc_block": 16}`` runs the blocked kernel on padded output channels (:mod:`.padded`).
 Grouped convolutions run in NCHW only, depthwise ones also in NCHW{b}c with equal blocks.
 
-Example::
-
-    wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
-          "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
-    candidates(wl, blocks=[8, 16])
-    # [{'in': 'NCHW8c', 'out': 'NCHW8c'}, ..., {'in': 'NCHW', 'out': 'NCHW'}]
+Example:
+    >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
+    ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+    >>> [f"{c['in']}->{c['out']}" for c in FAMILY.candidates(wl, blocks=[8, 16])]
+    ['NCHW8c->NCHW8c', 'NCHW8c->NCHW16c', 'NCHW16c->NCHW8c', 'NCHW16c->NCHW16c', 'NCHW->NCHW']
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +32,7 @@ from .common import (
     register_tile_output,
     schedule_epilogue,
 )
+from .convolution import Conv2dFamily, checked_orders
 from .isa import register_tile, vector_registers
 from .workload import (
     DEFAULT_BLOCKS,
@@ -40,23 +40,19 @@ from .workload import (
     channel_blocks,
     check_divides,
     conv2d_output_shape,
-    epilogue_shapes,
     is_depthwise,
     layout_block,
-    layout_shape,
-    pack_data,
     padded_pairs,
-    unpack_data,
 )
 
 __all__ = [
     "DEFAULT_ORDERS",
+    "FAMILY",
+    "MAIN_BLOCKS",
     "ORDERS",
     "SCHEDULE_KNOBS",
-    "candidates",
+    "DirectConv2d",
     "pack_kernel",
-    "reference",
-    "validate_candidate",
 ]
 
 #: Knobs of a blocked conv2d candidate that change its schedule, not its layouts. ``order``: the
@@ -82,79 +78,7 @@ _PAD_BLOCKS = ("pad_temp", "PaddedInput", "data_pad")
 
 
 # --------------------------------------------------------------------------------------------------
-# candidates
-
-
-def candidates(
-    workload: dict[str, Any],
-    blocks: Iterable[int] = DEFAULT_BLOCKS,
-    include_nchw: bool = True,
-    orders: Iterable[str] = DEFAULT_ORDERS,
-) -> list[dict[str, Any]]:
-    """Direct kernels of a (validated) conv2d: every (NCHW{ic}c, NCHW{oc}c) pair with dividing blocks,
-    once per loop order in ``orders`` (see :data:`SCHEDULE_KNOBS`; the default order has no
-    ``"order"`` key and comes first), the same on padded output channels where no block of 8 or more
-    divides them (:func:`~.workload.padded_pairs`), and NCHW.
-
-    Grouped convolutions only get the plain NCHW kernel, and depthwise ones NCHW plus equal in/out blocks.
-    """
-    orders = list(orders)
-    unknown = sorted(set(orders) - set(ORDERS))
-    if unknown or not orders:
-        raise ProblemError(f"conv2d loop orders {unknown or orders} are not in {ORDERS}")
-    blocks = list(blocks)
-    channels, out_channels = workload["data"][1], workload["kernel"][0]
-    found: list[dict[str, Any]] = []
-    if workload["groups"] == 1:
-        pairs = itertools.product(channel_blocks(channels, blocks), channel_blocks(out_channels, blocks))
-        layouts = [(ic, {"out": f"NCHW{oc}c"}) for ic, oc in pairs]
-        layouts += [(ic, {"out": NCHW, "oc_block": oc}) for ic, oc in padded_pairs(workload, blocks)]
-        for ic, out in layouts:
-            for order in orders:
-                knobs = {} if order == ORDERS[0] else {"order": order}
-                found.append({"in": f"NCHW{ic}c", **out, **knobs})
-    elif is_depthwise(workload):
-        for block in channel_blocks(channels, blocks):
-            found.append({"in": f"NCHW{block}c", "out": f"NCHW{block}c"})
-    if include_nchw or not found:
-        found.append({"in": NCHW, "out": NCHW})
-    return found
-
-
-def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
-    """Raise ProblemError unless ``candidate`` is a valid direct kernel of the (validated) ``workload``."""
-    what = f"conv2d candidate {candidate!r}"
-    if not isinstance(candidate, dict) or "in" not in candidate or "out" not in candidate:
-        raise ProblemError(f"{what} needs 'in' and 'out' layouts")
-    in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
-    check_divides(in_block, workload["data"][1], f"{what} input")
-    check_divides(out_block, workload["kernel"][0], f"{what} output")
-    if (in_block is None) != (out_block is None):
-        raise ProblemError(f"{what}: in and out must both be blocked or both be NCHW")
-    depthwise_pair = is_depthwise(workload) and in_block == out_block
-    if workload["groups"] > 1 and in_block is not None and not depthwise_pair:
-        raise ProblemError(f"{what}: grouped convolutions have NCHW kernels only (depthwise: equal blocks)")
-    reg_n = candidate.get("reg_n", 1)
-    if int(reg_n) != reg_n or reg_n < 1:
-        raise ProblemError(f"{what}: reg_n must be a positive integer")
-    order = candidate.get("order", ORDERS[0])
-    if order not in ORDERS:
-        raise ProblemError(f"{what}: order must be one of {ORDERS}")
-    if order != ORDERS[0] and (in_block is None or workload["groups"] > 1):
-        raise ProblemError(f"{what}: only a blocked conv2d with groups=1 has a loop order to choose")
-    unknown = sorted(set(candidate) - {"in", "out", *SCHEDULE_KNOBS})
-    if unknown:
-        raise ProblemError(f"{what}: unknown keys {unknown} (knobs: {list(SCHEDULE_KNOBS)})")
-
-
-# --------------------------------------------------------------------------------------------------
-# numpy: weights and the reference
-
-
-def pack_weight(workload: dict[str, Any], candidate: dict[str, Any], weight: np.ndarray) -> np.ndarray:
-    """The OIHW weight of a (validated) workload in the layout the candidate's kernel reads (what the
-    rewrite stores as the constant; see :func:`pack_kernel`)."""
-    return pack_kernel(weight, candidate, workload["groups"])
+# numpy: weights
 
 
 def pack_kernel(kernel: np.ndarray, candidate: dict[str, Any], groups: int = 1) -> np.ndarray:
@@ -178,115 +102,8 @@ def pack_kernel(kernel: np.ndarray, candidate: dict[str, Any], groups: int = 1) 
     return np.ascontiguousarray(packed.transpose(0, 2, 4, 5, 3, 1))
 
 
-def reference(workload: dict[str, Any], inputs: Sequence[np.ndarray]) -> np.ndarray:
-    """The logical NCHW output of a conv2d workload (with its epilogue) computed in float64 numpy
-    from logical inputs: data, OIHW kernel, then one operand per bias/add step."""
-    data, kernel, *extra = inputs
-    n, c, _, _ = data.shape
-    out = np.zeros(conv2d_output_shape(workload), dtype=np.float64)
-    _, o, out_h, out_w = out.shape
-    groups = workload["groups"]
-    (sh, sw), (dh, dw) = workload["strides"], workload["dilation"]
-    top, left, bottom, right = workload["padding"]
-    padded = np.pad(data, ((0, 0), (0, 0), (top, bottom), (left, right)))
-    padded = padded.reshape(n, groups, c // groups, *padded.shape[2:])
-    grouped = kernel.reshape(groups, o // groups, *kernel.shape[1:]).astype(np.float64)
-    for y, x in itertools.product(range(kernel.shape[2]), range(kernel.shape[3])):
-        patch = padded[
-            :, :, :, y * dh : y * dh + sh * (out_h - 1) + 1 : sh, x * dw : x * dw + sw * (out_w - 1) + 1 : sw
-        ]
-        out += np.einsum("ngihw,goi->ngohw", patch, grouped[:, :, :, y, x], optimize=True).reshape(out.shape)
-    return apply_epilogue(workload, out, extra)
-
-
-def apply_epilogue(workload: dict[str, Any], out: np.ndarray, operands: Sequence[np.ndarray]) -> np.ndarray:
-    """A conv's numpy output with its workload's epilogue applied (bias/residual operands in order)."""
-    remaining = iter(operands)
-    for step in workload.get("epilogue", []):
-        out = np.maximum(out, 0.0) if step == "relu" else out + next(remaining)  # bias broadcasts
-    return out
-
-
-def logical_shapes(workload: dict[str, Any]) -> list[list[int]]:
-    """Shapes of the logical inputs: NCHW data, OIHW kernel, then each epilogue operand."""
-    return [workload["data"], workload["kernel"],
-            *epilogue_shapes(workload.get("epilogue", []), conv2d_output_shape(workload))]
-
-
-def pack_inputs(workload: dict[str, Any], candidate: dict[str, Any], inputs: Sequence[np.ndarray]) -> list:
-    """Logical inputs in the kernel's layouts: data, packed kernel, epilogue operands in the output's."""
-    return pack_inputs_with(pack_weight, workload, candidate, inputs)
-
-
-def pack_inputs_with(pack: Callable, workload: dict[str, Any], candidate: dict[str, Any],
-                     inputs: Sequence[np.ndarray]) -> list:
-    """Logical conv2d inputs in a kernel's layouts: the data in the candidate's input layout, the
-    weight by ``pack(workload, candidate, weight)`` (each conv2d family packs its own), the epilogue
-    operands in the output's layout."""
-    data, kernel, *extra = inputs
-    return [pack_data(data, candidate["in"]), pack(workload, candidate, kernel),
-            *(pack_data(x, candidate["out"]) for x in extra)]
-
-
-def unpack_output(workload: dict[str, Any], candidate: dict[str, Any], output: np.ndarray) -> np.ndarray:
-    """The kernel's output buffer as a logical NCHW array."""
-    return unpack_data(output, candidate["out"])
-
-
 # --------------------------------------------------------------------------------------------------
 # compute
-
-
-def placeholders(tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
-    """TE placeholders of the kernel's inputs in the candidate's layouts: data, kernel, epilogue operands."""
-    in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
-    o, i, kh, kw = workload["kernel"]
-    if in_block is None:
-        kernel_shape: tuple[int, ...] = (o, i, kh, kw)
-    elif workload["groups"] > 1:
-        kernel_shape = (o // out_block, 1, kh, kw, 1, out_block)
-    else:
-        kernel_shape = (o // out_block, i // in_block, kh, kw, in_block, out_block)
-    return placeholders_with(tvm, kernel_shape, workload, candidate)
-
-
-def placeholders_with(tvm, weight_shape: Sequence[int], workload: dict[str, Any],
-                      candidate: dict[str, Any]) -> list:
-    """TE placeholders of a conv2d kernel's inputs: the data in the candidate's input layout, the
-    (packed) weight of ``weight_shape`` (each conv2d family's own), the epilogue operands in the
-    output's layout."""
-    te = tvm.te
-    dtype = workload["dtype"]
-    data = te.placeholder(layout_shape(workload["data"], candidate["in"]), dtype=dtype, name="data")
-    kernel = te.placeholder(tuple(weight_shape), dtype=dtype, name="kernel")
-    out = conv2d_output_shape(workload)
-    operands = [
-        te.placeholder(layout_shape(shape, candidate["out"]), dtype=dtype, name=f"epilogue_in{i}")
-        for i, shape in enumerate(epilogue_shapes(workload.get("epilogue", []), out))
-    ]
-    return [data, kernel, *operands]
-
-
-def compute(tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
-    """The conv's output tensor (no epilogue) from the :func:`placeholders` ``inputs`` (data and
-    kernel first) in the candidate's layouts.
-
-    Blocked kernels' main block carries the candidate as its
-    :data:`~layoutopt.tvm.kernels.common.CANDIDATE_ANNOTATION`, where the scheduler finds the knobs.
-    """
-    topi = tvm.topi
-    data, kernel = inputs[:2]
-    dtype = workload["dtype"]
-    strides, padding, dilation = workload["strides"], workload["padding"], workload["dilation"]
-    if layout_block(candidate["in"]) is None:
-        if workload["groups"] == 1:
-            return topi.nn.conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=dtype)
-        if is_depthwise(workload):
-            return topi.nn.depthwise_conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=dtype)
-        return topi.nn.group_conv2d_nchw(data, kernel, strides, padding, dilation, workload["groups"], dtype)
-    if workload["groups"] > 1:
-        return _depthwise_nchwc(tvm, data, kernel, workload, candidate)
-    return _conv2d_nchwc(tvm, data, kernel, workload, candidate)
 
 
 def _padded(tvm, data, padding):
@@ -448,12 +265,124 @@ def schedule_nchw(func, target=None):
     return sch
 
 
-def schedule(func, target):
-    """The direct conv2d schedule the PrimFunc's main block asks for (blocked, depthwise or plain)."""
-    sch = import_tvm().s_tir.Schedule(func)
-    names = block_names(sch)
-    if "conv2d_NCHWc" in names:
-        return schedule_nchwc(func, target)
-    if "DepthwiseConv2d" in names and len(_write_shape(sch, sch.get_sblock("DepthwiseConv2d"))) == 5:
-        return schedule_depthwise_nchwc(func, target)
-    return schedule_nchw(func, target)
+# --------------------------------------------------------------------------------------------------
+# the family
+
+
+class DirectConv2d(Conv2dFamily):
+    """Direct conv2d: plain NCHW (grouped and depthwise too), channel-blocked NCHWc, depthwise NCHWc
+    (see the module's docstring)."""
+
+    main_blocks = MAIN_BLOCKS
+
+    def candidates(
+        self,
+        workload: dict[str, Any],
+        blocks: Iterable[int] = DEFAULT_BLOCKS,
+        include_nchw: bool = True,
+        orders: Iterable[str] = DEFAULT_ORDERS,
+    ) -> list[dict[str, Any]]:
+        """Direct kernels of a (validated) conv2d: every (NCHW{ic}c, NCHW{oc}c) pair with dividing blocks,
+        once per loop order in ``orders`` (see :data:`SCHEDULE_KNOBS`; the default order has no
+        ``"order"`` key and comes first), the same on padded output channels where no block of 8 or more
+        divides them (:func:`~.workload.padded_pairs`), and NCHW.
+
+        Grouped convolutions only get the plain NCHW kernel, and depthwise ones NCHW plus equal in/out blocks.
+        """
+        orders = checked_orders(orders, ORDERS, "conv2d loop")
+        blocks = list(blocks)
+        channels, out_channels = workload["data"][1], workload["kernel"][0]
+        found: list[dict[str, Any]] = []
+        if workload["groups"] == 1:
+            pairs = itertools.product(channel_blocks(channels, blocks), channel_blocks(out_channels, blocks))
+            layouts = [(ic, {"out": f"NCHW{oc}c"}) for ic, oc in pairs]
+            layouts += [(ic, {"out": NCHW, "oc_block": oc}) for ic, oc in padded_pairs(workload, blocks)]
+            for ic, out in layouts:
+                for order in orders:
+                    knobs = {} if order == ORDERS[0] else {"order": order}
+                    found.append({"in": f"NCHW{ic}c", **out, **knobs})
+        elif is_depthwise(workload):
+            for block in channel_blocks(channels, blocks):
+                found.append({"in": f"NCHW{block}c", "out": f"NCHW{block}c"})
+        if include_nchw or not found:
+            found.append({"in": NCHW, "out": NCHW})
+        return found
+
+    def validate_candidate(self, workload: dict[str, Any], candidate: dict[str, Any]) -> None:
+        """Raise ProblemError unless ``candidate`` is a valid direct kernel of ``workload``."""
+        what = f"conv2d candidate {candidate!r}"
+        if not isinstance(candidate, dict) or "in" not in candidate or "out" not in candidate:
+            raise ProblemError(f"{what} needs 'in' and 'out' layouts")
+        in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
+        check_divides(in_block, workload["data"][1], f"{what} input")
+        check_divides(out_block, workload["kernel"][0], f"{what} output")
+        if (in_block is None) != (out_block is None):
+            raise ProblemError(f"{what}: in and out must both be blocked or both be NCHW")
+        depthwise_pair = is_depthwise(workload) and in_block == out_block
+        if workload["groups"] > 1 and in_block is not None and not depthwise_pair:
+            raise ProblemError(f"{what}: grouped convolutions have NCHW kernels only "
+                               "(depthwise: equal blocks)")
+        reg_n = candidate.get("reg_n", 1)
+        if int(reg_n) != reg_n or reg_n < 1:
+            raise ProblemError(f"{what}: reg_n must be a positive integer")
+        order = candidate.get("order", ORDERS[0])
+        if order not in ORDERS:
+            raise ProblemError(f"{what}: order must be one of {ORDERS}")
+        if order != ORDERS[0] and (in_block is None or workload["groups"] > 1):
+            raise ProblemError(f"{what}: only a blocked conv2d with groups=1 has a loop order to choose")
+        unknown = sorted(set(candidate) - {"in", "out", *SCHEDULE_KNOBS})
+        if unknown:
+            raise ProblemError(f"{what}: unknown keys {unknown} (knobs: {list(SCHEDULE_KNOBS)})")
+
+    def weight_shape(self, workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
+        """OIHW for NCHW; ``(O/ob, I/ib, KH, KW, ib, ob)`` blocked; ``(O/b, 1, KH, KW, 1, b)`` depthwise
+        blocked (:func:`pack_kernel`)."""
+        in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
+        o, i, kh, kw = workload["kernel"]
+        if in_block is None:
+            return (o, i, kh, kw)
+        if workload["groups"] > 1:
+            return (o // out_block, 1, kh, kw, 1, out_block)
+        return (o // out_block, i // in_block, kh, kw, in_block, out_block)
+
+    def pack_weight(self, workload: dict[str, Any], candidate: dict[str, Any],
+                    weight: np.ndarray) -> np.ndarray:
+        """:func:`pack_kernel` of the OIHW weight."""
+        return pack_kernel(weight, candidate, workload["groups"])
+
+    def compute(self, tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
+        """The conv's output tensor (no epilogue) from the :meth:`placeholders` ``inputs`` (data and
+        kernel first) in the candidate's layouts.
+
+        Blocked kernels' main block carries the candidate as its
+        :data:`~layoutopt.tvm.kernels.common.CANDIDATE_ANNOTATION`, where the scheduler finds the knobs.
+        """
+        topi = tvm.topi
+        data, kernel = inputs[:2]
+        dtype = workload["dtype"]
+        strides, padding, dilation = workload["strides"], workload["padding"], workload["dilation"]
+        if layout_block(candidate["in"]) is None:
+            if workload["groups"] == 1:
+                return topi.nn.conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype=dtype)
+            if is_depthwise(workload):
+                return topi.nn.depthwise_conv2d_nchw(data, kernel, strides, padding, dilation,
+                                                     out_dtype=dtype)
+            return topi.nn.group_conv2d_nchw(data, kernel, strides, padding, dilation, workload["groups"],
+                                             dtype)
+        if workload["groups"] > 1:
+            return _depthwise_nchwc(tvm, data, kernel, workload, candidate)
+        return _conv2d_nchwc(tvm, data, kernel, workload, candidate)
+
+    def schedule(self, func, target):
+        """The direct conv2d schedule the PrimFunc's main block asks for (blocked, depthwise or plain)."""
+        sch = import_tvm().s_tir.Schedule(func)
+        names = block_names(sch)
+        if "conv2d_NCHWc" in names:
+            return schedule_nchwc(func, target)
+        if "DepthwiseConv2d" in names and len(_write_shape(sch, sch.get_sblock("DepthwiseConv2d"))) == 5:
+            return schedule_depthwise_nchwc(func, target)
+        return schedule_nchw(func, target)
+
+
+#: the family (:data:`~layoutopt.tvm.kernels.registry.FAMILIES` registers it)
+FAMILY = DirectConv2d()

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._tvm import import_tvm, resolve_target
 
-__all__ = ["isa_name", "register_tile", "vector_registers"]
+__all__ = ["gemm_register_tile", "isa_name", "register_tile", "vector_registers"]
 
 
 def _target(target: Any):
@@ -104,3 +104,49 @@ def register_tile(out_width: int, out_block: int | None, target: Any = None) -> 
     widest = max(1, min(MAX_TILE_COLUMNS, accumulators // per_column, out_width))
     tiles = -(-out_width // widest)
     return -(-out_width // tiles)
+
+
+def gemm_register_tile(out_h: int, out_w: int, out_outer: int, out_block: int,
+                       target: Any = None) -> tuple[int, int, int]:
+    """``(rows, columns, blocks)``: the register tile of a GEMM vectorised along its output block
+    (the 1x1 conv's, :mod:`.gemm`; Winograd's per tile position, :mod:`.winograd`): output pixels
+    (rows x columns) times output channel blocks.
+
+    Each reduction step of a tile loads ``blocks * ceil(out_block / lanes)`` weight vectors and
+    broadcasts one input value per pixel for ``pixels * blocks * ceil(out_block / lanes)`` FMAs into
+    as many accumulators. Among the tiles whose accumulators fill at most 3/4 of the target's vector
+    registers (all but one weight row's when that leaves fewer than 4 pixels), those that reuse each
+    weight vector for at least 4 pixels come first (fewer, and the weight panel streams through the
+    cache once per pixel: a 1-pixel x 8-block tile ran 3x slower than the direct kernel); then one
+    covering all pixels (the weight streams once: Winograd's small GEMMs); then the most FMAs per
+    load; then the most accumulators. ``columns`` divides the output width, ``rows`` (more than one
+    only when a tile spans whole rows) the height, ``blocks`` the number of output-channel blocks.
+
+    Example::
+
+        gemm_register_tile(7, 7, 32, 16, {"kind": "llvm", "mcpu": "znver4"})     # (1, 7, 2)
+    """
+    lanes, registers = vector_registers(target)
+    per_block = -(-out_block // lanes)
+    best = _best_gemm_tile(out_h, out_w, out_outer, per_block, max(per_block, registers * 3 // 4))
+    if best[0] * best[1] < 4:  # as the direct kernel's register_tile: a wider tile beside one weight row
+        best = _best_gemm_tile(out_h, out_w, out_outer, per_block, registers - per_block)
+    return best
+
+
+def _best_gemm_tile(out_h: int, out_w: int, out_outer: int, per_block: int,
+                    budget: int) -> tuple[int, int, int]:
+    best, best_key = (1, 1, 1), (0, False, -1.0, 0)
+    for columns in (d for d in range(1, out_w + 1) if out_w % d == 0):
+        row_options = [1] if columns < out_w else [r for r in range(1, out_h + 1) if out_h % r == 0]
+        for rows in row_options:
+            pixels = rows * columns
+            for blocks in (d for d in range(1, out_outer + 1) if out_outer % d == 0):
+                accumulators = pixels * blocks * per_block
+                if accumulators > budget:
+                    continue
+                loads = blocks * per_block + pixels
+                key = (min(pixels, 4), pixels == out_h * out_w, accumulators / loads, accumulators)
+                if key > best_key:
+                    best, best_key = (rows, columns, blocks), key
+    return best

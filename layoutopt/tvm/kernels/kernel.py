@@ -1,12 +1,9 @@
 """One measurable kernel: (workload, candidate) -> a scheduled single-function module, fed and checked.
 
 A *candidate* picks one kernel family and its options for a workload; its ``"algorithm"`` key
-(absent: ``"direct"``) names the family within the workload's op. :data:`FAMILIES` maps
-``(op, algorithm)`` to the module implementing it; every family module offers the same functions:
-``candidates``, ``validate_candidate``, ``logical_shapes``, ``reference``, ``pack_inputs``,
-``unpack_output``, ``placeholders``, ``compute`` and ``schedule``. A conv2d candidate with an
-``"oc_block"`` runs its family's blocked kernel on padded output channels
-(:class:`~.padded.PaddedKernels`).
+(absent: ``"direct"``) names the family within the workload's op (:func:`~.registry.family`: every
+family implements :class:`~.family.KernelFamily`). A conv2d candidate with an ``"oc_block"`` runs its
+family's blocked kernel on padded output channels (:class:`~.padded.PaddedKernels`).
 
 The kernel built here is scheduled by :func:`~layoutopt.tvm.kernels.module.schedule_primfunc`, the
 code that schedules the functions of a whole build: its time is the time of the kernel the build runs.
@@ -24,63 +21,27 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from ...errors import ProblemError
 from .._tvm import import_tvm, resolve_target
-from . import conv2d, dense, gemm, transform, winograd
-from .padded import PaddedKernels
+from .candidate import DIRECT
+from .family import KernelFamily
+from .registry import FAMILIES, family, validate_candidate
 from .workload import validate_workload
 
-__all__ = ["FAMILIES", "RELATIVE_TOLERANCE", "Kernel", "build_kernel", "check_kernel", "family",
-           "kernel_tensors", "reference_output", "validate_candidate"]
+__all__ = ["RELATIVE_TOLERANCE", "Kernel", "build_kernel", "check_kernel", "kernel_tensors",
+           "reference_output"]
 
 #: largest relative error accepted against the numpy reference (float32, reductions up to ~5000 terms)
 RELATIVE_TOLERANCE = 1e-3
 
-#: ``(op, algorithm)`` -> the module implementing that kernel family
-FAMILIES: dict[tuple[str, str], ModuleType] = {
-    ("conv2d", "direct"): conv2d,
-    ("conv2d", winograd.ALGORITHM): winograd,
-    ("conv2d", gemm.ALGORITHM): gemm,
-    ("dense", "direct"): dense,
-    ("layout_transform", "direct"): transform,
-}
-
-
-def family(workload: dict[str, Any], candidate: dict[str, Any]) -> ModuleType | PaddedKernels:
-    """The kernel family module of a (validated) workload's candidate; ProblemError if unknown.
-    A conv2d candidate with an ``"oc_block"`` gets its family wrapped in :class:`PaddedKernels`.
-
-    Example::
-
-        family(wl, {"in": "NCHW16c", "out": "NCHW16c"}) is conv2d
-        family(wl, {"in": "NCHW16c", "out": "NCHW", "oc_block": 16}) == PaddedKernels(conv2d)
-    """
-    if not isinstance(candidate, dict):
-        raise ProblemError(f"{workload['op']} candidate {candidate!r} must be a dict")
-    algorithm = candidate.get("algorithm", "direct")
-    found = FAMILIES.get((workload["op"], algorithm))
-    if found is None:
-        known = sorted(a for op, a in FAMILIES if op == workload["op"])
-        raise ProblemError(f"{workload['op']} candidate {candidate!r}: unknown algorithm {algorithm!r} "
-                           f"(known: {', '.join(known)})")
-    if "oc_block" in candidate and workload["op"] == "conv2d":
-        return PaddedKernels(found)
-    return found
-
-
-def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
-    """Raise ProblemError unless ``candidate`` is valid for the (validated) ``workload``."""
-    family(workload, candidate).validate_candidate(workload, candidate)
-
 
 def reference_output(workload: dict[str, Any], inputs: Sequence[np.ndarray]) -> np.ndarray:
     """The logical (NCHW / NC) output of ``workload`` computed with numpy from logical inputs."""
-    return FAMILIES[(workload["op"], "direct")].reference(workload, inputs)
+    return FAMILIES[workload["op"], DIRECT].reference(workload, inputs)
 
 
 @dataclass
@@ -100,7 +61,8 @@ class Kernel:
     dtype: str
 
     @property
-    def family(self) -> ModuleType | PaddedKernels:
+    def family(self) -> KernelFamily:
+        """The kernel family of its candidate."""
         return family(self.workload, self.candidate)
 
     def logical_inputs(self, seed: int = 0) -> list[np.ndarray]:
@@ -127,16 +89,11 @@ class Kernel:
 
 def kernel_tensors(tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
     """The TE tensors of (workload, candidate): its inputs in the kernel's layouts, then its output,
-    the conv's fused epilogue (bias, residual add, relu) included, as ``FuseOps`` fuses it."""
+    the conv's fused epilogue (bias, residual add, relu) included, as ``FuseOps`` fuses it
+    (:meth:`~.family.KernelFamily.output`)."""
     kernels = family(workload, candidate)
     inputs = kernels.placeholders(tvm, workload, candidate)
-    steps = workload.get("epilogue", [])
-    operands = len([step for step in steps if step != "relu"])
-    out = kernels.compute(tvm, inputs[: len(inputs) - operands], workload, candidate)
-    remaining = iter(inputs[len(inputs) - operands:])
-    for step in steps:
-        out = tvm.topi.nn.relu(out) if step == "relu" else tvm.topi.add(out, next(remaining))
-    return [*inputs, out]
+    return [*inputs, kernels.output(tvm, inputs, workload, candidate)]
 
 
 def build_kernel(workload: dict[str, Any], candidate: dict[str, Any], target: Any = None) -> Kernel:

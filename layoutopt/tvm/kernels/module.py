@@ -1,10 +1,11 @@
-"""Schedule every function of a legalized Relax module: the rules, and the module pass.
+"""Schedule every function of a legalized Relax module: each kernel by its family, and the module pass.
 
 Relax's CPU pipeline schedules nothing (an unscheduled conv is ~100x slower) and MetaSchedule
-segfaults in apache-tvm 0.27, so each PrimFunc gets a hand-written schedule here: :data:`RULES` maps
-the name of a kernel's main block to its family's schedule (a fused function keeps the blocks of the
-functions it fused, so a conv fused with its epilogue is found by its conv block), and everything
-else gets the generic CPU schedule (parallel outer loops, vectorised inner loop, pads inlined).
+segfaults in apache-tvm 0.27, so each PrimFunc gets a hand-written schedule here: a function holding
+a registered kernel family's main block (:attr:`~.family.KernelFamily.main_blocks`, among
+:data:`~.registry.FAMILIES`; a fused function keeps the blocks of the functions it fused, so a conv
+fused with its epilogue is found by its conv block) gets that family's schedule, and everything
+else the generic CPU schedule (parallel outer loops, vectorised inner loop, pads inlined).
 
 A kernel's schedule knobs ride on its main block (:data:`~layoutopt.tvm.kernels.common.CANDIDATE_ANNOTATION`,
 set by the family's compute): each function is scheduled with its own knobs, in fused builds and
@@ -21,48 +22,33 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import ProblemError
 from .._tvm import first_line, import_tvm, resolve_target
-from . import conv2d, dense, gemm, winograd
 from .common import SCHEDULED_ATTR, block_names, is_spatial, parallel_over, parallel_vectorize
+from .family import KernelFamily
+from .registry import FAMILIES
 
-__all__ = ["RULES", "Rule", "ScheduleModule", "schedule_module", "schedule_primfunc"]
+__all__ = ["ScheduleModule", "family_of_function", "schedule_module", "schedule_primfunc"]
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """How to schedule the functions whose blocks include one of ``blocks``: ``schedule(func, target)``
-    returns the ``s_tir.Schedule``; ``accepts(sch)``, when given, must also hold."""
-
-    blocks: tuple[str, ...]
-    schedule: Callable[[Any, Any], Any]
-    accepts: Callable[[Any], bool] | None = None
-
-
-#: the schedule rules, first match wins; a new kernel family appends its own
-RULES: list[Rule] = [
-    Rule(conv2d.MAIN_BLOCKS, conv2d.schedule),
-    Rule(dense.MAIN_BLOCKS, dense.schedule, dense.accepts),
-    Rule(winograd.MAIN_BLOCKS, winograd.schedule),
-    Rule(gemm.MAIN_BLOCKS, gemm.schedule),
-]
-
-
-def _rule_for(sch, names: Sequence[str]) -> Rule | None:
-    for rule in RULES:
-        if any(name in rule.blocks for name in names) and (rule.accepts is None or rule.accepts(sch)):
-            return rule
+def family_of_function(sch, names: Sequence[str]) -> KernelFamily | None:
+    """The registered kernel family whose schedule takes the function of ``sch`` (block ``names``):
+    the first in :data:`~.registry.FAMILIES` with a main block among them that
+    :meth:`~.family.KernelFamily.accepts` it; None for the generic schedule."""
+    for found in FAMILIES.values():
+        if any(name in found.main_blocks for name in names) and found.accepts(sch):
+            return found
     return None
 
 
 def schedule_primfunc(func, target: Any, strict: bool = False):
-    """``func`` scheduled by its rule (or the generic schedule) and marked ``tirx.is_scheduled``.
+    """``func`` scheduled by its kernel family (:func:`family_of_function`; or the generic schedule) and
+    marked ``tirx.is_scheduled``.
 
     A schedule that fails leaves the function unscheduled with a warning and returns None; with
     ``strict``, it raises :class:`~layoutopt.ProblemError` instead (a kernel being measured must run
@@ -73,9 +59,9 @@ def schedule_primfunc(func, target: Any, strict: bool = False):
     names: Sequence[str] = []
     try:
         names = block_names(sch)  # a function without a root block (sort, scan) has none to schedule
-        rule = _rule_for(sch, names)
-        if rule is not None:
-            sch = rule.schedule(func, target)
+        found = family_of_function(sch, names)
+        if found is not None:
+            sch = found.schedule(func, target)
         else:
             concat = schedule_concat(sch, names)
             if concat is not None:
@@ -223,11 +209,12 @@ def _vectorizable_reduction(sch, block, loops, kinds: Sequence[int]) -> bool:
 def schedule_module(mod, target: Any = None):
     """Schedule every PrimFunc of a legalized module that is not yet marked ``tirx.is_scheduled``.
 
-    Kernels are recognised by their main block (:data:`RULES`): blocked, depthwise and plain conv2d,
-    dense, and the kernel families registered there; every other function gets the generic CPU
-    schedule. A conv2d fused with its elementwise epilogue (``FuseOps``) gets the measured kernel's
-    register tile, the epilogue finished per tile when the output block is one vector wide, after
-    the conv otherwise. Call it after ``relax.transform.LegalizeOps`` and before the lowering passes.
+    Kernels are recognised by their family's main block (:func:`family_of_function`): blocked,
+    depthwise and plain conv2d, Winograd, the 1x1 GEMM, dense, and every kernel family registered in
+    :data:`~.registry.FAMILIES`; every other function gets the generic CPU schedule. A conv2d fused
+    with its elementwise epilogue (``FuseOps``) gets the measured kernel's register tile, the
+    epilogue finished per tile when the output block is one vector wide, after the conv otherwise.
+    Call it after ``relax.transform.LegalizeOps`` and before the lowering passes.
 
     Example::
 

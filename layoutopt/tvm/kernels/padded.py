@@ -26,15 +26,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from ...errors import ProblemError
-from . import conv2d
+from .convolution import Conv2dFamily
 from .workload import NCHW, PADDED_BLOCKS, conv2d_output_shape, padded_pairs
 
 __all__ = ["PADDED_BLOCKS", "UNPACK_BLOCK", "PaddedKernels", "blocked_equivalent", "padded_pairs"]
@@ -56,17 +54,36 @@ def blocked_equivalent(workload: dict[str, Any], candidate: dict[str, Any]
     return padded, blocked
 
 
-@dataclass(frozen=True)
-class PaddedKernels:
-    """A blocked conv2d family (``inner``: :mod:`.conv2d` or :mod:`.winograd`) run on padded output
-    channels and written out as NCHW: the functions of a kernel family (see :mod:`.kernel`) for
-    candidates with an ``"oc_block"``."""
+@dataclass(frozen=True, repr=False)
+class PaddedKernels(Conv2dFamily):
+    """A blocked conv2d family (``inner``: the direct or the Winograd family) run on padded output
+    channels and written out as NCHW: the kernel family of the candidates with an ``"oc_block"``
+    (:func:`~layoutopt.tvm.kernels.registry.family` picks it). Its logical inputs, reference,
+    packing of data and epilogue operands are every conv2d family's; its weight, compute and
+    schedule the inner family's on the padded workload, then the NCHW unpack.
 
-    inner: ModuleType
+    Example::
 
-    logical_shapes = staticmethod(conv2d.logical_shapes)
-    reference = staticmethod(conv2d.reference)
-    unpack_output = staticmethod(conv2d.unpack_output)
+        PaddedKernels(conv2d.FAMILY).pack_weight(wl, {"in": "NCHW16c", "out": "NCHW", "oc_block": 16}, w)
+    """
+
+    inner: Conv2dFamily
+
+    @property
+    def algorithm(self) -> str:  # type: ignore[override]
+        """The inner family's."""
+        return self.inner.algorithm
+
+    def __repr__(self) -> str:
+        return f"<kernel family conv2d/{self.algorithm} on padded output channels>"
+
+    def applies(self, workload: dict[str, Any]) -> bool:
+        """Where the inner family applies and no vector-wide block divides the output channels."""
+        return self.inner.applies(workload) and bool(padded_pairs(workload, PADDED_BLOCKS))
+
+    def candidates(self, workload: dict[str, Any], **options: Any) -> list[dict[str, Any]]:
+        """The inner family's candidates on padded output channels (those with an ``"oc_block"``)."""
+        return [c for c in self.inner.candidates(workload, **options) if "oc_block" in c]
 
     def validate_candidate(self, workload: dict[str, Any], candidate: dict[str, Any]) -> None:
         what = f"conv2d candidate {candidate!r}"
@@ -82,6 +99,10 @@ class PaddedKernels:
                                f"so nothing needs padding: use 'out': 'NCHW{block}c'")
         self.inner.validate_candidate(*blocked_equivalent(workload, candidate))
 
+    def weight_shape(self, workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
+        """The inner kernel's weight shape on the padded filters."""
+        return self.inner.weight_shape(*blocked_equivalent(workload, candidate))
+
     def pack_weight(self, workload: dict[str, Any], candidate: dict[str, Any],
                     weight: np.ndarray) -> np.ndarray:
         """The OIHW weight with zero filters appended up to the block, packed by the blocked kernel."""
@@ -90,18 +111,13 @@ class PaddedKernels:
         padded[: weight.shape[0]] = weight
         return self.inner.pack_weight(padded_workload, blocked, padded)
 
-    def pack_inputs(self, workload: dict[str, Any], candidate: dict[str, Any],
-                    inputs: Sequence[np.ndarray]) -> list:
-        return conv2d.pack_inputs_with(self.pack_weight, workload, candidate, inputs)
-
-    def placeholders(self, tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
-        """The blocked kernel's data and (padded, packed) weight; the epilogue operands in NCHW."""
-        weight = self.inner.placeholders(tvm, *blocked_equivalent(workload, candidate))[1]
-        return conv2d.placeholders_with(tvm, [int(d) for d in weight.shape], workload, candidate)
-
-    def compute(self, tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
+    def compute(self, tvm, inputs, workload: dict[str, Any], candidate: dict[str, Any]):
         """The blocked kernel's padded output, then its first ``O`` channels as NCHW."""
         padded = self.inner.compute(tvm, inputs[:2], *blocked_equivalent(workload, candidate))
         block = candidate["oc_block"]
         return tvm.te.compute(conv2d_output_shape(workload),
                               lambda n, c, y, x: padded[n, c // block, y, x, c % block], name=UNPACK_BLOCK)
+
+    def schedule(self, func, target):
+        """The inner family's schedule (the unpack stage is scheduled with its epilogue)."""
+        return self.inner.schedule(func, target)

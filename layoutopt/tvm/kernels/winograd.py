@@ -9,7 +9,8 @@ One PrimFunc runs three stages:
    (two separable passes; the matrices' zeros are skipped, their +-1 entries cost no multiplication);
 2. ``alpha**2`` GEMMs ``M[e, v] = V[e, v] @ U[e, v]`` over the input channels, ``U = G g G^T`` being
    the weight transformed at compile time in float64 (:func:`weight_transform`), vectorised along
-   the output block with a register tile of several tiles and channel blocks (:func:`gemm_tile`);
+   the output block with a register tile of several tiles and channel blocks
+   (:func:`~.isa.gemm_register_tile`);
 3. output transform ``Y = A^T M A`` into the NCHW{ob}c output, with the conv's fused elementwise
    epilogue (bias, residual add, relu) inlined into it.
 
@@ -26,15 +27,15 @@ against a float64 direct conv, post-ReLU data, He-initialised weights, ResNet-50
 direct ~1e-6, F(2x2) ~5e-7, F(4x4) ~3e-6 (half a digit lost), F(6x6) ~2e-5 (1.3 digits lost): all
 per layer within the 1e-4 a build is checked at.
 
-Example::
-
-    wl = {"op": "conv2d", "data": [1, 32, 14, 14], "kernel": [32, 32, 3, 3], "strides": [1, 1],
-          "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
-    applies(wl)                                   # True
-    candidates(wl, blocks=[16], tiles=[4])
-    # [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4},
-    #  {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4, 'order': 'tiles'}]
-    kernel = build_kernel(wl, candidates(wl, blocks=[16], tiles=[4])[0])   # layoutopt.tvm.kernels
+Example:
+    >>> wl = {"op": "conv2d", "data": [1, 32, 14, 14], "kernel": [32, 32, 3, 3], "strides": [1, 1],
+    ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+    >>> FAMILY.applies(wl)
+    True
+    >>> for candidate in FAMILY.candidates(wl, blocks=[16], tiles=[4]):
+    ...     print(candidate)
+    {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4}
+    {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4, 'order': 'tiles'}
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ import numpy as np
 
 from ...errors import ProblemError
 from .._tvm import import_tvm
-from . import conv2d
 from .common import (
     CANDIDATE_ANNOTATION,
     annotated_candidate,
@@ -55,31 +55,22 @@ from .common import (
     is_elementwise_after,
     schedule_epilogue,
 )
-from .gemm import block_pairs, check_blocked, checked_orders, register_tile
-from .isa import vector_registers
+from .convolution import BlockedConv2dAlgorithm, blocked_weight
+from .isa import gemm_register_tile, vector_registers
 from .workload import (
     DEFAULT_BLOCKS,
-    NCHW,
-    check_divides,
     conv2d_output_shape,
     layout_block,
-    padded_pairs,
-    validate_workload,
 )
 
 __all__ = [
     "ALGORITHM",
     "DEFAULT_TILES",
+    "FAMILY",
     "MAIN_BLOCKS",
     "ORDERS",
-    "applies",
-    "candidates",
-    "compute",
-    "gemm_tile",
-    "schedule",
+    "Winograd",
     "transform_matrices",
-    "validate_candidate",
-    "weight_shape",
     "weight_transform",
 ]
 
@@ -103,74 +94,12 @@ GROUP_WEIGHT_BYTES = 1024 * 1024
 #: ``"output_rows"``, ``"output"``): the schedule finds its blocks by role, in a fused function too
 STAGE_ANNOTATION = "layoutopt_winograd_stage"
 #: the main block (the GEMMs, carrying the candidate as its ``CANDIDATE_ANNOTATION``), by which
-#: :data:`~layoutopt.tvm.kernels.module.RULES` recognises the kernel
+#: :mod:`~layoutopt.tvm.kernels.module` recognises the kernel
 MAIN_BLOCKS = ("winograd_gemm",)
 
 _INPUT_ROWS, _INPUT, _GEMM, _OUTPUT_ROWS, _OUTPUT = (
     "input_rows", "input", "gemm", "output_rows", "output"
 )
-
-
-def applies(workload: dict[str, Any]) -> bool:
-    """Is ``workload`` a conv2d Winograd F(m x m, 3 x 3) can compute (3x3, stride 1, dilation 1, groups 1)?
-
-    Example::
-
-        applies({"op": "conv2d", "data": [1, 64, 56, 56], "kernel": [64, 64, 3, 3], "strides": [1, 1],
-                 "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1})     # True
-    """
-    workload = validate_workload(workload)
-    return (
-        workload["op"] == "conv2d"
-        and workload["kernel"][2:] == [3, 3]
-        and workload["strides"] == [1, 1]
-        and workload["dilation"] == [1, 1]
-        and workload["groups"] == 1
-    )
-
-
-def candidates(
-    workload: dict[str, Any],
-    blocks: Iterable[int] = DEFAULT_BLOCKS,
-    tiles: Iterable[int] = DEFAULT_TILES,
-    orders: Iterable[str] = ORDERS,
-) -> list[dict[str, Any]]:
-    """Winograd candidates of a conv2d: every (NCHW{ib}c, NCHW{ob}c) pair of dividing ``blocks``, for
-    every tile size in ``tiles`` and schedule order in ``orders`` (the default order has no
-    ``"order"`` key); none if :func:`applies` is false.
-
-    Output blocks below 8 are left out: the GEMM is vectorised along the output block, and a
-    4-lane vector leaves most of an AVX register idle. Where no block of 8 or more divides the
-    output channels, the GEMMs run on padded ones (``"out": "NCHW", "oc_block": b``, :mod:`.padded`).
-
-    Example::
-
-        candidates(wl, blocks=[16], tiles=[4])
-        # [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4},
-        #  {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 4, 'order': 'tiles'}]
-    """
-    if not applies(workload):
-        return []
-    orders = checked_orders(orders, ORDERS, ALGORITHM)
-    blocks = list(blocks)
-    layouts = [(ib, {"out": f"NCHW{ob}c"}) for ib, ob in block_pairs(workload, blocks)]
-    layouts += [(ib, {"out": NCHW, "oc_block": ob}) for ib, ob in padded_pairs(workload, blocks)]
-    return [{"in": f"NCHW{ib}c", **out, "algorithm": ALGORITHM, "tile": int(tile),
-             **({} if order == ORDERS[0] else {"order": order})}
-            for tile in sorted(set(tiles)) for ib, out in layouts for order in orders]
-
-
-def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
-    """Raise ProblemError unless ``candidate`` is a Winograd candidate valid for ``workload``."""
-    what = f"winograd candidate {candidate!r} of {workload!r}"
-    if not applies(workload):
-        raise ProblemError(f"{what}: Winograd needs a 3x3 conv2d with stride 1, dilation 1, groups 1")
-    if candidate.get("algorithm") != ALGORITHM:
-        raise ProblemError(f"{what}: 'algorithm' must be {ALGORITHM!r}")
-    tile = candidate.get("tile")
-    if tile not in (2, 3, 4, 5, 6):
-        raise ProblemError(f"{what}: 'tile' must be an output tile size 2-6")
-    check_blocked(workload, candidate, what, ORDERS, {"algorithm", "tile"})
 
 
 @functools.cache
@@ -195,56 +124,17 @@ def weight_transform(kernel_oihw: np.ndarray, candidate: dict[str, Any]) -> np.n
     float64, laid out ``(O/ob, alpha, alpha, I, ob)`` (``ob`` the output block) and cast back to the
     weight's dtype.
 
-    Example::
-
-        weight_transform(np.ones((32, 16, 3, 3), "float32"), {"in": "NCHW16c", "out": "NCHW16c",
-                         "algorithm": "winograd", "tile": 4}).shape          # (6, 6, 2, 16, 16)
+    Example:
+        >>> weight_transform(np.ones((32, 16, 3, 3), "float32"), {"in": "NCHW16c", "out": "NCHW16c",
+        ...                  "algorithm": "winograd", "tile": 4}).shape
+        (2, 6, 6, 16, 16)
     """
-    kernel_oihw = np.asarray(kernel_oihw)
-    if kernel_oihw.ndim != 4 or kernel_oihw.shape[2:] != (3, 3):
-        raise ProblemError(f"winograd weight_transform needs an OIHW 3x3 kernel, not {kernel_oihw.shape}")
-    out_block = layout_block(candidate["out"])
-    o, i = kernel_oihw.shape[:2]
-    check_divides(out_block, o, f"winograd weight_transform for {candidate}")
+    kernel_oihw, out_block, o, i = blocked_weight(kernel_oihw, candidate, (3, 3), "winograd weight_transform")
     _, _, g = transform_matrices(int(candidate["tile"]))
     u = np.einsum("ea,oiab,vb->evio", g, kernel_oihw.astype(np.float64), g, optimize=True)
     alpha = g.shape[0]
     u = u.reshape(alpha, alpha, i, o // out_block, out_block).transpose(3, 0, 1, 2, 4)
     return np.ascontiguousarray(u.astype(kernel_oihw.dtype))
-
-
-def weight_shape(workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
-    """Shape of :func:`weight_transform`'s output for ``workload`` and ``candidate``."""
-    alpha = int(candidate["tile"]) + 2
-    out_block = layout_block(candidate["out"])
-    o, i = workload["kernel"][:2]
-    return (o // out_block, alpha, alpha, i, out_block)
-
-
-#: the logical inputs are the direct conv's (NCHW data, OIHW weight, epilogue operands), and so is the
-#: numpy reference
-logical_shapes = conv2d.logical_shapes
-reference = conv2d.reference
-
-
-def pack_weight(workload: dict[str, Any], candidate: dict[str, Any], weight: np.ndarray) -> np.ndarray:
-    """The OIHW weight of a (validated) workload transformed for the candidate's kernel (what the rewrite
-    stores as the constant): :func:`weight_transform`."""
-    return weight_transform(weight, candidate)
-
-
-def pack_inputs(workload: dict[str, Any], candidate: dict[str, Any], inputs: Sequence[np.ndarray]) -> list:
-    """Logical inputs in the kernel's layouts: data, transformed weight, epilogue operands in the output's."""
-    return conv2d.pack_inputs_with(pack_weight, workload, candidate, inputs)
-
-
-unpack_output = conv2d.unpack_output
-
-
-def placeholders(tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
-    """TE placeholders of the kernel's inputs: data (N, C/ib, H, W, ib), transformed weight
-    (:func:`weight_shape`), epilogue operands in the output's layout."""
-    return conv2d.placeholders_with(tvm, weight_shape(workload, candidate), workload, candidate)
 
 
 def _combination(tvm, coefficients: Sequence[float], term, dtype: str):
@@ -361,20 +251,6 @@ def gemm_output(tvm, transformed, weight, workload: dict[str, Any], candidate: d
                       attrs=_stage(_OUTPUT))
 
 
-def compute(tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
-    """The Winograd conv2d of a (validated) ``workload`` as a TE tensor of shape (N, O/ob, OH, OW, ob),
-    without its epilogue.
-
-    ``inputs`` starts with the :func:`placeholders` data (N, C/ib, H, W, ib) and transformed weight
-    (O/ob, alpha, alpha, C, ob). The GEMM block carries ``candidate`` as its ``CANDIDATE_ANNOTATION``
-    and every stage its role as :data:`STAGE_ANNOTATION`, which :func:`schedule` reads.
-    """
-    data, weight = inputs[:2]
-    validate_candidate(workload, candidate)
-    transformed = input_transform(tvm, data, workload, int(candidate["tile"]))
-    return gemm_output(tvm, transformed, weight, workload, candidate)
-
-
 # --------------------------------------------------------------------------------------------------
 # schedule
 # --------------------------------------------------------------------------------------------------
@@ -389,63 +265,109 @@ def _stage_blocks(sch) -> dict[str, Any]:
     return found
 
 
-def schedule(func, target: Any = None):
-    """The schedule of a PrimFunc holding :func:`compute`, optionally followed by a fused elementwise
-    epilogue (bias, residual add, relu: inlined into the output transform); returns the
-    ``s_tir.Schedule``.
+class Winograd(BlockedConv2dAlgorithm):
+    """Winograd F(m x m, 3 x 3) conv2d (see the module's docstring); its own option ``"tile"``: ``m``."""
 
-    Every stage is vectorised along the channels (the input transform along the input block, the
-    GEMM and output transform along the output block) with its loops over tile positions unrolled.
-    The GEMM's register tile is :func:`gemm_tile`'s. The candidate's ``"order"`` (:data:`ORDERS`)
-    arranges the stages:
+    algorithm = ALGORITHM
+    main_blocks = MAIN_BLOCKS
+    orders = ORDERS
+    options = ("tile",)
+    requirement = "Winograd needs a 3x3 conv2d with stride 1, dilation 1, groups 1"
 
-    - ``"positions"``: three parallel stages: input transform (over tile rows), the ``alpha**2``
-      GEMMs (over the tile positions (e, v): a position's weight slice stays in cache for all
-      tiles), output transform and epilogue (over channel blocks and tile rows);
-    - ``"tiles"``: one parallel loop over groups of tiles, each running its input transform, then
-      for every output-channel block its GEMMs and output transform: the transformed input and the
-      GEMM results stay in cache, but every group streams the whole transformed weight.
+    def fits(self, workload: dict[str, Any]) -> bool:
+        """A 3x3 kernel, stride 1, dilation 1, any padding (``FAMILY.applies(wl)``: see the module's
+        example)."""
+        return (workload["kernel"][2:] == [3, 3] and workload["strides"] == [1, 1]
+                and workload["dilation"] == [1, 1])
 
-    Example::
+    def candidates(self, workload: dict[str, Any], blocks: Iterable[int] = DEFAULT_BLOCKS,
+                   tiles: Iterable[int] = DEFAULT_TILES,
+                   orders: Iterable[str] = ORDERS) -> list[dict[str, Any]]:
+        """Winograd candidates of a conv2d: every (NCHW{ib}c, NCHW{ob}c) pair of dividing ``blocks``, for
+        every tile size in ``tiles`` and schedule order in ``orders`` (the default order has no
+        ``"order"`` key); none where it does not apply.
 
-        inputs = placeholders(tvm, wl, cand)
-        sch = schedule(te.create_prim_func([*inputs, compute(tvm, inputs, wl, cand)]), target)
-    """
-    sch = import_tvm().s_tir.Schedule(func)
-    stages = _stage_blocks(sch)
-    missing = {_INPUT_ROWS, _INPUT, _GEMM, _OUTPUT_ROWS, _OUTPUT} - set(stages)
-    if missing:
-        raise ProblemError(f"winograd schedule: blocks {sorted(missing)} not found in the PrimFunc")
-    candidate = annotated_candidate(sch, stages[_GEMM]) or {}
-    tile = int(candidate["tile"])
-    out_block = int(sch.get(stages[_OUTPUT]).writes[0].source.shape[4])
-    _, _, _, tiles_h, tiles_w, out_channels = (int(d) for d in sch.get(stages[_GEMM]).writes[0].source.shape)
-    register_tile = gemm_tile(tiles_h, tiles_w, out_channels // out_block, out_block, target)
-    _inline_epilogue(sch, stages[_OUTPUT])
-    if candidate.get("order", ORDERS[0]) == "tiles":
-        channels = int(sch.get(stages[_INPUT]).writes[0].source.shape[5])
-        rows = group_rows(tiles_h, tiles_w, tile + 2, channels, out_channels, register_tile[0])
-        group, at_tiles = _schedule_output(sch, stages, tile, register_tile, rows)
-        _schedule_gemm(sch, stages, register_tile, at_tiles)
-        _schedule_input(sch, stages, target, group)
-    else:
-        _schedule_output(sch, stages, tile, (1, 1, 1), None)
-        _schedule_gemm(sch, stages, register_tile, None)
-        _schedule_input(sch, stages, target, None)
-    return sch
+        Output blocks below 8 are left out: the GEMM is vectorised along the output block, and a
+        4-lane vector leaves most of an AVX register idle. Where no block of 8 or more divides the
+        output channels, the GEMMs run on padded ones (``"out": "NCHW", "oc_block": b``, :mod:`.padded`).
+        """
+        variants = [{"tile": int(tile)} for tile in sorted(set(tiles))]
+        return self.blocked_candidates(workload, blocks, orders, variants, padded=True)
+
+    def check_options(self, candidate: dict[str, Any], what: str) -> None:
+        """The ``"tile"`` must be an output tile size 2-6."""
+        if candidate.get("tile") not in (2, 3, 4, 5, 6):
+            raise ProblemError(f"{what}: 'tile' must be an output tile size 2-6")
+
+    def weight_shape(self, workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
+        """``(O/ob, alpha, alpha, I, ob)``: :func:`weight_transform`'s output."""
+        alpha = int(candidate["tile"]) + 2
+        out_block = layout_block(candidate["out"])
+        o, i = workload["kernel"][:2]
+        return (o // out_block, alpha, alpha, i, out_block)
+
+    def pack_weight(self, workload: dict[str, Any], candidate: dict[str, Any],
+                    weight: np.ndarray) -> np.ndarray:
+        """:func:`weight_transform`."""
+        return weight_transform(weight, candidate)
+
+    def compute(self, tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
+        """The Winograd conv2d as a TE tensor of shape (N, O/ob, OH, OW, ob), without its epilogue.
+
+        ``inputs`` starts with the data (N, C/ib, H, W, ib) and transformed weight
+        (O/ob, alpha, alpha, C, ob) placeholders. The GEMM block carries ``candidate`` as its
+        ``CANDIDATE_ANNOTATION`` and every stage its role as :data:`STAGE_ANNOTATION`, which
+        :meth:`schedule` reads.
+        """
+        data, weight = inputs[:2]
+        self.validate_candidate(workload, candidate)
+        transformed = input_transform(tvm, data, workload, int(candidate["tile"]))
+        return gemm_output(tvm, transformed, weight, workload, candidate)
+
+    def schedule(self, func, target: Any = None):
+        """The schedule of a PrimFunc holding :meth:`compute`, optionally followed by a fused elementwise
+        epilogue (bias, residual add, relu: inlined into the output transform); returns the
+        ``s_tir.Schedule``.
+
+        Every stage is vectorised along the channels (the input transform along the input block, the
+        GEMM and output transform along the output block) with its loops over tile positions unrolled.
+        The GEMM's register tile is :func:`~.isa.gemm_register_tile`'s. The candidate's ``"order"``
+        (:data:`ORDERS`) arranges the stages:
+
+        - ``"positions"``: three parallel stages: input transform (over tile rows), the ``alpha**2``
+          GEMMs (over the tile positions (e, v): a position's weight slice stays in cache for all
+          tiles), output transform and epilogue (over channel blocks and tile rows);
+        - ``"tiles"``: one parallel loop over groups of tiles, each running its input transform, then
+          for every output-channel block its GEMMs and output transform: the transformed input and the
+          GEMM results stay in cache, but every group streams the whole transformed weight.
+        """
+        sch = import_tvm().s_tir.Schedule(func)
+        stages = _stage_blocks(sch)
+        missing = {_INPUT_ROWS, _INPUT, _GEMM, _OUTPUT_ROWS, _OUTPUT} - set(stages)
+        if missing:
+            raise ProblemError(f"winograd schedule: blocks {sorted(missing)} not found in the PrimFunc")
+        candidate = annotated_candidate(sch, stages[_GEMM]) or {}
+        tile = int(candidate["tile"])
+        out_block = int(sch.get(stages[_OUTPUT]).writes[0].source.shape[4])
+        gemm_shape = sch.get(stages[_GEMM]).writes[0].source.shape
+        _, _, _, tiles_h, tiles_w, out_channels = (int(d) for d in gemm_shape)
+        register_tile = gemm_register_tile(tiles_h, tiles_w, out_channels // out_block, out_block, target)
+        _inline_epilogue(sch, stages[_OUTPUT])
+        if candidate.get("order", ORDERS[0]) == "tiles":
+            channels = int(sch.get(stages[_INPUT]).writes[0].source.shape[5])
+            rows = group_rows(tiles_h, tiles_w, tile + 2, channels, out_channels, register_tile[0])
+            group, at_tiles = _schedule_output(sch, stages, tile, register_tile, rows)
+            _schedule_gemm(sch, stages, register_tile, at_tiles)
+            _schedule_input(sch, stages, target, group)
+        else:
+            _schedule_output(sch, stages, tile, (1, 1, 1), None)
+            _schedule_gemm(sch, stages, register_tile, None)
+            _schedule_input(sch, stages, target, None)
+        return sch
 
 
-def gemm_tile(tiles_h: int, tiles_w: int, out_outer: int, out_block: int,
-              target: Any = None) -> tuple[int, int, int]:
-    """``(rows, columns, blocks)``: the GEMMs' register tile of output tiles (rows x columns) times
-    output-channel blocks, chosen like the 1x1 GEMM's (:func:`.gemm.register_tile`: the most
-    FMAs per load among the tiles that fit the target's registers).
-
-    Example::
-
-        gemm_tile(7, 7, 8, 16, {"kind": "llvm", "mcpu": "znver4"})      # (1, 7, 2)
-    """
-    return register_tile(tiles_h, tiles_w, out_outer, out_block, target)
+#: the family (:data:`~layoutopt.tvm.kernels.registry.FAMILIES` registers it)
+FAMILY = Winograd()
 
 
 def _input_vector(sch, rows_block, channels: int, target: Any) -> int:

@@ -1,0 +1,150 @@
+"""The interface every kernel family implements: :class:`KernelFamily`.
+
+A *kernel family* is one way of computing one op (``op``), named within it by its ``algorithm`` (the
+candidates' ``"algorithm"`` key, absent for ``"direct"``). It offers, for a workload it
+:meth:`~KernelFamily.applies` to:
+
+- its :meth:`~KernelFamily.candidates` and :meth:`~KernelFamily.validate_candidate`;
+- a numpy :meth:`~KernelFamily.reference` over the logical inputs (:meth:`~KernelFamily.logical_shapes`);
+- the TE compute: :meth:`~KernelFamily.placeholders` in the candidate's layouts, then
+  :meth:`~KernelFamily.compute`; :meth:`~KernelFamily.output` adds the fused epilogue;
+- its hand-written :meth:`~KernelFamily.schedule`, which :mod:`.module` runs on every function whose
+  blocks include one of :attr:`~KernelFamily.main_blocks` (measured kernels and whole builds alike);
+- packing: logical inputs to the kernel's (:meth:`~KernelFamily.pack_inputs`, and
+  :meth:`~KernelFamily.pack_weight` for the constant the rewrite stores), its output back
+  (:meth:`~KernelFamily.unpack_output`);
+- :attr:`~KernelFamily.epilogue`: the elementwise steps (:data:`~.workload.EPILOGUE_STEPS`) it takes
+  fused, as ``FuseOps`` fuses them.
+
+A new family is a module with a subclass and its instance (``FAMILY``), plus one line in
+:data:`~layoutopt.tvm.kernels.registry.FAMILIES`. The conv2d families share their inputs, reference,
+packing and placeholders through :class:`~.convolution.Conv2dFamily`.
+
+Example::
+
+    from layoutopt.tvm.kernels import FAMILIES
+    winograd = FAMILIES["conv2d", "winograd"]
+    winograd.applies(wl), winograd.candidates(wl, blocks=[16])
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ...errors import ProblemError
+from .candidate import DIRECT
+
+__all__ = ["KernelFamily"]
+
+
+class KernelFamily(ABC):
+    """One kernel family: candidates, numpy reference, TE compute, schedule, packing, fused epilogue.
+
+    Workloads and candidates are the plain dicts of :mod:`.workload` and :mod:`.candidate`; the
+    methods taking a workload expect it validated (:func:`~.workload.validate_workload`).
+    """
+
+    #: the workload op it computes (``"conv2d"``, ``"dense"``, ``"layout_transform"``)
+    op: ClassVar[str]
+    #: its name within the op: the candidates' ``"algorithm"`` (absent from them when ``"direct"``)
+    algorithm: ClassVar[str] = DIRECT
+    #: the names of its compute's main block, by which :mod:`.module` finds the functions to schedule
+    #: with :meth:`schedule` (a fused function keeps them); empty: the generic schedule runs it
+    main_blocks: ClassVar[tuple[str, ...]] = ()
+    #: the epilogue steps it computes fused after its output (see :meth:`output`)
+    epilogue: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """``(op, algorithm)``: its key in the registry."""
+        return self.op, self.algorithm
+
+    def __repr__(self) -> str:
+        return f"<kernel family {self.op}/{self.algorithm}>"
+
+    def applies(self, workload: dict[str, Any]) -> bool:
+        """Can it compute ``workload`` (by default: any workload of its op)?"""
+        return workload["op"] == self.op
+
+    def accepts(self, sch: Any) -> bool:
+        """Besides a main block, must a function's ``s_tir.Schedule`` hold for :meth:`schedule` to
+        take it (by default: nothing more)."""
+        return True
+
+    @abstractmethod
+    def candidates(self, workload: dict[str, Any], **options: Any) -> list[dict[str, Any]]:
+        """Its candidate dicts for ``workload`` (none where it does not apply); ``options`` are the
+        family's own (the conv2d families all take ``blocks``)."""
+
+    @abstractmethod
+    def validate_candidate(self, workload: dict[str, Any], candidate: dict[str, Any]) -> None:
+        """Raise ProblemError unless ``candidate`` is one of its kernels for ``workload``."""
+
+    @abstractmethod
+    def logical_shapes(self, workload: dict[str, Any]) -> list[list[int]]:
+        """Shapes of the logical inputs (NCHW data, OIHW / NK weights, then epilogue operands)."""
+
+    @abstractmethod
+    def reference(self, workload: dict[str, Any], inputs: Sequence[np.ndarray]) -> np.ndarray:
+        """The logical output (its epilogue applied) computed with numpy, in float64, from logical inputs."""
+
+    @abstractmethod
+    def pack_inputs(self, workload: dict[str, Any], candidate: dict[str, Any],
+                    inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Logical inputs -> the arrays its kernel takes, in :meth:`placeholders` order."""
+
+    def pack_weight(self, workload: dict[str, Any], candidate: dict[str, Any],
+                    weight: np.ndarray) -> np.ndarray:
+        """The logical weight laid out (or transformed) for the candidate's kernel: what the rewrite
+        stores as the constant. ProblemError for a family without a weight."""
+        raise ProblemError(f"{self!r} takes no weight")
+
+    @abstractmethod
+    def unpack_output(self, workload: dict[str, Any], candidate: dict[str, Any],
+                      output: np.ndarray) -> np.ndarray:
+        """Its kernel's output buffer -> the logical output."""
+
+    @abstractmethod
+    def placeholders(self, tvm: Any, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
+        """TE placeholders of its kernel's inputs in the candidate's layouts (epilogue operands last)."""
+
+    @abstractmethod
+    def compute(self, tvm: Any, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]) -> Any:
+        """Its output tensor, without the epilogue, from the :meth:`placeholders` ``inputs``. A kernel
+        with knobs carries the candidate on its main block
+        (:data:`~layoutopt.tvm.kernels.common.CANDIDATE_ANNOTATION`), where :meth:`schedule` reads them."""
+
+    @abstractmethod
+    def schedule(self, func: Any, target: Any) -> Any:
+        """The ``s_tir.Schedule`` of a PrimFunc holding its compute (alone or fused with its epilogue).
+
+        Example::
+
+            inputs = family.placeholders(tvm, wl, cand)
+            func = te.create_prim_func([*inputs, family.output(tvm, inputs, wl, cand)])
+            sch = family.schedule(func, target)
+        """
+
+    def output(self, tvm: Any, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]) -> Any:
+        """:meth:`compute`, then the workload's epilogue steps (each among :attr:`epilogue`), as
+        ``FuseOps`` fuses them: ``relu``, or ``+`` the next operand of ``inputs`` (a bias or a residual).
+
+        Example::
+
+            inputs = family.placeholders(tvm, wl, cand)
+            tvm.te.create_prim_func([*inputs, family.output(tvm, inputs, wl, cand)])
+        """
+        steps = list(workload.get("epilogue", []))
+        unfused = [step for step in steps if step not in self.epilogue]
+        if unfused:
+            raise ProblemError(f"{self!r} does not fuse the epilogue steps {unfused}")
+        operands = len([step for step in steps if step != "relu"])
+        out = self.compute(tvm, inputs[: len(inputs) - operands], workload, candidate)
+        remaining = iter(inputs[len(inputs) - operands:])
+        for step in steps:
+            out = tvm.topi.nn.relu(out) if step == "relu" else tvm.topi.add(out, next(remaining))
+        return out

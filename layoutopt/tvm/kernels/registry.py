@@ -1,0 +1,132 @@
+"""The registry of kernel families (:data:`FAMILIES`), and the candidates of a workload over them.
+
+Every family implements :class:`~.family.KernelFamily`; a new one is a module defining its
+``FAMILY`` and one line in :data:`FAMILIES`. :func:`family` finds the family of a (workload,
+candidate) pair, :func:`candidates` the candidates of a workload over the families of its op.
+
+Example:
+    >>> FAMILIES["conv2d", "winograd"]
+    <kernel family conv2d/winograd>
+    >>> sorted(algorithm for op, algorithm in FAMILIES if op == "conv2d")
+    ['direct', 'gemm', 'winograd']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+from ...errors import ProblemError
+from . import conv2d, dense, gemm, transform, winograd
+from .candidate import DIRECT, algorithm_of
+from .family import KernelFamily
+from .padded import PaddedKernels
+from .workload import validate_workload
+
+__all__ = ["DEFAULT_ALGORITHMS", "FAMILIES", "candidates", "conv2d_candidates", "dense_candidates",
+           "family", "validate_candidate"]
+
+#: ``(op, algorithm)`` -> the kernel family computing that op by that algorithm
+FAMILIES: dict[tuple[str, str], KernelFamily] = {found.key: found for found in (
+    conv2d.FAMILY,
+    winograd.FAMILY,
+    gemm.FAMILY,
+    dense.FAMILY,
+    transform.FAMILY,
+)}
+
+#: the conv2d algorithms whose kernels are choices unless asked otherwise: all of them (each only
+#: where it applies). Winograd and the 1x1 GEMM pay where their preferred layouts meet the graph's
+#: (``benchmarks/results/e2e.md``), for about twice the kernels to measure.
+DEFAULT_ALGORITHMS = ("direct", "winograd", "gemm")
+
+
+@cache
+def _padded(inner: KernelFamily) -> PaddedKernels:
+    return PaddedKernels(inner)
+
+
+def family(workload: dict[str, Any], candidate: dict[str, Any]) -> KernelFamily:
+    """The kernel family of a (validated) workload's candidate; ProblemError if unknown. A conv2d
+    candidate with an ``"oc_block"`` gets its family on padded output channels (:class:`PaddedKernels`).
+
+    Example:
+        >>> wl = {"op": "conv2d"}
+        >>> family(wl, {"in": "NCHW16c", "out": "NCHW16c"})
+        <kernel family conv2d/direct>
+        >>> family(wl, {"in": "NCHW16c", "out": "NCHW", "oc_block": 16, "algorithm": "winograd"})
+        <kernel family conv2d/winograd on padded output channels>
+    """
+    if not isinstance(candidate, dict):
+        raise ProblemError(f"{workload['op']} candidate {candidate!r} must be a dict")
+    algorithm = algorithm_of(candidate)
+    found = FAMILIES.get((workload["op"], algorithm))
+    if found is None:
+        known = sorted(a for op, a in FAMILIES if op == workload["op"])
+        raise ProblemError(f"{workload['op']} candidate {candidate!r}: unknown algorithm {algorithm!r} "
+                           f"(known: {', '.join(known)})")
+    if "oc_block" in candidate and workload["op"] == "conv2d":
+        return _padded(found)
+    return found
+
+
+def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
+    """Raise ProblemError unless ``candidate`` is valid for the (validated) ``workload``."""
+    family(workload, candidate).validate_candidate(workload, candidate)
+
+
+def conv2d_candidates(workload: dict[str, Any], algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
+                      **options: Any) -> list[dict[str, Any]]:
+    """Kernel candidates of a conv2d: the direct ones (see :meth:`.conv2d.DirectConv2d.candidates`:
+    ``blocks``, ``include_nchw``, ``orders``), then those of every other algorithm in ``algorithms``
+    that applies (:data:`FAMILIES`: ``"winograd"`` for 3x3 stride-1 convs, ``"gemm"`` for 1x1 ones),
+    over the same ``blocks``.
+
+    Example:
+        >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
+        ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}
+        >>> conv2d_candidates(wl, blocks=[16], algorithms=["direct"])
+        [{'in': 'NCHW16c', 'out': 'NCHW16c'}, {'in': 'NCHW', 'out': 'NCHW'}]
+        >>> conv2d_candidates(wl, blocks=[16])[2]     # a 3x3 stride-1 conv: direct, then Winograd
+        {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 2}
+    """
+    workload = validate_workload(workload)
+    direct = FAMILIES["conv2d", DIRECT]
+    found = direct.candidates(workload, **options) if DIRECT in algorithms else []
+    for algorithm in algorithms:
+        if algorithm == DIRECT:
+            continue
+        kernels = FAMILIES.get(("conv2d", algorithm))
+        if kernels is None:
+            raise ProblemError(f"unknown conv2d algorithm {algorithm!r}; known: "
+                               f"{sorted(a for op, a in FAMILIES if op == 'conv2d')}")
+        if kernels.applies(workload):
+            blocks = options.get("blocks")
+            found += kernels.candidates(workload, **({} if blocks is None else {"blocks": blocks}))
+    if not found:
+        found = direct.candidates(workload, **options)  # no other algorithm applies: direct kernels
+    return found
+
+
+def dense_candidates(workload: dict[str, Any], **options: Any) -> list[dict[str, Any]]:
+    """Weight-layout candidates of a dense layer (see :meth:`.dense.Dense.candidates`).
+
+    Example:
+        >>> dense_candidates({"op": "dense", "data": [1, 2048], "weight": [1000, 2048], "dtype": "float32"})
+        [{'in': 'NC', 'out': 'NC', 'weight': 'NK'}, {'in': 'NC', 'out': 'NC', 'weight': 'NK8n'}]
+    """
+    return FAMILIES["dense", DIRECT].candidates(validate_workload(workload), **options)
+
+
+def candidates(workload: dict[str, Any], **options: Any) -> list[dict[str, Any]]:
+    """Candidates of any workload kind (layout transforms have the single candidate ``{}``).
+
+    Example:
+        >>> candidates({"op": "dense", "data": [1, 64], "weight": [24, 64], "dtype": "float32"})
+        [{'in': 'NC', 'out': 'NC', 'weight': 'NK'}, {'in': 'NC', 'out': 'NC', 'weight': 'NK8n'}]
+    """
+    workload = validate_workload(workload)
+    if workload["op"] == "conv2d":
+        return conv2d_candidates(workload, **options)
+    return FAMILIES[workload["op"], DIRECT].candidates(workload, **options)
