@@ -47,9 +47,9 @@ from ..io import check_json_document, read_json_document
 from ._tvm import first_line, import_tvm, resolve_target, target_key, without_scope_saving_lines
 from .graph import Choice, LayoutGraph, candidate_label
 
-__all__ = ["FORMAT", "VERSION", "HandedBack", "ModelInput", "Objective", "SolutionFile", "SolutionLayer",
-           "SolutionVersionWarning", "Versions", "build_from_solution", "check_writable", "export",
-           "export_library", "load_solution", "save_solution", "solution_path"]
+__all__ = ["FORMAT", "VERSION", "Check", "HandedBack", "ModelInput", "Objective", "SolutionFile",
+           "SolutionLayer", "SolutionVersionWarning", "Versions", "build_from_solution", "check_writable",
+           "export", "export_library", "load_solution", "save_solution", "solution_path"]
 
 #: the ``format`` field of a solution file
 FORMAT = "layoutopt-solution"
@@ -174,6 +174,20 @@ class Objective(_FlatRecord):
 
 
 @dataclass(frozen=True)
+class Check(_FlatRecord):
+    """How far the build handed back is from the model's numbers (:mod:`layoutopt.tvm.check`), on the
+    tune's seeded input: its largest relative error against the ``reference`` (``"float64"``: the
+    untouched model computed in float64; ``"float32"``: TVM's float32 build of it, when the model could
+    not be widened), TVM's untouched float32 build's error against the same reference, and the bound a
+    build had to stay within."""
+
+    reference: str
+    max_relative_error: float | None = None
+    untouched_error: float | None = None
+    bound: float | None = None
+
+
+@dataclass(frozen=True)
 class ModelInput:
     """One input of the model: its static shape and dtype."""
 
@@ -282,9 +296,11 @@ class SolutionFile:
     fuse: bool = True
     handed_back: HandedBack | None = None
     objective: Objective | None = None
+    check: Check | None = None
 
     #: the optional sections: JSON name -> the record class that reads it
-    SECTIONS: ClassVar[dict[str, type[_FlatRecord]]] = {"handed_back": HandedBack, "objective": Objective}
+    SECTIONS: ClassVar[dict[str, type[_FlatRecord]]] = {"handed_back": HandedBack, "objective": Objective,
+                                                         "check": Check}
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document (a dict) of the file."""
@@ -352,7 +368,16 @@ class SolutionFile:
                                    _finite(variant.measured)),
             objective=Objective(result.solution.method, result.solution.status,
                                 _finite(result.tuned.predicted), _finite(result.tuned.measured)),
+            check=_check(result.reference, variant.max_relative_error),
         )
+
+
+def _check(reference, error: float | None) -> Check | None:
+    """The ``check`` section of a build checked against ``reference`` (None unchecked)."""
+    if reference is None:
+        return None
+    return Check(reference.kind, _finite(error), _finite(reference.untouched_error),
+                 _finite(max(reference.bounds, default=reference.rtol)))
 
 
 def _inputs(mod) -> dict[str, ModelInput]:

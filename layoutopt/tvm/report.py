@@ -189,6 +189,12 @@ def write_report(result: TuneResult, directory: str | Path, name: str = "report"
         f"Handed back: **{result.chosen}** (the faster, measured side by side, of the tuned build and the "
         "best fixed layout).",
         "",
+        f"Timing: {result.noise.describe() if result.noise is not None else 'not timed'}.",
+        "",
+        "Check: " + (result.reference.describe() if result.reference is not None else
+                     "none (outputs not compared with the untouched model)") + "; each build's error is the "
+        "'max rel. error' column, against that reference.",
+        "",
         "Predicted = the layout problem's objective: kernel and transform times, calibrated in the network",
         "when calibration ran (see `layoutopt.tvm.calibrate`); ops that run in any layout (relu, bias,",
         "pooling) are not in it, so measured latency is higher.",

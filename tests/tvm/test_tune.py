@@ -192,6 +192,8 @@ def test_report_has_tables_and_plot(tuned, tmp_path):
     assert "| layoutopt |" in text and "| nchw16c |" in text and "tvm 0." in text
     assert "conv1" in text
     assert "## Where the time goes" in text and "| conv2d |" in text
+    assert "Check: outputs checked against the untouched model computed in float64" in text
+    assert "Timing: 2 interleaved rounds" in text or "Timing: 4 interleaved rounds" in text
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
