@@ -24,8 +24,8 @@ assignment is one already observed is the loop :func:`~layoutopt.tvm.tune_and_bu
 
 Example::
 
-    calibration = Calibration(graph, costs)
-    calibration.observe(assignment, profile_calls(executable, inputs))
+    calibration = Calibration(graph, costs, meta["measured"])
+    calibration.observe(observe(profile_calls(executable, inputs), graph, assignment, KernelShapes(target)))
     solution = layoutopt.solve(graph, calibration.costs())
 """
 
@@ -34,80 +34,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
 from ..problem import Costs, Problem
 from ..solution import Solution
-from .cache import task_key
 from .graph import LayoutGraph
-from .kernels import layout_shape
-from .problem import transform_edge_costs, transform_workload
-from .profile import Call, call_category, layer_times
+from .problem import transform_edge_costs
+from .profile import Observation
 
-__all__ = ["Calibration", "calibrated_solution", "multi_input_times", "transform_calls"]
-
-
-def transform_calls(calls: Sequence[Call], graph: LayoutGraph,
-                    assignment: Mapping[Hashable, int]) -> dict[str, list[float]]:
-    """In-network seconds of each layout transform the build of ``assignment`` inserted, keyed by
-    the :func:`~layoutopt.tvm.cache.task_key` of its workload.
-
-    A transform call is matched by its argument shapes (the source tensor in the source layout, the
-    destination in the destination layout) to the transforms the graph's edges predict.
-
-    Example::
-
-        transform_calls(profile_calls(ex, inputs), graph, assignment)    # {task key: [seconds, ...]}
-    """
-    wanted: dict[tuple, str] = {}
-    for producer, consumer in graph.edges:
-        src = graph.choice(producer, assignment[producer]).out_layout
-        dst = graph.choice(consumer, assignment[consumer]).in_layout
-        edge = graph.layout_edge(producer, consumer)
-        for value in edge.values if src != dst else ():
-            workload = transform_workload(value.shape, src, dst, edge.dtype)
-            if workload is not None:
-                signature = tuple(sorted((layout_shape(value.shape, src), layout_shape(value.shape, dst))))
-                wanted[signature] = task_key(workload, {})
-    found: dict[str, list[float]] = defaultdict(list)
-    for call in calls:
-        if call_category(call.symbol) == "layout_transform":
-            key = wanted.get(tuple(sorted(call.shapes)))
-            if key is not None:
-                found[key].append(call.seconds)
-    return dict(found)
-
-
-def multi_input_times(calls: Sequence[Call], graph: LayoutGraph,
-                      assignment: Mapping[Hashable, int]) -> dict[Hashable, float]:
-    """In-network seconds of the multi-input ops (concat) that ran as kernels of their own in the build
-    of ``assignment``, matched by their inputs' and output's shapes in the chosen layout.
-
-    Example::
-
-        multi_input_times(profile_calls(ex, inputs), graph, assignment)    # {'concat': 0.0012, ...}
-    """
-    remaining = [(call, sorted(call.shapes)) for call in calls if call_category(call.symbol) == "concat"]
-    times = {}
-    for node in graph.layout_nodes():
-        shapes = node.workload.get("shapes") or []
-        if node.kind != "multi" or node.workload.get("op") != "concat" or not shapes:
-            continue
-        if any(shape is None or len(shape) != 4 for shape in shapes):
-            continue
-        axis = node.workload.get("axis", 1)
-        out = list(shapes[0])
-        out[axis] = sum(shape[axis] for shape in shapes)
-        layout = node.choices[assignment[node.name]].out_layout
-        wanted = sorted(layout_shape(shape, layout) for shape in [*shapes, out])
-        for i, (call, have) in enumerate(remaining):
-            if have == wanted:
-                times[node.name] = call.seconds
-                del remaining[i]
-                break
-    return times
+__all__ = ["Calibration", "calibrated_solution"]
 
 
 def _median_ratio(pairs: Sequence[tuple[float, float]]) -> float | None:
@@ -125,12 +61,10 @@ class Calibration:
             :func:`~layoutopt.tvm.build_problem` returns them.
         measured: the isolated cost of every measured task (``meta["measured"]`` of
             :func:`~layoutopt.tvm.build_problem`), transforms included.
-        target: the target the kernels were built for (to match the profiled calls).
     """
 
-    def __init__(self, graph: LayoutGraph, costs: Costs, measured: Mapping[str, float],
-                 target: Any = None) -> None:
-        self.graph, self.isolated, self.measured, self.target = graph, costs, dict(measured), target
+    def __init__(self, graph: LayoutGraph, costs: Costs, measured: Mapping[str, float]) -> None:
+        self.graph, self.isolated, self.measured = graph, costs, dict(measured)
         #: (node, choice index) -> in-network seconds, one per profiled build that ran it
         self.kernels: dict[tuple[Hashable, int], list[float]] = defaultdict(list)
         #: transform task key -> in-network seconds, one per profiled build that ran it
@@ -138,13 +72,12 @@ class Calibration:
         #: the assignments observed so far
         self.assignments: list[dict[Hashable, int]] = []
 
-    def observe(self, assignment: Mapping[Hashable, int], calls: Sequence[Call]) -> None:
-        """Record the profile ``calls`` of the build of ``assignment``."""
-        for node, seconds in layer_times(calls, self.graph, assignment, self.target).items():
+    def observe(self, observation: Observation) -> None:
+        """Record what the profile of one build said (:func:`~layoutopt.tvm.profile.observe`)."""
+        assignment = observation.assignment
+        for node, seconds in observation.kernels.items():
             self.kernels[node, assignment[node]].append(seconds)
-        for node, seconds in multi_input_times(calls, self.graph, assignment).items():
-            self.kernels[node, assignment[node]].append(seconds)
-        for key, seconds in transform_calls(calls, self.graph, assignment).items():
+        for key, seconds in observation.transforms.items():
             self.transforms[key].append(float(np.median(seconds)))
         self.assignments.append(dict(assignment))
 

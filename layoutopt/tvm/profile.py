@@ -1,4 +1,5 @@
-"""Where a built model's time goes: every call of ``main`` timed inside the running network.
+"""Observing a build in the network: every call of ``main`` timed inside the running network, and
+matched, once, to the layout graph's kernels and transforms.
 
 The layout problem prices each kernel and transform alone, with warm caches; in the network they
 run between other kernels, and ops outside the model (pooling, concat, the VM's own builtins) take
@@ -27,13 +28,14 @@ import numpy as np
 
 from ..errors import ProblemError
 from ..problem import Problem
-from ._tvm import import_tvm, one_blas_thread
+from ._tvm import import_tvm, one_blas_thread, resolve_target
 from .cache import task_key
 from .graph import LayoutGraph
+from .kernels import layout_shape
 from .runner import LocalRunner, Runner
 
-__all__ = ["OTHER", "Call", "Category", "call_category", "layer_times", "profile_builds", "profile_calls",
-           "time_breakdown"]
+__all__ = ["OTHER", "Call", "Category", "KernelShapes", "Observation", "call_category", "observe",
+           "profile_builds", "profile_calls", "time_breakdown"]
 
 #: (category, substrings of a call's symbol), first match wins: a fused function is named after its
 #: ops (``fused_conv2d_NCHWc_add_relu``), and the anchor op comes first in these rules
@@ -194,34 +196,74 @@ def time_breakdown(calls: Sequence[Call], graph: LayoutGraph, costs: Any,
             for name in order if name in measured or name in predicted]
 
 
-def layer_times(calls: Sequence[Call], graph: LayoutGraph, assignment: Mapping[Hashable, int],
-                target: Any = None) -> dict[Hashable, float]:
-    """In-network seconds of each conv2d/dense layer of the build of ``assignment``.
-
-    A layer is matched to the call of its kernel by argument shapes (the kernel's, built as it was
-    measured), layers sharing a kernel taking its calls in program order. A layer whose kernel ran
-    with another epilogue than extracted (a residual add that did not fuse because the add runs in
-    another layout) is matched by its data, weight and output shapes alone.
+class KernelShapes:
+    """The argument shapes of each kernel (workload, candidate): its inputs in the kernel's layouts, then
+    its output, its fused epilogue's operands included, as the measurer built it
+    (:func:`~layoutopt.tvm.kernels.kernel_tensors`: the compute alone, never scheduled nor compiled).
+    Each kernel's shapes are worked out once, whatever the number of profiles matched against them.
 
     Example::
 
-        times = layer_times(profile_calls(ex, inputs), graph, solution.assignment)
+        shapes = KernelShapes("llvm")
+        shapes(workload, {"in": "NCHW16c", "out": "NCHW16c"})   # [(1, 4, 56, 56, 16), ...]
     """
-    from .kernels import build_kernel
 
+    def __init__(self, target: Any = None) -> None:
+        self.target = target
+        self._shapes: dict[str, list[tuple[int, ...]]] = {}
+
+    def __call__(self, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> list[tuple[int, ...]]:
+        key = task_key(workload, candidate)
+        if key not in self._shapes:
+            from .kernels.kernel import kernel_tensors
+            from .kernels.workload import validate_workload
+
+            tvm = import_tvm()
+            with resolve_target(self.target):
+                tensors = kernel_tensors(tvm, validate_workload(dict(workload)), dict(candidate))
+            self._shapes[key] = [tuple(int(d) for d in tensor.shape) for tensor in tensors]
+        return self._shapes[key]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the profile of the build of ``assignment`` says about the layout problem, matched once:
+    ``kernels``, the in-network seconds of each node's kernel (conv2d and dense layers, and the
+    multi-input ops that ran as kernels of their own: concat), and ``transforms``, those of each layout
+    transform the build inserted (keyed by the :func:`~layoutopt.tvm.cache.task_key` of its workload)."""
+
+    assignment: dict[Hashable, int]
+    kernels: dict[Hashable, float]
+    transforms: dict[str, list[float]]
+
+
+def observe(calls: Sequence[Call], graph: LayoutGraph, assignment: Mapping[Hashable, int],
+            shapes: KernelShapes) -> Observation:
+    """Match the profile ``calls`` of the build of ``assignment`` to the graph's nodes and transforms.
+
+    A layer is matched to the call of its kernel by argument shapes (``shapes``), layers sharing a kernel
+    taking its calls in program order; a layer whose kernel ran with another epilogue than extracted (a
+    residual add that did not fuse because the add runs in another layout) is matched by its data,
+    weight and output shapes alone. A transform is matched by its source and destination shapes to the
+    transforms the edges imply; a concat by its inputs' and output's shapes in its chosen layout.
+
+    Example::
+
+        observation = observe(profile_calls(ex, inputs), graph, assignment, KernelShapes("llvm"))
+        observation.kernels["conv1"], observation.transforms
+    """
+    kernels = _layer_times(calls, graph, assignment, shapes)
+    kernels.update(_multi_input_times(calls, graph, assignment))
+    return Observation(dict(assignment), kernels, _transform_calls(calls, graph, assignment))
+
+
+def _layer_times(calls: Sequence[Call], graph: LayoutGraph, assignment: Mapping[Hashable, int],
+                 shapes: KernelShapes) -> dict[Hashable, float]:
+    """In-network seconds of each conv2d/dense layer of the build of ``assignment``."""
     remaining = [(call, Counter(call.shapes)) for call in calls
                  if call_category(call.symbol) in ("conv2d", "dense")]
-    shapes: dict[str, list[tuple[int, ...]]] = {}
-    layers = []
-    for name in nx.topological_sort(graph):
-        node = graph.layout_node(name)
-        if node.kind != "target":
-            continue
-        workload, candidate = node.workload, dict(node.choices[assignment[name]].candidate)
-        key = task_key(workload, candidate)
-        if key not in shapes:
-            shapes[key] = [tuple(s) for s in build_kernel(workload, candidate, target).arg_shapes]
-        layers.append((name, shapes[key]))
+    layers = [(name, shapes(graph.layout_node(name).workload, graph.choice(name, assignment[name]).candidate))
+              for name in nx.topological_sort(graph) if graph.layout_node(name).kind == "target"]
     times: dict[Hashable, float] = {}
     for exact in (True, False):  # exact matches first, so that a fallback never takes another's call
         for name, arg_shapes in layers:
@@ -233,4 +275,52 @@ def layer_times(calls: Sequence[Call], graph: LayoutGraph, assignment: Mapping[H
                     times[name] = call.seconds
                     del remaining[i]
                     break
+    return times
+
+
+def _transform_calls(calls: Sequence[Call], graph: LayoutGraph,
+                     assignment: Mapping[Hashable, int]) -> dict[str, list[float]]:
+    """In-network seconds of each layout transform the build of ``assignment`` inserted, by task key."""
+    from .problem import transform_workload
+
+    wanted: dict[tuple, str] = {}
+    for producer, consumer in graph.edges:
+        src = graph.choice(producer, assignment[producer]).out_layout
+        dst = graph.choice(consumer, assignment[consumer]).in_layout
+        edge = graph.layout_edge(producer, consumer)
+        for value in edge.values if src != dst else ():
+            workload = transform_workload(value.shape, src, dst, edge.dtype)
+            if workload is not None:
+                signature = tuple(sorted((layout_shape(value.shape, src), layout_shape(value.shape, dst))))
+                wanted[signature] = task_key(workload, {})
+    found: dict[str, list[float]] = defaultdict(list)
+    for call in calls:
+        if call_category(call.symbol) == "layout_transform":
+            key = wanted.get(tuple(sorted(call.shapes)))
+            if key is not None:
+                found[key].append(call.seconds)
+    return dict(found)
+
+
+def _multi_input_times(calls: Sequence[Call], graph: LayoutGraph,
+                       assignment: Mapping[Hashable, int]) -> dict[Hashable, float]:
+    """In-network seconds of the multi-input ops (concat) that ran as kernels of their own."""
+    remaining = [(call, sorted(call.shapes)) for call in calls if call_category(call.symbol) == "concat"]
+    times = {}
+    for node in graph.layout_nodes():
+        node_shapes = node.workload.get("shapes") or []
+        if node.kind != "multi" or node.workload.get("op") != "concat" or not node_shapes:
+            continue
+        if any(shape is None or len(shape) != 4 for shape in node_shapes):
+            continue
+        axis = node.workload.get("axis", 1)
+        out = list(node_shapes[0])
+        out[axis] = sum(shape[axis] for shape in node_shapes)
+        layout = node.choices[assignment[node.name]].out_layout
+        wanted = sorted(layout_shape(shape, layout) for shape in [*node_shapes, out])
+        for i, (call, have) in enumerate(remaining):
+            if have == wanted:
+                times[node.name] = call.seconds
+                del remaining[i]
+                break
     return times

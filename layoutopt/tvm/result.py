@@ -23,7 +23,7 @@ from ..solution import Solution
 from .check import Reference
 from .graph import LayoutGraph
 from .kernels import describe_workload
-from .profile import Call, Category
+from .profile import Category, Observation
 from .timing import Noise, Ratio
 
 __all__ = ["TUNED", "Layer", "TuneResult", "Variant", "layer_table", "ms"]
@@ -41,9 +41,11 @@ class Variant:
     times; ops outside the problem, such as pooling, are not in it); ``measured`` the median latency
     over interleaved rounds, ``spread`` its 25th-75th percentiles; ``versus_tuned`` its latency over
     the tuned build's, paired round by round (a :class:`~layoutopt.tvm.timing.Ratio`: what the guard
-    decides on). ``max_relative_error`` its check (:mod:`layoutopt.tvm.check`: against the untouched
-    model in float64). ``None`` when not applicable. Each stage of :mod:`layoutopt.tvm.stages` fills in
-    its part, as a new record (``dataclasses.replace``).
+    decides on). ``observation`` what its in-network profile said, matched to the layout graph
+    (:func:`~layoutopt.tvm.profile.observe`). ``max_relative_error`` its check
+    (:mod:`layoutopt.tvm.check`: against the untouched model in float64). ``None`` when not applicable.
+    Each stage of :mod:`layoutopt.tvm.stages` fills in its part, as a new record
+    (``dataclasses.replace``).
     """
 
     name: str
@@ -58,7 +60,7 @@ class Variant:
     versus_tuned: Ratio | None = None
     module: Any = field(default=None, repr=False)
     executable: Any = field(default=None, repr=False)
-    calls: list[Call] | None = field(default=None, repr=False)
+    observation: Observation | None = field(default=None, repr=False)
 
     @property
     def in_network(self) -> float | None:

@@ -50,7 +50,7 @@ from .calibrate import Calibration, calibrated_solution
 from .check import Reference, first_divergence
 from .graph import LayoutGraph
 from .guard import baseline_builds, fastest_build, guard_rules
-from .profile import layer_times, profile_builds, time_breakdown
+from .profile import KernelShapes, observe, profile_builds, time_breakdown
 from .result import TUNED, TuneResult, Variant, layer_table
 from .runner import Runner
 from .timing import Latency, Noise, compare_builds, measure_latency, random_inputs, run
@@ -170,11 +170,13 @@ class Extracted:
 @dataclass(frozen=True)
 class Measured:
     """The measured layout problem: ``costs`` in seconds and ``meta`` as
-    :func:`~layoutopt.tvm.build_problem` returns them."""
+    :func:`~layoutopt.tvm.build_problem` returns them; ``shapes``, the argument shapes of the measured
+    kernels, which in-network profiles are matched against."""
 
     extracted: Extracted
     costs: Costs
     meta: dict[str, Any]
+    shapes: KernelShapes = field(repr=False, default_factory=KernelShapes)
 
 
 @dataclass(frozen=True)
@@ -270,7 +272,7 @@ def measure(extracted: Extracted, options: TuneOptions) -> Measured:
     stats = meta["stats"]
     options.say(f"kernels and transforms: {stats['measured']} measured, {stats['cached']} from the cost cache"
                 + (f", {stats['failed']} failed" if stats["failed"] else ""))
-    return Measured(extracted, costs, meta)
+    return Measured(extracted, costs, meta, KernelShapes(extracted.target))
 
 
 def solve(measured: Measured, options: TuneOptions, costs: Costs | None = None) -> Solved:
@@ -400,15 +402,14 @@ def calibrate(built: Built, options: TuneOptions) -> Built:
     solved, extracted = built.solved, built.solved.measured.extracted
     options.say("calibrating the costs with every build's in-network profile ...")
     with _stage(extracted.timings, "calibrate"):
-        calibration = Calibration(extracted.graph, solved.costs, solved.measured.meta["measured"],
-                                  extracted.target)
+        calibration = Calibration(extracted.graph, solved.costs, solved.measured.meta["measured"])
         builds = [built.tuned, *(v for v in built.baselines.values() if v.executable is not None)]
-        _observe(calibration, builds, extracted)
+        _observe(calibration, builds, solved.measured)
 
         def build_and_observe(assignment: Mapping[Hashable, int]) -> None:
             options.say("the calibrated costs choose another assignment: building and profiling it ...")
             builds.append(build_variant(extracted, TUNED, "", assignment, options))
-            _observe(calibration, builds, extracted)
+            _observe(calibration, builds, solved.measured)
 
         def solve_costs(costs: Costs) -> Solution:
             return solve(solved.measured, replace(options, progress=False), costs).solution
@@ -428,14 +429,15 @@ def calibrate(built: Built, options: TuneOptions) -> Built:
     return _priced(Built(calibrated, tuned, baselines))
 
 
-def _observe(calibration: Calibration, builds: Sequence[Variant], extracted: Extracted) -> None:
-    """Profile every build side by side and hand each profile to the calibration. Every build is
-    profiled again beside the new one: a build profiled alone ran 15-25 % slower
+def _observe(calibration: Calibration, builds: Sequence[Variant], measured: Measured) -> None:
+    """Profile every build side by side and hand what each profile says to the calibration. Every build
+    is profiled again beside the new one: a build profiled alone ran 15-25 % slower
     (benchmarks/results/profile_repro.md), which biased the costs against every new assignment."""
+    extracted = measured.extracted
     profiles = profile_builds({str(i): v.executable for i, v in enumerate(builds)}, extracted.inputs,
                               runner=extracted.runner)
     for i, variant in enumerate(builds):
-        calibration.observe(variant.assignment, profiles[str(i)])
+        calibration.observe(observe(profiles[str(i)], extracted.graph, variant.assignment, measured.shapes))
 
 
 def time_variants(built: Built, options: TuneOptions) -> Timed:
@@ -495,8 +497,9 @@ def profile(timed: Timed, options: TuneOptions) -> Timed:
         calls = profiles.get(timed.aliases.get(variant.name, variant.name))
         if not calls:
             return variant
-        return replace(variant, breakdown=time_breakdown(calls, extracted.graph, built.solved.costs,
-                                                         variant.assignment), calls=calls)
+        observation = observe(calls, extracted.graph, variant.assignment, built.solved.measured.shapes)
+        breakdown = time_breakdown(calls, extracted.graph, built.solved.costs, variant.assignment)
+        return replace(variant, breakdown=breakdown, observation=observation)
 
     baselines = {name: profiled(v) for name, v in built.baselines.items()}
     return replace(timed, built=Built(built.solved, profiled(built.tuned), baselines))
@@ -519,8 +522,8 @@ def choose(timed: Timed, options: TuneOptions) -> TuneResult:
     if options.guard:
         chosen = fastest_build(graph, built.baselines, timed.aliases, extracted.constraints, options.say)
     layers = layer_table(graph, solved.problem, solved.solution.assignment, measured.costs)
-    if built.tuned.calls:
-        in_network = layer_times(built.tuned.calls, graph, solved.solution.assignment, extracted.target)
+    if built.tuned.observation is not None:
+        in_network = built.tuned.observation.kernels
         layers = [replace(layer, in_network=in_network.get(layer.node)) for layer in layers]
     handed_back = built.tuned if chosen == TUNED else built.baselines[chosen]
     return TuneResult(executable=handed_back.executable, module=handed_back.module,

@@ -10,10 +10,13 @@ pytest.importorskip("tvm")
 from layoutopt.problem import Costs, Problem
 from layoutopt.tvm import extract_layout_graph, models
 from layoutopt.tvm.cache import task_key
-from layoutopt.tvm.calibrate import Calibration, transform_calls
+from layoutopt.tvm.calibrate import Calibration
 from layoutopt.tvm.kernels import build_kernel, layout_shape
 from layoutopt.tvm.problem import transform_edge_costs, transform_tasks
-from layoutopt.tvm.profile import Call
+from layoutopt.tvm.profile import Call, KernelShapes, observe
+
+#: the kernels' argument shapes, worked out once for every test here
+SHAPES = KernelShapes()
 
 pytestmark = pytest.mark.tvm
 
@@ -38,11 +41,22 @@ def _calls(graph, assignment, seconds, transform_seconds):
     calls = []
     for name, value in seconds.items():
         node = graph.layout_node(name)
-        shapes = build_kernel(node.workload, dict(node.choices[assignment[name]].candidate)).arg_shapes
+        shapes = SHAPES(node.workload, node.choices[assignment[name]].candidate)
         calls.append(Call("fused_conv2d_NCHWc_add_relu", tuple(shapes), value))
     for (shape, src, dst), value in transform_seconds.items():
         calls.append(Call("te_layout_transform", (layout_shape(shape, src), layout_shape(shape, dst)), value))
     return calls
+
+
+def test_the_shapes_profiles_are_matched_against_are_the_built_kernels():
+    # worked out from the compute alone (no schedule, no compile), they must be what the build runs
+    graph = extract_layout_graph(models.residual(channels=16, size=8),
+                                 {"blocks": [8, 16], "algorithms": ["direct", "winograd", "gemm"]})
+    shapes = KernelShapes()
+    for node in graph.layout_nodes():
+        for choice in node.choices if node.kind == "target" else ():
+            built = build_kernel(node.workload, dict(choice.candidate)).arg_shapes
+            assert shapes(node.workload, choice.candidate) == built, (node.name, choice.label)
 
 
 def test_observed_kernels_cost_what_they_cost_in_the_network_and_the_rest_is_scaled(chain):
@@ -51,8 +65,8 @@ def test_observed_kernels_cost_what_they_cost_in_the_network_and_the_rest_is_sca
     assignment = {"data": 0, "conv1": _index(graph, "conv1", "NCHW8c->NCHW16c"),
                   "conv2": _index(graph, "conv2", "NCHW16c->NCHW16c"), "output:gv": 0}
     image_in = ((1, 8, 8, 8), "NCHW", "NCHW8c")
-    calibration.observe(assignment, _calls(graph, assignment, {"conv1": 3e-3, "conv2": 1.5e-3},
-                                           {image_in: 4e-4}))
+    calibration.observe(observe(_calls(graph, assignment, {"conv1": 3e-3, "conv2": 1.5e-3}, {image_in: 4e-4}),
+                                graph, assignment, SHAPES))
     assert calibration.observed(assignment) and not calibration.observed({**assignment, "conv1": 0})
     calibrated = calibration.costs()
     conv1, conv2 = calibrated.nodes["conv1"], calibrated.nodes["conv2"]
@@ -74,7 +88,7 @@ def test_a_node_never_observed_takes_its_kinds_ratio(chain):
     graph, costs, measured = chain
     calibration = Calibration(graph, costs, measured)
     assignment = {"data": 0, "conv1": 0, "conv2": 0, "output:gv": 0}
-    calibration.observe(assignment, _calls(graph, assignment, {"conv1": 2e-3}, {}))
+    calibration.observe(observe(_calls(graph, assignment, {"conv1": 2e-3}, {}), graph, assignment, SHAPES))
     calibrated = calibration.costs()
     assert np.allclose(calibrated.nodes["conv2"], 2e-3)  # no call matched conv2: conv2d's ratio, 2x
     assert np.array_equal(calibrated.edges["conv1", "conv2"], costs.edges["conv1", "conv2"])  # none seen
@@ -86,14 +100,12 @@ def test_transform_calls_are_matched_by_their_shapes(chain):
                   "conv2": _index(graph, "conv2", "NCHW16c->NCHW16c"), "output:gv": 0}
     calls = _calls(graph, assignment, {}, {((1, 16, 8, 8), "NCHW8c", "NCHW16c"): 5e-5,
                                            ((1, 16, 8, 8), "NCHW4c", "NCHW16c"): 9.0})
-    found = transform_calls(calls, graph, assignment)
+    found = observe(calls, graph, assignment, SHAPES).transforms
     # only the transform the assignment implies (8c -> 16c between the convs) is matched
     assert list(found.values()) == [[5e-5]]
 
 
 def test_a_concat_running_as_its_own_kernel_is_observed_and_costed():
-    from layoutopt.tvm.calibrate import multi_input_times
-
     graph = extract_layout_graph(models.concat3((8, 16, 8), in_channels=8, size=8), [8, 16])
     concat = graph.layout_node("concat")
     assignment = {node.name: 0 for node in graph.layout_nodes()}
@@ -101,12 +113,12 @@ def test_a_concat_running_as_its_own_kernel_is_observed_and_costed():
     inputs = [layout_shape(shape, layout) for shape in concat.workload["shapes"]]
     calls = [Call("fused_concatenate", (*inputs, layout_shape((1, 32, 8, 8), layout)), 7e-4),
              Call("fused_concatenate", ((1, 1, 8, 8, 8), (1, 1, 8, 8, 8)), 1.0)]  # no such concat
-    assert multi_input_times(calls, graph, assignment) == {"concat": 7e-4}
+    assert observe(calls, graph, assignment, SHAPES).kernels == {"concat": 7e-4}
     nodes = {node.name: np.full(len(node.choices), 1e-3 if node.kind == "target" else 0.0)
              for node in graph.layout_nodes()}
     measured = {task_key(workload, {}): 1e-4 for workload, _ in transform_tasks(graph)}
     calibration = Calibration(graph, Costs(nodes, transform_edge_costs(graph, measured)), measured)
-    calibration.observe(assignment, calls)
+    calibration.observe(observe(calls, graph, assignment, SHAPES))
     # measured at 0 alone, observed at 0.7 ms: every layout of the concat now costs its observed time
     assert np.allclose(calibration.costs().nodes["concat"], 7e-4)
 
@@ -123,7 +135,8 @@ def test_a_nodes_ratio_carries_to_the_choices_of_the_same_algorithm_first():
     direct, winograd = algorithm.index("direct"), algorithm.index("winograd")
     for k, seconds in ((direct, 3e-3), (winograd, 1e-3)):  # two builds: direct 3x slower, Winograd as alone
         assignment = {"data": 0, "conv1": 0, "conv2": k, "output:gv": 0}
-        calibration.observe(assignment, _calls(graph, assignment, {"conv2": seconds}, {}))
+        calibration.observe(observe(_calls(graph, assignment, {"conv2": seconds}, {}), graph, assignment,
+                                    SHAPES))
     calibrated = calibration.costs().nodes["conv2"]
     expected = [3e-3 if a == "direct" else 1e-3 for a in algorithm]
     assert np.allclose(calibrated, expected)
@@ -139,14 +152,16 @@ def test_calibration_that_does_not_settle_hands_on_the_cheapest_assignment_profi
              "conv2": _index(graph, "conv2", "NCHW8c->NCHW8c"), "output:gv": 0}
     second = {**first, "conv2": _index(graph, "conv2", "NCHW8c->NCHW16c")}
     third = {**first, "conv1": _index(graph, "conv1", "NCHW8c->NCHW16c")}
-    calibration.observe(first, _calls(graph, first, {"conv1": 2e-3, "conv2": 2e-3}, {}))
+    calls = _calls(graph, first, {"conv1": 2e-3, "conv2": 2e-3}, {})
+    calibration.observe(observe(calls, graph, first, SHAPES))
     answers = iter([second, third])  # a solver that never picks a profiled assignment
 
     def solve_costs(_costs):
         return Solution(next(answers), {}, 1e-3, 5e-4, "optimal", "fake")
 
     def build_and_observe(assignment):  # second: conv2 runs at 1 ms, cheaper than the first build
-        calibration.observe(assignment, _calls(graph, assignment, {"conv1": 2e-3, "conv2": 1e-3}, {}))
+        calls = _calls(graph, assignment, {"conv1": 2e-3, "conv2": 1e-3}, {})
+        calibration.observe(observe(calls, graph, assignment, SHAPES))
 
     solution, final = calibrated_solution(calibration, 1, build_and_observe, solve_costs,
                                           own=lambda: [first, second])
