@@ -523,9 +523,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, path in args.library:
         if not path.is_file():
             parser.error(f"--library {name}: no file {str(path)!r}")
-    shape = [int(d) for d in args.input_shape.split(",")] if args.input_shape else _static_shape(args.onnx)
+    names, static = _inputs(args.onnx)
+    if len(names) != 1:
+        parser.error(f"{args.onnx} has {len(names)} inputs ({', '.join(names)}); this command feeds one")
+    shape = [int(d) for d in args.input_shape.split(",")] if args.input_shape else static
     if shape is None:
-        parser.error(f"{args.onnx}: its input shape is not static; give --input-shape")
+        parser.error(f"{args.onnx}: input {names[0]!r} has no static shape; give --input-shape")
     inputs = [np.random.default_rng(1).standard_normal(shape).astype("float32")]
     runtimes = (ONNXRUNTIME,) if args.no_openvino else (ONNXRUNTIME, OPENVINO)
     with start_engines(args.onnx, inputs, dict(args.library), args.threads, runtimes) as (engines, failed):
@@ -540,15 +543,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _static_shape(path: Path) -> list[int] | None:
-    """The single input's shape when every dimension is a number."""
+def _inputs(path: Path) -> tuple[list[str], list[int] | None]:
+    """The model's input names, and the first one's shape when every dimension is a number."""
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
     initializers = {i.name for i in graph.initializer}
-    (first, *_) = [i for i in graph.input if i.name not in initializers]
-    dims = [d.dim_value if d.HasField("dim_value") else None for d in first.type.tensor_type.shape.dim]
-    return None if None in dims else dims
+    inputs = [i for i in graph.input if i.name not in initializers]
+    if not inputs:
+        return [], None
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in inputs[0].type.tensor_type.shape.dim]
+    return [i.name for i in inputs], None if None in dims else dims
 
 
 if __name__ == "__main__":

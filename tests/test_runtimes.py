@@ -1,5 +1,6 @@
 """benchmarks.runtimes: engines timed side by side (fake engines: no TVM build, no runtime needed), its
-engine processes' errors, and the cells real_models.py makes of its results."""
+engine processes' errors (ONNX Runtime, from the dev extra), and the cells real_models.py makes of its
+results."""
 
 from __future__ import annotations
 
@@ -135,7 +136,6 @@ def test_a_result_survives_json():
 
 
 def test_an_engine_that_cannot_load_its_model_is_named_with_its_file(tmp_path):
-    pytest.importorskip("onnxruntime")  # in the dev extra; this file's other tests need no runtime
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"not a model")
     with start_engines(broken, [np.zeros((1, 3), "float32")], {}, threads=1,
