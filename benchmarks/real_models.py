@@ -1,4 +1,4 @@
-"""Opt-in benchmark: tune public ONNX CNNs that PyPI packages ship, end to end, beside b* and ONNX Runtime.
+"""Opt-in benchmark: public ONNX CNNs tuned end to end, their exported builds timed beside ORT and OpenVINO.
 
 Models nobody here wrote, with the ops of real deployments (depthwise convs, hard-swish, SiLU,
 squeeze-excite, resize, FPN/PAN concat necks, ConvTranspose, dynamic batch and image sizes folded
