@@ -25,7 +25,20 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["MASKED_FEATURES", "available", "hide_avx512", "library"]
+__all__ = ["HIDE_AVX512", "MASKED_FEATURES", "PRELUDE", "available", "hide_avx512", "library"]
+
+#: set in a benchmark's environment to the compiled mask (:func:`library`) when its child processes
+#: (ONNX Runtime, OpenVINO, PyTorch) must run without AVX-512: a TVM target without it on an AVX-512 host
+HIDE_AVX512 = "LAYOUTOPT_HIDE_AVX512"
+
+#: Python code those children run first, before numpy or a runtime reads CPUID
+PRELUDE = f"""
+import os, sys
+if os.environ.get({HIDE_AVX512!r}):
+    sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+    from benchmarks.cpuid_mask import hide_avx512
+    hide_avx512(os.environ[{HIDE_AVX512!r}])
+"""
 
 # CPUID leaf 7 bits that name AVX-512 and AMX features: (subleaf, register, bit) -> name
 MASKED_FEATURES = {

@@ -12,13 +12,15 @@ Per network, in one child process, side by side:
   fuse each conv's elementwise epilogue into it;
 * (e) PyTorch eager on the CPU (``OMP_WAIT_POLICY=PASSIVE``; without it OpenMP spinning breaks on
   2-vCPU VMs);
-* (f) ONNX Runtime on the CPU (all graph optimisations).
+* (f) ONNX Runtime on the CPU (all graph optimisations, idle threads not spinning:
+  :func:`benchmarks.runtimes.onnxruntime_options`).
 
 Networks are torchvision architectures with seeded random weights (no download), exported to ONNX
 once; TVM imports that ONNX file (``relax.frontend.onnx``) and ONNX Runtime runs it, so (a)-(d) and (f)
-run the same graph. ONNX Runtime runs in a subprocess (its threads idle while TVM runs) that times
-in the same interleaved rounds as the TVM builds; PyTorch is timed after, in a subprocess too. Needs
-torch, torchvision and onnxruntime: ``bash scripts/setup-bench-venv.sh`` creates ``.venv-bench``.
+run the same graph. ONNX Runtime runs in a subprocess (:class:`benchmarks.runtimes.RuntimeServer`: its
+threads idle while TVM runs) on the TVM builds' input, timed in the same interleaved rounds as they are;
+PyTorch is timed after, in a subprocess too. Needs torch, torchvision and onnxruntime:
+``bash scripts/setup-bench-venv.sh`` creates ``.venv-bench``.
 
 Usage::
 
@@ -57,14 +59,13 @@ os.environ.setdefault("OMP_NUM_THREADS", os.environ["TVM_NUM_THREADS"])
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 RESULTS = Path(__file__).resolve().parent / "results"
-#: set in a network's process to the compiled :mod:`benchmarks.cpuid_mask` when ONNX Runtime and
-#: PyTorch must run without AVX-512 (a TVM target without it on an AVX-512 host)
-HIDE_AVX512 = "LAYOUTOPT_HIDE_AVX512"
 
+from benchmarks.cpuid_mask import HIDE_AVX512, PRELUDE  # noqa: E402
 from benchmarks.networks import MODEL_SNIPPET, NETWORKS, export_onnx, input_shape  # noqa: E402
 from benchmarks.ort_layers import markdown as ort_markdown  # noqa: E402
 from benchmarks.ort_layers import match_convs, node_times, other_seconds  # noqa: E402
 from benchmarks.ort_layers import summary_cells as ort_summary_cells  # noqa: E402
+from benchmarks.runtimes import ONNXRUNTIME, start_engines  # noqa: E402
 
 VARIANTS = [
     ("default", "(a) TVM default build"),
@@ -83,16 +84,7 @@ VARIANTS = [
 # ---------------------------------------------------------------------------------------------
 # models (torch side, run in a subprocess too so torch never shares this process with TVM timings)
 
-# First in both subprocesses, before numpy, torch or ONNX Runtime read CPUID.
-_PRELUDE = f"""
-import os, sys
-if os.environ.get({HIDE_AVX512!r}):
-    sys.path.insert(0, {str(RESULTS.parent.parent)!r})
-    from benchmarks.cpuid_mask import hide_avx512
-    hide_avx512(os.environ[{HIDE_AVX512!r}])
-"""
-
-_TORCH_SNIPPET = _PRELUDE + MODEL_SNIPPET + r"""
+_TORCH_SNIPPET = PRELUDE + MODEL_SNIPPET + r"""
 import time
 import numpy as np
 ctor, kwargs, size, repeat, threads = json.loads(sys.argv[1])
@@ -107,86 +99,6 @@ with torch.inference_mode():
 print(json.dumps({"seconds": float(np.median(times)), "torch": torch.__version__,
                   "torchvision": torchvision.__version__}))
 """
-
-_ORT_SERVER = _PRELUDE + r"""
-import json, sys, time
-import numpy as np, onnxruntime as ort
-path, size, threads = json.loads(sys.argv[1])
-def session_options(profile_prefix=None):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if profile_prefix:
-        options.enable_profiling = True
-        options.profile_file_prefix = profile_prefix
-    return options
-session = ort.InferenceSession(path, session_options(), providers=["CPUExecutionProvider"])
-data = np.random.default_rng(0).standard_normal((1, 3, size, size)).astype("float32")
-x = {session.get_inputs()[0].name: data}
-for _ in range(3):
-    session.run(None, x)
-print(json.dumps({"onnxruntime": ort.__version__}), flush=True)
-for line in sys.stdin:
-    if line.startswith("profile"):  # "profile RUNS PREFIX": a profiling session's file, after RUNS runs
-        _, runs, prefix = line.split(maxsplit=2)
-        options = session_options(prefix.strip())
-        profiled = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        for _ in range(int(runs)):
-            profiled.run(None, x)
-        print(profiled.end_profiling(), flush=True)
-        continue
-    start = time.perf_counter()  # any other line: one run, timed
-    session.run(None, x)
-    print(time.perf_counter() - start, flush=True)
-"""
-
-
-class OnnxRuntimeServer:
-    """ONNX Runtime in a subprocess, idle while the TVM builds run: :meth:`once` times one run (a
-    contender for :func:`layoutopt.tvm.timing.time_builds`), :meth:`profile` times every node.
-
-    Example::
-
-        with OnnxRuntimeServer(onnx_path, 224, threads=2) as server:
-            samples = time_builds(builds, inputs, 30, others={"onnxruntime": server.once})
-            nodes = server.profile(runs=5)
-    """
-
-    def __init__(self, onnx_path: Path, size: int, threads: int) -> None:
-        payload = json.dumps([str(onnx_path), size, threads])
-        self._process = subprocess.Popen([sys.executable, "-c", _ORT_SERVER, payload], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, text=True,
-                                         env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
-        self.version = json.loads(self._request(None))["onnxruntime"]
-
-    def _request(self, line: str | None) -> str:
-        assert self._process.stdin is not None and self._process.stdout is not None
-        if line is not None:
-            self._process.stdin.write(line + "\n")
-            self._process.stdin.flush()
-        answer = self._process.stdout.readline()
-        if not answer:
-            raise RuntimeError(f"the ONNX Runtime server exited (code {self._process.poll()})")
-        return answer
-
-    def once(self) -> float:
-        """Seconds of one run."""
-        return float(self._request(""))
-
-    def profile(self, runs: int = 5) -> list[dict]:
-        """Every node's fastest of ``runs`` runs (:func:`benchmarks.ort_layers.node_times`)."""
-        with tempfile.TemporaryDirectory() as tmp:
-            return node_times(self._request(f"profile {runs} {Path(tmp) / 'ort'}").strip())
-
-    def __enter__(self) -> OnnxRuntimeServer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        assert self._process.stdin is not None
-        self._process.stdin.close()
-        self._process.wait(timeout=60)
-
 
 def _subprocess_json(snippet: str, payload: list, timeout: float = 3600) -> dict:
     done = subprocess.run(
@@ -268,11 +180,16 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     # every TVM build and ONNX Runtime side by side, in the same interleaved rounds
     builds = {v.name: v.executable for v in result.variants()
               if v.executable is not None and v.name not in COMPOSITES}  # a composite is one of its members
-    with OnnxRuntimeServer(onnx_path, size, threads) as server:
-        samples = time_builds(builds, random_inputs(result.module), args.repeat,
-                              others={"onnxruntime": server.once})
+    inputs = random_inputs(result.module)
+    with (start_engines(onnx_path, inputs, {}, threads, runtimes=(ONNXRUNTIME,)) as (engines, failed),
+          tempfile.TemporaryDirectory() as tmp):
+        if ONNXRUNTIME not in engines:
+            raise RuntimeError(failed[ONNXRUNTIME])
+        onnxruntime = engines[ONNXRUNTIME]
+        samples = time_builds(builds, inputs, args.repeat,
+                              others={"onnxruntime": lambda: onnxruntime.time(1)[0]})
         # ORT's own per-node profile beside the tuned build's in-network one, conv layer by conv layer
-        ort_nodes = server.profile(runs=5)
+        ort_nodes = node_times(onnxruntime.profile(5, Path(tmp) / "ort"))
     # the tuned build's conv2d layers with their candidates: which algorithm each runs
     convs = {node: result.graph.choice(node, k).candidate for node, k in result.tuned.assignment.items()
              if result.graph.layout_node(node).op == "relax.nn.conv2d"}
@@ -301,7 +218,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
     row["versions"] = {
         "torch": torch_info["torch"],
         "torchvision": torch_info["torchvision"],
-        "onnxruntime": server.version,
+        "onnxruntime": onnxruntime.version,
     }
     row["stamp"] = stamp()  # this row's own date and machine: rows of several runs share the table
     return row

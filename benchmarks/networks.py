@@ -115,17 +115,33 @@ def export_onnx(network: str, directory: str | os.PathLike = MODELS, python: str
         export_onnx("vgg19_bn", python="/work/benchvenv/bin/python")
     """
     ctor, kwargs, size = NETWORKS[_known(network)]
-    path = Path(directory) / f"{network}.onnx"
+    return export_torchvision(ctor, Path(directory) / f"{network}.onnx", size, kwargs, python, name=network)
+
+
+def export_torchvision(ctor: str | None, path: str | os.PathLike, size: int = 224, kwargs: dict | None = None,
+                       python: str = sys.executable, name: str | None = None) -> Path:
+    """torchvision's architecture ``ctor`` (``None``: the SSD of :data:`NETWORKS`) with weights random
+    from seed 0, batch 1 at ``size`` x ``size``, as an ONNX file at ``path`` (opset 17), exported by
+    ``python`` (with torch and torchvision) unless the file exists.
+
+    Raises:
+        ProblemError: the export failed, naming ``name`` (default ``ctor``) and the exporter's last line.
+
+    Example::
+
+        export_torchvision("mobilenet_v2", "/tmp/models/mobilenet_v2.onnx")
+    """
+    path = Path(path)
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".onnx.partial")  # a killed export never leaves a truncated model behind
-    done = subprocess.run([python, "-c", _EXPORT_SNIPPET, json.dumps([ctor, kwargs, size, str(partial)])],
-                          capture_output=True, text=True)
+    payload = json.dumps([ctor, kwargs or {}, size, str(partial)])
+    done = subprocess.run([python, "-c", _EXPORT_SNIPPET, payload], capture_output=True, text=True)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
         reason = lines[-1] if lines else "no output"
-        raise ProblemError(f"{network}: ONNX export with {python} failed: {reason} "
+        raise ProblemError(f"{name or ctor}: ONNX export with {python} failed: {reason} "
                            "(exporting needs torch and torchvision)")
     partial.replace(path)
     return path

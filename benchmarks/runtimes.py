@@ -1,0 +1,560 @@
+"""The exported TVM library beside ONNX Runtime and OpenVINO, timed side by side as users run them.
+
+A claim "faster than ONNX Runtime / OpenVINO" holds only if the engines were timed in the same
+interleaved rounds, on what a user deploys (notes/measuring.md). This module does that:
+
+* each engine runs in a child process of its own (:class:`RuntimeServer`), loaded the way a user
+  loads it: the exported library by ``tvm.runtime.load_module`` and ``relax.VirtualMachine``
+  (``TVM_NUM_THREADS``), ONNX Runtime and OpenVINO on the original ``.onnx`` file. Apart, no engine's
+  idle threads (OpenMP, TBB or a thread pool spinning) share a process with another's runs, and a crash
+  costs one engine;
+* :func:`time_side_by_side` warms each engine up, checks every engine's outputs against the reference's
+  (ONNX Runtime's) on the same input, then times ``rounds`` rounds, each engine ``runs`` runs a round
+  (their median is the round's sample), the order rotated from round to round;
+* the :class:`SideBySide` it returns gives each engine's median over the rounds and, paired round by
+  round, the median of the per-round ratios with its 95 % interval (:class:`layoutopt.tvm.timing.Ratio`):
+  the ratio is what survives a shared host's speed episodes; where median and ratio disagree, the rounds
+  were noisy. It stamps the 1-minute load average before and after and the machine
+  (:func:`layoutopt.machine.stamp`), and is not :attr:`~SideBySide.publishable` when the load was above
+  the number of cores before or after.
+
+Usage (the ``real-models`` extra: onnxruntime and openvino)::
+
+    python -m benchmarks.runtimes det.onnx --library handed_back=det.so --library best_fixed=det.b.so
+
+Example::
+
+    with start_engines("det.onnx", inputs, {"handed_back": "det.so"}, threads=2) as (engines, failed):
+        result = time_side_by_side(engines)
+    result.latency("openvino").median, result.speedup("handed_back", over="onnxruntime").median
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from benchmarks.cpuid_mask import PRELUDE
+from layoutopt.errors import ProblemError
+from layoutopt.machine import stamp, usable_cores
+from layoutopt.tvm.check import relative_error
+from layoutopt.tvm.timing import Latency, Ratio, rotated
+
+#: the engine the others' outputs are checked against
+ONNXRUNTIME = "onnxruntime"
+OPENVINO = "openvino"
+#: what each engine is: ``tvm`` for an exported library, else the runtime on the ``.onnx`` file
+KINDS = ("tvm", ONNXRUNTIME, OPENVINO)
+#: measuring.md's method: 3 warm-up runs, then 15 rounds of 7 runs (a round's sample is their median)
+WARMUP, ROUNDS, RUNS = 3, 15, 7
+#: where the children find this package when it is not installed
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Engine(Protocol):
+    """What :func:`time_side_by_side` times: a model ready to run on one fixed input."""
+
+    def time(self, runs: int) -> list[float]:
+        """Seconds of each of ``runs`` runs, back to back."""
+        ...
+
+    def outputs(self) -> list[np.ndarray]:
+        """The outputs of a run, in the model's output order."""
+        ...
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """Engines timed in the same interleaved rounds.
+
+    ``seconds[name][i]`` is engine ``name``'s median of its ``runs`` runs in round ``i``; ``errors`` each
+    engine's max relative error against ``reference``'s outputs on the same input; the load averages
+    are the 1-minute ones before the warm-up and after the last round; ``max_load`` is the load above
+    which the figures are not to be published (the number of cores: 2 on 2 cores).
+
+    Example:
+        >>> result = SideBySide({"so": [1.0, 1.1, 0.9], "onnxruntime": [1.2, 1.3, 1.2]}, runs=7, warmup=3,
+        ...                     load_before=0.4, load_after=2.5, max_load=2.0, errors={"so": 1e-6},
+        ...                     reference="onnxruntime", stamp={}, versions={})
+        >>> result.latency("so").median, round(result.speedup("so", over="onnxruntime").median, 3)
+        (1.0, 1.2)
+        >>> result.publishable, result.refusal
+        (False, 'load average 2.5 after the rounds, above 2: not for publishing')
+    """
+
+    seconds: dict[str, list[float]]
+    runs: int
+    warmup: int
+    load_before: float
+    load_after: float
+    max_load: float
+    errors: dict[str, float]
+    reference: str | None
+    stamp: dict[str, str]
+    versions: dict[str, str]
+
+    def latency(self, name: str) -> Latency:
+        """Engine ``name``'s median over the rounds (and the spread of its round samples)."""
+        return Latency.of(self._seconds(name))
+
+    def speedup(self, name: str, over: str) -> Ratio:
+        """How many times faster ``name`` ran than ``over``: the median of the per-round ratios
+        ``over / name`` with its 95 % interval (above 1: ``name`` is faster)."""
+        return Ratio.of(self._seconds(over), self._seconds(name))
+
+    def _seconds(self, name: str) -> list[float]:
+        if name not in self.seconds:
+            raise ValueError(f"no engine {name!r} was timed; timed: {', '.join(self.seconds)}")
+        return self.seconds[name]
+
+    @property
+    def publishable(self) -> bool:
+        """Whether the host was quiet enough: the 1-minute load at most ``max_load`` before and after."""
+        return self.refusal is None
+
+    @property
+    def refusal(self) -> str | None:
+        """Why these figures are not to be published (None when they may be)."""
+        busy = [f"{load:g} {when}" for load, when in ((self.load_before, "before"),
+                                                       (self.load_after, "after the rounds"))
+                if load > self.max_load]
+        if not busy:
+            return None
+        return f"load average {' and '.join(busy)}, above {self.max_load:g}: not for publishing"
+
+    @property
+    def rounds(self) -> int:
+        return min((len(values) for values in self.seconds.values()), default=0)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready record (:meth:`from_dict` reads it back)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> SideBySide:
+        return cls(**record)
+
+
+def time_side_by_side(engines: Mapping[str, Engine], rounds: int = ROUNDS, runs: int = RUNS,
+                      warmup: int = WARMUP, reference: str | None = ONNXRUNTIME,
+                      max_load: float | None = None, settle: float = 0.0,
+                      loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg,
+                      sleep: Callable[[float], None] = time.sleep,
+                      versions: Mapping[str, str] | None = None) -> SideBySide:
+    """Time ``engines`` in ``rounds`` interleaved rounds of ``runs`` runs each (the round's sample is
+    their median), the order rotated each round (:func:`layoutopt.tvm.timing.rotated`), after
+    ``warmup`` runs of each; every engine's outputs are checked against ``reference``'s first.
+
+    The load average is stamped before the warm-up and after the last round. Before, it waits up to
+    ``settle`` seconds for the load to fall to ``max_load`` (default: the usable cores), so that the
+    work that just ended here (a tuning's compile workers) has left the average; a load that stays
+    above marks the result as not :attr:`~SideBySide.publishable`.
+
+    Raises:
+        ValueError: no engine, or a count below 1.
+        ProblemError: an engine's outputs differ in number or shape from the reference's.
+
+    Example::
+
+        result = time_side_by_side({"handed_back": so, "onnxruntime": ort, "openvino": ov})
+    """
+    if not engines:
+        raise ValueError("time_side_by_side needs at least one engine")
+    for count, what in ((rounds, "rounds"), (runs, "runs")):
+        if count < 1:
+            raise ValueError(f"time_side_by_side: {what} must be at least 1, not {count}")
+    max_load = float(usable_cores() if max_load is None else max_load)
+    load_before = _settled_load(max_load, settle, loadavg, sleep)
+    for engine in engines.values():
+        if warmup > 0:
+            engine.time(warmup)
+    errors: dict[str, float] = {}
+    if reference is not None and reference in engines:
+        expected = engines[reference].outputs()
+        for name, engine in engines.items():
+            if name != reference:
+                try:
+                    errors[name] = relative_error(engine.outputs(), expected)
+                except ProblemError as exc:
+                    raise ProblemError(f"{name}'s outputs do not compare with {reference}'s: {exc}") from None
+    seconds: dict[str, list[float]] = {name: [] for name in engines}
+    for round_ in range(rounds):
+        for name in rotated(list(engines), round_):
+            seconds[name].append(float(np.median(engines[name].time(runs))))
+    load_after = round(float(loadavg()[0]), 2)
+    return SideBySide(seconds, runs, warmup, round(load_before, 2), load_after, max_load, errors,
+                      reference if reference in engines else None,
+                      stamp([ONNXRUNTIME, OPENVINO, "onnxslim"]), dict(versions or {}))
+
+
+def _settled_load(max_load: float, settle: float, loadavg: Callable[[], tuple[float, float, float]],
+                  sleep: Callable[[float], None], poll: float = 5.0) -> float:
+    """The 1-minute load average, after waiting up to ``settle`` seconds for it to fall to ``max_load``
+    (the kernel updates it every 5 seconds)."""
+    load = float(loadavg()[0])
+    waited = 0.0
+    while load > max_load and waited < settle:
+        step = min(poll, settle - waited)
+        sleep(step)
+        waited += step
+        load = float(loadavg()[0])
+    return load
+
+
+# ---------------------------------------------------------------------------------------------
+# the engines, each in a child process
+
+
+class EngineError(RuntimeError):
+    """An engine could not load its model or run it (the child's own message, in one line)."""
+
+
+class RuntimeServer:
+    """One engine in a child process of its own: loads the model (``kind`` ``tvm``: an exported
+    library; ``onnxruntime`` or ``openvino``: the ``.onnx`` file), runs it once on the input and keeps
+    the outputs, then times runs on request.
+
+    Example::
+
+        with RuntimeServer("openvino", "det.onnx", "inputs.npz", threads=2) as engine:
+            engine.time(7), engine.outputs(), engine.version
+    """
+
+    def __init__(self, kind: str, model: str | os.PathLike, inputs: str | os.PathLike, threads: int,
+                 name: str | None = None) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown engine kind {kind!r}; known: {', '.join(KINDS)}")
+        self.name = name or kind
+        self._outputs = Path(inputs).with_name(f"{self.name}.outputs.npz")
+        spec = {"model": str(model), "inputs": str(inputs), "outputs": str(self._outputs), "threads": threads}
+        environment = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE",
+                       "PYTHONPATH": os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])}
+        self._process = subprocess.Popen([sys.executable, "-c", _CHILD, kind, json.dumps(spec)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                         env=environment)
+        try:
+            self.version = str(self._answer(None)["version"])
+        except EngineError:
+            self.close()
+            raise
+
+    def _answer(self, request: dict | None) -> dict:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        try:
+            if request is not None:
+                self._process.stdin.write(json.dumps(request) + "\n")
+                self._process.stdin.flush()
+            line = self._process.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if not line:
+            raise EngineError(f"{self.name}: its process exited (code {self._process.wait()}); "
+                              "its stderr above says why")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise EngineError(f"{self.name}: {answer['error']}")
+        return answer
+
+    def time(self, runs: int) -> list[float]:
+        return [float(s) for s in self._answer({"time": runs})["seconds"]]
+
+    def outputs(self) -> list[np.ndarray]:
+        with np.load(self._outputs) as saved:
+            return [saved[f"arr_{i}"] for i in range(len(saved.files))]
+
+    def profile(self, runs: int, prefix: str | os.PathLike) -> str:
+        """ONNX Runtime only: the profile file of a profiling session run ``runs`` times
+        (:func:`benchmarks.ort_layers.node_times` reads it)."""
+        return str(self._answer({"profile": runs, "prefix": str(prefix)})["file"])
+
+    def close(self) -> None:
+        if self._process.stdin is not None and not self._process.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                self._process.stdin.close()
+        try:
+            self._process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+    def __enter__(self) -> RuntimeServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def start_engines(onnx_model: str | os.PathLike, inputs: Sequence[np.ndarray],
+                  libraries: Mapping[str, str | os.PathLike], threads: int,
+                  runtimes: Sequence[str] = (ONNXRUNTIME, OPENVINO),
+                  ) -> Iterator[tuple[dict[str, RuntimeServer], dict[str, str]]]:
+    """Start the exported ``libraries`` (name -> ``.so``) and the ``runtimes`` on ``onnx_model``, each
+    on ``inputs`` with ``threads`` threads, in child processes; yields the engines that started and,
+    for those that did not, why (name -> one line). Every child ends on leaving.
+
+    Example::
+
+        with start_engines("m.onnx", [x], {"handed_back": "m.so"}, threads=2) as (engines, failed):
+            result = time_side_by_side(engines)
+    """
+    started: dict[str, RuntimeServer] = {}
+    failed: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="layoutopt-runtimes-") as directory:
+        saved = Path(directory) / "inputs.npz"
+        np.savez(saved, *[np.ascontiguousarray(x) for x in inputs])
+        wanted = [(name, "tvm", Path(path)) for name, path in libraries.items()]
+        wanted += [(runtime, runtime, Path(onnx_model)) for runtime in runtimes]
+        try:
+            for name, kind, model in wanted:
+                try:
+                    started[name] = RuntimeServer(kind, model, saved, threads, name=name)
+                except EngineError as exc:
+                    failed[name] = str(exc)
+            yield started, failed
+        finally:
+            for engine in started.values():
+                engine.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# the child's side: only the runtime it runs, numpy and this module's top (no TVM in the others)
+
+#: the child's program: first hide AVX-512 from CPUID when asked (before numpy or a runtime reads it)
+_CHILD = PRELUDE + """
+import json
+from benchmarks.runtimes import serve
+serve(sys.argv[1], json.loads(sys.argv[2]))
+"""
+
+
+@dataclass
+class _Loaded:
+    run: Callable[[], Any]  # one inference, as a user calls it
+    outputs: Callable[[Any], list[np.ndarray]]  # a run's result as numpy arrays
+    version: str
+    profile: Callable[[int, str], str] | None = None
+
+
+def onnxruntime_options(threads: int, profile_prefix: str | None = None):
+    """ONNX Runtime's session options for every comparison here: ``threads`` intra-op threads, one
+    inter-op, all graph optimisations (its NCHWc transformer among them), idle threads not spinning
+    (they would spin through the other engines' turns).
+
+    Example::
+
+        session = ort.InferenceSession("m.onnx", onnxruntime_options(2), providers=["CPUExecutionProvider"])
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if profile_prefix:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+    return options
+
+
+def _load_onnxruntime(spec: Mapping[str, Any], inputs: list[np.ndarray]) -> _Loaded:
+    import onnxruntime as ort
+
+    def session(profile_prefix: str | None = None):
+        return ort.InferenceSession(spec["model"], onnxruntime_options(spec["threads"], profile_prefix),
+                                    providers=["CPUExecutionProvider"])
+
+    main = session()
+    feeds = {i.name: x for i, x in zip(main.get_inputs(), inputs, strict=True)}
+
+    def profile(runs: int, prefix: str) -> str:
+        profiling = session(prefix)
+        for _ in range(runs):
+            profiling.run(None, feeds)
+        return profiling.end_profiling()
+
+    return _Loaded(lambda: main.run(None, feeds), list, ort.__version__, profile)
+
+
+def _load_openvino(spec: Mapping[str, Any], inputs: list[np.ndarray]) -> _Loaded:
+    import openvino as ov
+
+    core = ov.Core()
+    model = core.read_model(spec["model"])
+    model.reshape({port.get_any_name(): list(x.shape) for port, x in zip(model.inputs, inputs, strict=True)})
+    # f32: without the hint it may run bf16 on CPUs that have it, and the numbers no longer match
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": spec["threads"],
+                                                 "PERFORMANCE_HINT": "LATENCY",
+                                                 "INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+
+    def outputs(result) -> list[np.ndarray]:
+        return [np.array(result[port]) for port in compiled.outputs]
+
+    # inputs shared, not copied: as ONNX Runtime and TVM take them
+    return _Loaded(lambda: request.infer(inputs, share_inputs=True), outputs, ov.__version__.split("-")[0])
+
+
+def _load_tvm(spec: Mapping[str, Any], inputs: list[np.ndarray]) -> _Loaded:
+    # a deployed process has TVM's runtime only: keep tvm_ffi from importing torch when it is installed
+    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
+    import tvm
+    from tvm import relax
+
+    library = tvm.runtime.load_module(spec["model"])
+    main = relax.VirtualMachine(library, tvm.cpu())["main"]
+    args = [tvm.runtime.tensor(x) for x in inputs]
+
+    def outputs(result) -> list[np.ndarray]:
+        if hasattr(result, "numpy"):
+            return [result.numpy()]
+        return [array for item in result for array in outputs(item)]
+
+    return _Loaded(lambda: main(*args), outputs, tvm.__version__)
+
+
+_LOADERS = {"tvm": _load_tvm, ONNXRUNTIME: _load_onnxruntime, OPENVINO: _load_openvino}
+
+
+def serve(kind: str, spec: Mapping[str, Any]) -> None:
+    """The child's loop (see :class:`RuntimeServer`): load, run once and save the outputs, answer
+    ``{"version"}``; then for each request line ``{"time": n}`` answer ``{"seconds": [...]}`` (or
+    ``{"profile": n, "prefix": p}``: ``{"file"}``), until stdin closes. Failures answer ``{"error"}``."""
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # whatever a runtime prints goes to stderr, never into the answers
+
+    def answer(record: dict) -> None:
+        protocol.write(json.dumps(record) + "\n")
+
+    try:
+        with np.load(spec["inputs"]) as saved:
+            inputs = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+        loaded = _LOADERS[kind](spec, inputs)
+        np.savez(spec["outputs"], *loaded.outputs(loaded.run()))
+    except Exception as exc:  # the child's answer names it; the parent raises EngineError
+        answer({"error": f"loading {spec['model']} failed: {type(exc).__name__}: {_first_line(exc)}"})
+        return
+    answer({"version": loaded.version})
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            if "profile" in request:
+                if loaded.profile is None:
+                    raise ValueError(f"{kind} does not profile")
+                answer({"file": loaded.profile(int(request["profile"]), request["prefix"])})
+                continue
+            seconds = []
+            for _ in range(int(request["time"])):
+                start = time.perf_counter()
+                loaded.run()
+                seconds.append(time.perf_counter() - start)
+            answer({"seconds": seconds})
+        except Exception as exc:
+            answer({"error": f"{type(exc).__name__}: {_first_line(exc)}"})
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else "no message"
+
+
+# ---------------------------------------------------------------------------------------------
+# command line: exported libraries timed again, with no tuning
+
+
+def markdown(result: SideBySide, subject: str) -> list[str]:
+    """A table of every engine's median (ms, with the spread of its round samples), ``subject``'s
+    speed-up over it (median of the per-round ratios, 95 % interval) and its error against the
+    reference; then the load, the machine and whether the figures may be published."""
+    lines = [f"| engine | version | ms (25th-75th) | {subject} speed-up over it [95 %] "
+             f"| max rel. err vs {result.reference or '-'} |", "|---|---|---|---|---|"]
+    for name in result.seconds:
+        latency = result.latency(name)
+        ratio = result.speedup(subject, over=name)
+        error = result.errors.get(name)
+        lines.append(f"| {name} | {result.versions.get(name, '-')} | {latency.median * 1e3:.3f} "
+                     f"({latency.low * 1e3:.3f}-{latency.high * 1e3:.3f}) "
+                     f"| {ratio.median:.3f}x [{ratio.low:.3f}-{ratio.high:.3f}] "
+                     f"| {'-' if error is None else f'{error:.1e}'} |")
+    lines += ["", f"{result.rounds} interleaved rounds of {result.runs} runs (after {result.warmup} warm-up "
+              f"runs); load average {result.load_before:g} before, {result.load_after:g} after; "
+              f"{result.stamp.get('machine', '?')}; {result.stamp.get('date', '?')}.",
+              f"**{result.refusal}.**" if result.refusal else "The host was quiet (load at most "
+              f"{result.max_load:g}): publishable."]
+    return lines
+
+
+def _named_path(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"{text!r}: give NAME=PATH, e.g. handed_back=model.so")
+    return name, Path(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("onnx", type=Path, help="the original model, run by ONNX Runtime and OpenVINO")
+    parser.add_argument("--library", type=_named_path, action="append", default=[], metavar="NAME=PATH",
+                        help="an exported TVM library (repeatable; the first is the one compared)")
+    parser.add_argument("--input-shape", default=None,
+                        help="comma-separated shape of the (single) input; default: the model's, if static")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--runs", type=int, default=RUNS)
+    parser.add_argument("--settle", type=float, default=60.0,
+                        help="seconds to wait for the load average to fall to the core count first")
+    parser.add_argument("--no-openvino", action="store_true")
+    args = parser.parse_args(argv)
+    if not args.onnx.is_file():
+        parser.error(f"no model file {str(args.onnx)!r}")
+    for name, path in args.library:
+        if not path.is_file():
+            parser.error(f"--library {name}: no file {str(path)!r}")
+    names, static = _inputs(args.onnx)
+    if len(names) != 1:
+        parser.error(f"{args.onnx} has {len(names)} inputs ({', '.join(names)}); this command feeds one")
+    shape = [int(d) for d in args.input_shape.split(",")] if args.input_shape else static
+    if shape is None:
+        parser.error(f"{args.onnx}: input {names[0]!r} has no static shape; give --input-shape")
+    inputs = [np.random.default_rng(1).standard_normal(shape).astype("float32")]
+    runtimes = (ONNXRUNTIME,) if args.no_openvino else (ONNXRUNTIME, OPENVINO)
+    with start_engines(args.onnx, inputs, dict(args.library), args.threads, runtimes) as (engines, failed):
+        for name, reason in failed.items():
+            print(f"{name} did not start: {reason}", file=sys.stderr)
+        if not engines:
+            return 1
+        versions = {name: engine.version for name, engine in engines.items()}
+        result = time_side_by_side(engines, args.rounds, args.runs, settle=args.settle, versions=versions)
+    subject = args.library[0][0] if args.library else next(iter(result.seconds))
+    print("\n".join(markdown(result, subject)))
+    return 0
+
+
+def _inputs(path: Path) -> tuple[list[str], list[int] | None]:
+    """The model's input names, and the first one's shape when every dimension is a number."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in initializers]
+    if not inputs:
+        return [], None
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in inputs[0].type.tensor_type.shape.dim]
+    return [i.name for i in inputs], None if None in dims else dims
+
+
+if __name__ == "__main__":
+    sys.exit(main())

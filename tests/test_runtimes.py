@@ -1,0 +1,183 @@
+"""benchmarks.runtimes: engines timed side by side (fake engines: no TVM build, no runtime needed), its
+engine processes' errors (ONNX Runtime, from the dev extra), and the cells real_models.py makes of its
+results."""
+
+from __future__ import annotations
+
+import doctest
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import real_models, runtimes
+from benchmarks.runtimes import RuntimeServer, SideBySide, start_engines, time_side_by_side
+from layoutopt import ProblemError
+from layoutopt.machine import cpu_model
+
+
+class FakeEngine:
+    """Times programmed in advance: ``rounds[i]`` are the seconds of the runs of its i-th call (then
+    ``seconds`` a run); every call lands in the shared ``log``."""
+
+    def __init__(self, name, log, rounds=None, outputs=None, seconds=1.0):
+        self.name, self.log, self.rounds, self.seconds = name, log, list(rounds or []), seconds
+        self._outputs = outputs if outputs is not None else [np.ones((1, 4))]
+
+    def time(self, runs):
+        self.log.append((self.name, runs))
+        return self.rounds.pop(0) if self.rounds else [self.seconds] * runs
+
+    def outputs(self):
+        return self._outputs
+
+
+def _loads(*values):
+    """A fake os.getloadavg answering each value in turn (then the last one forever)."""
+    answers = list(values)
+
+    def loadavg():
+        return (answers.pop(0) if len(answers) > 1 else answers[0], 0.0, 0.0)
+
+    return loadavg
+
+
+def test_warm_up_then_rounds_in_rotated_order_each_engine_its_runs(monkeypatch):
+    log = []
+    engines = {name: FakeEngine(name, log) for name in ("so", "onnxruntime", "openvino")}
+    result = time_side_by_side(engines, rounds=4, runs=7, warmup=3, loadavg=_loads(0.1))
+    assert log[:3] == [("so", 3), ("onnxruntime", 3), ("openvino", 3)]  # warm-up: 3 runs each, first
+    timed = [name for name, runs in log[3:]]
+    assert all(runs == 7 for _, runs in log[3:])
+    assert timed == ["so", "onnxruntime", "openvino", "onnxruntime", "openvino", "so",
+                     "openvino", "so", "onnxruntime", "so", "onnxruntime", "openvino"]
+    assert result.rounds == 4 and result.runs == 7 and result.warmup == 3
+
+
+def test_a_rounds_sample_is_the_median_of_its_runs_and_the_ratio_is_paired_round_by_round():
+    log = []
+    # the host slows down in rounds 3 and 4, for "so" (2.4x) more than for ORT (2x)
+    so = FakeEngine("so", log, rounds=[[1.0, 9.0, 0.9], [1.0, 1.1, 0.1], [2.4] * 3, [2.4, 50.0, 2.3]])
+    ort = FakeEngine("onnxruntime", log, rounds=[[1.25, 1.25, 1.2], [1.25, 1.3, 1.2], [2.5] * 3,
+                                                 [2.5, 2.6, 2.4]])
+    result = time_side_by_side({"so": so, "onnxruntime": ort}, rounds=4, runs=3, warmup=0,
+                               loadavg=_loads(0.1))
+    assert result.seconds["so"] == [1.0, 1.0, 2.4, 2.4]  # medians: an outlier run does not count
+    assert result.seconds["onnxruntime"] == [1.25, 1.25, 2.5, 2.5]
+    assert result.latency("so").median == pytest.approx(1.7)
+    speedup = result.speedup("so", over="onnxruntime")
+    # the median of the per-round ratios 1.25, 1.25, 1.042, 1.042; not the ratio of medians (1.103)
+    assert speedup.median == pytest.approx((1.25 + 2.5 / 2.4) / 2)
+    assert speedup.low <= speedup.median <= speedup.high and speedup.rounds == 4
+    assert result.speedup("onnxruntime", over="so").median == pytest.approx(0.88)
+    with pytest.raises(ValueError, match="no engine 'openvino' was timed; timed: so, onnxruntime"):
+        result.speedup("so", over="openvino")
+
+
+def test_each_engines_outputs_are_checked_against_the_reference_and_a_mismatch_is_named():
+    log = []
+    reference = [np.array([[1.0, 2.0, 4.0]])]
+    engines = {"so": FakeEngine("so", log, outputs=[np.array([[1.0, 2.0, 4.2]])]),
+               "onnxruntime": FakeEngine("onnxruntime", log, outputs=reference),
+               "openvino": FakeEngine("openvino", log, outputs=reference)}
+    result = time_side_by_side(engines, rounds=1, runs=1, loadavg=_loads(0.0))
+    assert result.errors == pytest.approx({"so": 0.05, "openvino": 0.0}) and result.reference == "onnxruntime"
+    engines["openvino"] = FakeEngine("openvino", log, outputs=[np.ones((1, 4))])
+    mismatch = (r"openvino's outputs do not compare with onnxruntime's: output 0's shape \(1, 4\) differs "
+                r"from the reference's \(1, 3\)")
+    with pytest.raises(ProblemError, match=mismatch):
+        time_side_by_side(engines, rounds=1, runs=1, loadavg=_loads(0.0))
+    alone = time_side_by_side({"so": engines["so"]}, rounds=1, runs=1, loadavg=_loads(0.0))
+    assert alone.errors == {} and alone.reference is None
+
+
+def test_the_load_is_stamped_before_and_after_and_waited_for_after_a_tuning():
+    slept = []
+    log = []
+    engines = {"so": FakeEngine("so", log)}
+    # our own tuning just ended: 3.1, 2.6, then 1.9 after two 5-s polls; 0.7 after the rounds
+    result = time_side_by_side(engines, rounds=2, runs=1, max_load=2, settle=60,
+                               loadavg=_loads(3.1, 2.6, 1.9, 0.7), sleep=slept.append)
+    assert slept == [5.0, 5.0]
+    assert (result.load_before, result.load_after) == (1.9, 0.7)
+    assert result.publishable and result.refusal is None
+    assert cpu_model() in result.stamp["machine"] and result.stamp["date"]  # the CPU is named
+
+
+def test_a_busy_machine_is_refused_before_or_after():
+    log = []
+    slept = []
+    busy = time_side_by_side({"so": FakeEngine("so", log)}, rounds=1, runs=1, max_load=2, settle=12,
+                             loadavg=_loads(3.5), sleep=slept.append)
+    assert slept == [5.0, 5.0, 2.0]  # it waited its 12 s, no longer
+    assert not busy.publishable
+    assert busy.refusal == ("load average 3.5 before and 3.5 after the rounds, above 2: not for "
+                            "publishing")
+    after = time_side_by_side({"so": FakeEngine("so", log)}, rounds=1, runs=1, max_load=2,
+                              loadavg=_loads(1.0, 2.4))
+    assert after.refusal == "load average 2.4 after the rounds, above 2: not for publishing"
+    assert time_side_by_side({"so": FakeEngine("so", log)}, rounds=1, runs=1, max_load=2,
+                             loadavg=_loads(2.0)).publishable  # "above 2", not "at 2"
+
+
+def test_bad_counts_and_no_engine_are_refused():
+    with pytest.raises(ValueError, match="at least one engine"):
+        time_side_by_side({})
+    with pytest.raises(ValueError, match="rounds must be at least 1, not 0"):
+        time_side_by_side({"so": FakeEngine("so", [])}, rounds=0)
+
+
+def test_a_result_survives_json():
+    log = []
+    result = time_side_by_side({"so": FakeEngine("so", log), "onnxruntime": FakeEngine("onnxruntime", log)},
+                               rounds=2, runs=1, loadavg=_loads(0.5), versions={"onnxruntime": "1.32.0"})
+    again = SideBySide.from_dict(json.loads(json.dumps(result.as_dict())))
+    assert again == result and again.versions == {"onnxruntime": "1.32.0"}
+
+
+def test_an_engine_that_cannot_load_its_model_is_named_with_its_file(tmp_path):
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    with start_engines(broken, [np.zeros((1, 3), "float32")], {}, threads=1,
+                       runtimes=("onnxruntime",)) as (engines, failed):
+        assert engines == {}
+    assert list(failed) == ["onnxruntime"]
+    message = failed["onnxruntime"]
+    assert message.startswith(f"onnxruntime: loading {broken} failed: ") and "\n" not in message
+    with pytest.raises(ValueError, match="unknown engine kind 'tensorrt'"):
+        RuntimeServer("tensorrt", broken, tmp_path / "inputs.npz", threads=1)
+
+
+def test_the_modules_examples_run():  # benchmarks/ is outside pytest's doctest collection
+    failures, tried = doctest.testmod(runtimes, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert tried > 0 and failures == 0
+
+
+# -- the table cells of real_models.py ------------------------------------------------------------
+
+
+def _row(seconds, load_before=0.3, load_after=0.9, **extra):
+    side = SideBySide(seconds, runs=7, warmup=3, load_before=load_before, load_after=load_after, max_load=2.0,
+                      errors={"handed_back": 2e-6, "openvino": 3e-7}, reference="onnxruntime", stamp={},
+                      versions={})
+    return {"side_by_side": side.as_dict(), "best_fixed_member": "nchw16c", **extra}
+
+
+def test_real_models_cells_show_ms_ratios_errors_and_the_load():
+    row = _row({"handed_back": [0.010, 0.012, 0.011], "best_fixed": [0.012, 0.015, 0.0121],
+                "onnxruntime": [0.020, 0.024, 0.022], "openvino": [0.011, 0.012, 0.011]})
+    cells = real_models.timing_cells(row)
+    assert cells[:4] == ["11.00", "12.10 (nchw16c)", "22.00", "11.00"]
+    assert cells[4] == "2.00x [2.00-2.00]"  # per-round ratios 2.0, 2.0, 2.0
+    assert cells[5] == "1.00x [1.00-1.10]"
+    assert cells[6].startswith("1.20x")
+    assert cells[7:] == ["2.0e-06 / 3.0e-07", "0.3 / 0.9"]
+
+
+def test_real_models_cells_say_when_b_star_was_handed_back_a_busy_row_and_an_old_row():
+    row = _row({"handed_back": [0.010], "onnxruntime": [0.020], "openvino": [0.03]}, load_before=4.2)
+    cells = real_models.timing_cells(row)
+    assert cells[1] == "10.00 (nchw16c)" and cells[6] == "1.00x (the same build)"
+    assert cells[8] == "4.2 / 0.9 **busy: not for publishing**"
+    old = real_models.timing_cells({"tuned": 0.01, "best_fixed": 0.02, "onnxruntime": 0.03})
+    assert old[:8] == ["-"] * 8 and "re-run" in old[8]
