@@ -191,7 +191,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
         # ORT's own per-node profile beside the tuned build's in-network one, conv layer by conv layer
         ort_nodes = node_times(onnxruntime.profile(5, Path(tmp) / "ort"))
     # the tuned build's conv2d layers with their candidates: which algorithm each runs
-    convs = {node: result.graph.choice(node, k).candidate for node, k in result.tuned.assignment.items()
+    convs = {node: result.graph.choice(node, k) for node, k in result.tuned.assignment.items()
              if result.graph.layout_node(node).op == "relax.nn.conv2d"}
     row["ort_layers"] = match_convs(_conv_layers(result, convs), ort_nodes)
     row["ort_other_nodes"] = other_seconds(ort_nodes)
@@ -204,7 +204,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
         member = result.baselines[composite].description.rsplit(": ", 1)[-1]
         row[composite], row[f"{composite}_is"] = row[member], member
         row[f"{composite}_vs_layoutopt"] = row[f"{member}_vs_layoutopt"]
-    row["algorithms_chosen"] = dict(Counter(c.get("algorithm", "direct") for c in convs.values()))
+    row["algorithms_chosen"] = dict(Counter(choice.record.algorithm for choice in convs.values()))
     if "default" in result.baselines:
         row["default"] = result.baselines["default"].measured
     report = write_report(result, args.out, name=f"e2e-{network}", model=network)
@@ -225,10 +225,10 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
 
 
 def _conv_layers(result, convs: dict) -> list[dict]:
-    """The tuned build's conv2d layers (``convs``: node -> candidate) as
+    """The tuned build's conv2d layers (``convs``: node -> its Choice) as
     :func:`benchmarks.ort_layers.match_convs` takes them."""
     return [{"layer": str(layer.node), "workload": result.graph.layout_node(layer.node).workload,
-             "choice": layer.choice, "algorithm": convs[layer.node].get("algorithm", "direct"),
+             "choice": layer.choice, "algorithm": convs[layer.node].record.algorithm,
              "in_network": layer.in_network}
             for layer in result.layers if layer.node in convs]
 
