@@ -38,7 +38,7 @@ from .errors import ProblemError
 from .labels import Label, parse_label
 from .problem import Costs, Problem, _as_costs
 
-__all__ = ["Constraint", "constrain", "explain_infeasible", "parse_constraints"]
+__all__ = ["Constraint", "constrain", "explain_infeasible", "parse_constraint_texts", "parse_constraints"]
 
 #: one statement: ("pin" or "forbid", node, choice text, choice indices it names)
 Constraint = tuple[str, Hashable, str, tuple[int, ...]]
@@ -65,6 +65,36 @@ def _items(kind: str, spec: Spec) -> list[tuple[str, str]]:
             raise ProblemError(f"{kind} {text!r}: expected LAYER=CHOICE, e.g. conv1=NCHW16c->NCHW16c")
         items.append((node.strip(), choice.strip()))
     return items
+
+
+def _contradiction(node: Any, pin: str, forbids: Iterable[str]) -> ProblemError:
+    return ProblemError(f"pin {node}={pin} contradicts {', '.join(f'forbid {node}={f}' for f in forbids)}: "
+                        f"every choice of layer {str(node)!r} the pin allows is forbidden")
+
+
+def parse_constraint_texts(pin: Spec = None, forbid: Spec = None) -> list[tuple[str, str, str]]:
+    """``(kind, layer, choice)`` of every pin and forbid, checked without the graph: their form, and
+    a pin and a forbid naming the same choice of one layer (e.g. the command line's early checks,
+    before a model is loaded; :func:`parse_constraints` checks the rest against the graph).
+
+    Raises:
+        ProblemError: a text not of the form ``LAYER=CHOICE``, or a pin contradicted by a forbid.
+
+    Example:
+        >>> parse_constraint_texts(pin=["conv1=NCHW16c"], forbid={"conv2": "NCHW8c"})
+        [('pin', 'conv1', 'NCHW16c'), ('forbid', 'conv2', 'NCHW8c')]
+        >>> parse_constraint_texts(pin=["conv1=NCHW16c"], forbid=["conv1=NCHW16c"])
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: pin conv1=NCHW16c contradicts forbid conv1=NCHW16c: every choice ...
+    """
+    texts = [(kind, str(node), choice) for kind, spec in (("pin", pin), ("forbid", forbid))
+             for node, choice in _items(kind, spec)]
+    forbidden = {(node, choice) for kind, node, choice in texts if kind == "forbid"}
+    for kind, node, choice in texts:
+        if kind == "pin" and (node, choice) in forbidden:
+            raise _contradiction(node, choice, [choice])
+    return texts
 
 
 def _node(graph: nx.Graph, kind: str, name: Any, choice: str) -> Hashable:
@@ -108,7 +138,10 @@ def parse_constraints(graph: nx.Graph, pin: Spec = None, forbid: Spec = None) ->
     choices.
 
     Raises:
-        ProblemError: an unknown layer or choice (naming the layer's choices), before any solving.
+        ProblemError: before any measuring or solving: an unknown layer or choice (naming the layer's
+            choices); a pin whose every choice is forbidden (a pin and a forbid of the same choice,
+            or forbids covering every kernel a pin names), naming the pin and the forbids; forbids
+            that leave a layer no choice at all.
 
     Example:
         >>> g = nx.DiGraph([("a", "b")])
@@ -117,6 +150,7 @@ def parse_constraints(graph: nx.Graph, pin: Spec = None, forbid: Spec = None) ->
         [('pin', 'a', 'NCHW16c', (1,)), ('forbid', 'b', 'NCHW8c', (0,))]
     """
     statements: list[Constraint] = []
+    parse_constraint_texts(pin, forbid)
     for kind, spec in (("pin", pin), ("forbid", forbid)):
         for name, choice in _items(kind, spec):
             node = _node(graph, kind, name, choice)
@@ -126,7 +160,29 @@ def parse_constraints(graph: nx.Graph, pin: Spec = None, forbid: Spec = None) ->
                 raise ProblemError(f"{kind} {node}={choice}: layer {str(node)!r} has no choice {choice!r}; "
                                    f"its choices are {', '.join(labels)}")
             statements.append((kind, node, choice, indices))
+    _check_conflicts(graph, statements)
     return statements
+
+
+def _check_conflicts(graph: nx.Graph, statements: list[Constraint]) -> None:
+    """Refuse a pin whose every choice is forbidden, and forbids that leave a layer no choice."""
+    forbids: dict[Hashable, list[Constraint]] = {}
+    for statement in statements:
+        if statement[0] == "forbid":
+            forbids.setdefault(statement[1], []).append(statement)
+    pinned = set()
+    for kind, node, choice, indices in statements:
+        if kind != "pin":
+            continue
+        pinned.add(node)
+        against = [f for f in forbids.get(node, []) if set(f[3]) & set(indices)]
+        if set(indices) <= {k for f in against for k in f[3]}:
+            raise _contradiction(node, choice, [f[2] for f in against])
+    for node, group in forbids.items():
+        banned = {k for statement in group for k in statement[3]}
+        if node not in pinned and len(banned) == len(graph.nodes[node].get("choices", [])):
+            named = ", ".join(f"forbid {node}={statement[2]}" for statement in group)
+            raise ProblemError(f"every choice of layer {str(node)!r} is forbidden: {named}")
 
 
 def constrain(graph: nx.Graph, costs: Costs | Mapping | None, pin: Spec = None, forbid: Spec = None,

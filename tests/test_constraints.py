@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 
 import networkx as nx
 import pytest
 
 import layoutopt
 from layoutopt import ProblemError
-from layoutopt.constraints import constrain, explain_infeasible, parse_constraints
+from layoutopt.constraints import constrain, explain_infeasible, parse_constraint_texts, parse_constraints
 
 LABELS = ["NCHW8c->NCHW8c", "NCHW16c->NCHW16c[order=oc]", "NCHW16c->NCHW16c[order=rows]", "NCHW->NCHW"]
 
@@ -73,8 +74,57 @@ def test_an_infeasible_pin_is_named():
     assert message.startswith("pin a=NCHW8c->NCHW8c with pin b=NCHW16c->NCHW16c") and "('a', 'b')" in message
 
 
-def test_forbidding_every_choice_of_a_node_is_named():
+def test_forbids_leaving_only_failed_kernels_are_named():
     graph, costs = chain()
-    statements = parse_constraints(graph, forbid=[f"c={label}" for label in LABELS])
+    costs["nodes"]["c"][0] = math.inf  # its NCHW8c kernel failed: the forbids leave nothing that runs
+    statements = parse_constraints(graph, forbid=[f"c={label}" for label in LABELS[1:]])
     message = explain_infeasible(graph, costs, statements)
     assert "node 'c' has no allowed choice" in message and "forbid c=NCHW->NCHW" in message
+
+
+@pytest.mark.parametrize(
+    ("pin", "forbid", "message"),
+    [  # a pin and a forbid on the same choice, as texts or as mappings
+        (["b=NCHW8c->NCHW8c"], ["b=NCHW8c->NCHW8c"],
+         "pin b=NCHW8c->NCHW8c contradicts forbid b=NCHW8c->NCHW8c: every choice of layer 'b' the pin"),
+        ({"b": "NCHW8c->NCHW8c"}, {"b": ["NCHW->NCHW", "NCHW8c->NCHW8c"]},
+         "pin b=NCHW8c->NCHW8c contradicts forbid b=NCHW8c->NCHW8c:"),
+        # a pin whose every kernel is forbidden, one knob at a time
+        (["b=NCHW16c->NCHW16c"], ["b=NCHW16c->NCHW16c[order=oc]", "b=NCHW16c->NCHW16c[order=rows]"],
+         "pin b=NCHW16c->NCHW16c contradicts forbid b=NCHW16c->NCHW16c[order=oc], "
+         "forbid b=NCHW16c->NCHW16c[order=rows]"),
+        (["b=NCHW16c->NCHW16c[order=rows]"], ["b=NCHW16c->NCHW16c"],
+         "pin b=NCHW16c->NCHW16c[order=rows] contradicts forbid b=NCHW16c->NCHW16c:"),
+        # two pins of one layer, each forbidden: nothing left
+        (["b=NCHW8c->NCHW8c", "b=NCHW->NCHW"], ["b=NCHW->NCHW", "b=NCHW8c->NCHW8c"],
+         "pin b=NCHW8c->NCHW8c contradicts forbid b=NCHW8c->NCHW8c"),
+        # forbids of every choice of a layer
+        (None, [f"c={label}" for label in LABELS],
+         "every choice of layer 'c' is forbidden: forbid c=NCHW8c->NCHW8c, "
+         "forbid c=NCHW16c->NCHW16c[order=oc], forbid c=NCHW16c->NCHW16c[order=rows], forbid c=NCHW->NCHW"),
+    ],
+)
+def test_contradicting_pins_and_forbids_are_refused_naming_the_layer_and_choice(pin, forbid, message):
+    graph, _ = chain()
+    with pytest.raises(ProblemError, match=re.escape(message)) as refused:
+        parse_constraints(graph, pin, forbid)
+    assert "\n" not in str(refused.value)
+
+
+def test_pins_and_forbids_that_leave_a_choice_are_kept():
+    graph, costs = chain()
+    # one loop order of a layout pair: the pin names two kernels, the forbid one of them
+    statements = parse_constraints(graph, pin=["b=NCHW16c->NCHW16c"],
+                                   forbid=["b=NCHW16c->NCHW16c[order=rows]"])
+    assert constrain(graph, costs, statements=statements).nodes["b"] == [math.inf, 0.4, math.inf, math.inf]
+    # forbids of other layers, and forbids of all but one choice, are no contradiction
+    parse_constraints(graph, pin=["a=NCHW->NCHW"], forbid=["b=NCHW->NCHW", *(f"c={x}" for x in LABELS[1:])])
+
+
+def test_contradicting_texts_are_refused_without_the_graph():
+    assert parse_constraint_texts(["a=x"], {"b": ["x", "y"]}) == [("pin", "a", "x"), ("forbid", "b", "x"),
+                                                                   ("forbid", "b", "y")]
+    with pytest.raises(ProblemError, match="pin a=x contradicts forbid a=x"):
+        parse_constraint_texts(["a=x", "b=y"], ["a=x"])
+    with pytest.raises(ProblemError, match="expected LAYER=CHOICE"):
+        parse_constraint_texts(["a"])

@@ -1,6 +1,8 @@
 """Append-only JSON-lines cache of measured kernel costs, safe against ``kill -9`` at any moment.
 
-One line per measurement, keyed by (target, TVM version, workload, candidate)::
+One line per measurement, keyed by (target, TVM version, workload, candidate), and by the device for
+costs measured elsewhere than on this machine (``"device": "rpc:KEY"`` for an RPC device key; records
+measured here have no ``device`` and keep their keys)::
 
     {"target": "{\\"kind\\": \\"llvm\\", \\"mcpu\\": \\"znver4\\"}", "tvm": "0.27.0.post1",
      "workload": {...}, "candidate": {...}, "median": 0.00121, "results": [0.00120, 0.00121, 0.00125],
@@ -119,9 +121,27 @@ class CostCache:
             self._check_writable()
 
     @staticmethod
-    def key(target: str, tvm_version: str, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> str:
-        """The string a record is stored under (canonical JSON, so dict key order does not matter)."""
-        return _canonical([str(target), str(tvm_version)]) + task_key(workload, candidate)
+    def key(target: str, tvm_version: str, workload: Mapping[str, Any], candidate: Mapping[str, Any],
+            device: str | None = None) -> str:
+        """The string a record is stored under (canonical JSON, so dict key order does not matter).
+
+        ``device`` (None: this machine) keeps the costs of another device apart; this machine's keys
+        are those of the caches written before devices were keyed.
+
+        Example:
+            >>> CostCache.key("llvm", "0.27", {"op": "dense"}, {})
+            '["llvm","0.27"][{"op":"dense"},{}]'
+            >>> CostCache.key("llvm", "0.27", {"op": "dense"}, {}, device="rpc:pi")
+            '["llvm","0.27","rpc:pi"][{"op":"dense"},{}]'
+        """
+        context = [str(target), str(tvm_version)] + ([str(device)] if device is not None else [])
+        return _canonical(context) + task_key(workload, candidate)
+
+    @classmethod
+    def record_key(cls, record: Mapping[str, Any]) -> str:
+        """The key of a record (its target, tvm, workload, candidate and device fields)."""
+        return cls.key(record["target"], record["tvm"], record["workload"], record["candidate"],
+                       record.get("device"))
 
     def _load(self) -> None:
         assert self.path is not None
@@ -138,7 +158,7 @@ class CostCache:
                 continue
             try:
                 record = json.loads(line)
-                key = self.key(record["target"], record["tvm"], record["workload"], record["candidate"])
+                key = self.record_key(record)
                 if record.get("median") is not None and not _is_cost(record["median"]):
                     raise ValueError("the median is not a finite number of seconds")  # e.g. NaN
             except (ValueError, KeyError, TypeError):
@@ -150,10 +170,11 @@ class CostCache:
             self._records[key] = record
 
     def get(
-        self, target: str, tvm_version: str, workload: Mapping[str, Any], candidate: Mapping[str, Any]
+        self, target: str, tvm_version: str, workload: Mapping[str, Any], candidate: Mapping[str, Any],
+        device: str | None = None,
     ) -> dict[str, Any] | None:
         """The latest record for this key, or ``None`` if it was never measured."""
-        return self._records.get(self.key(target, tvm_version, workload, candidate))
+        return self._records.get(self.key(target, tvm_version, workload, candidate, device))
 
     def _check_writable(self) -> None:
         """Refuse now, before anything is measured, a file that the first :meth:`put` could not append to."""
@@ -169,7 +190,8 @@ class CostCache:
             raise ProblemError(f"cannot write cost cache {str(self.path)!r}: {exc.strerror or exc}") from None
 
     def put(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        """Store ``record`` (needs target, tvm, workload, candidate) and append it durably to the file.
+        """Store ``record`` (needs target, tvm, workload, candidate; device if not measured here) and
+        append it durably to the file.
 
         Adds a ``timestamp`` if missing; non-finite floats are stored as ``null`` (JSON has no inf), so a
         record the cache returned can be put back. Should appending fail mid-run (a full disk), the
@@ -177,7 +199,7 @@ class CostCache:
         """
         record = _json_safe(dict(record))
         record.setdefault("timestamp", datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        key = self.key(record["target"], record["tvm"], record["workload"], record["candidate"])
+        key = self.record_key(record)
         line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode()
         self._records[key] = record
         if self.path is not None:

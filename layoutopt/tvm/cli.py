@@ -164,15 +164,16 @@ def _add_build_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``layoutopt tune``; returns the exit status (2 on a user error, with a one-line message)."""
-    return _guarded("tune", _run, args)
+    """Run ``layoutopt tune``; returns the exit status (2 on a user error, with a one-line message; 130
+    on Ctrl-C, saying how to resume)."""
+    return _guarded("tune", _run, args, interrupted=_resume_hint(args.cache))
 
 
 def _run_build(args: argparse.Namespace) -> int:
     return _guarded("build", _build, args)
 
 
-def _guarded(command: str, function, args: argparse.Namespace) -> int:
+def _guarded(command: str, function, args: argparse.Namespace, interrupted: str = "") -> int:
     from ..errors import MissingExtraError, ProblemError
 
     try:
@@ -180,6 +181,18 @@ def _guarded(command: str, function, args: argparse.Namespace) -> int:
     except (ProblemError, MissingExtraError) as exc:
         print(f"layoutopt {command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the measuring workers are stopped on the way out
+        print(f"layoutopt {command}: interrupted" + (f"; {interrupted}" if interrupted else ""),
+              file=sys.stderr)
+        return 130
+
+
+def _resume_hint(cache_text: str | None) -> str:
+    """What a rerun after Ctrl-C starts from, for ``--cache cache_text``."""
+    if cache_text is not None and cache_text.strip().lower() == "none":
+        return "nothing measured was kept (--cache none): a rerun measures everything again"
+    path = Path(cache_text) if cache_text else default_cache_path()
+    return f"every kernel measured so far is in the cost cache {path}: rerun the same command to resume"
 
 
 def _library_path(text: str | None, with_solution: bool = False) -> Path | None:
@@ -311,9 +324,11 @@ def _output_directory(text: str, option: str) -> Path | None:
 
 def _run(args: argparse.Namespace) -> int:
     from ..api import check_method
+    from ..constraints import parse_constraint_texts
     from ..errors import ProblemError
     from ._tvm import resolve_target
     from .load import load_model
+    from .memory import check_memory
     from .report import breakdown_markdown, write_report
     from .tune import tune_and_build
 
@@ -325,11 +340,13 @@ def _run(args: argparse.Namespace) -> int:
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     if args.repeat < 1:
         raise ProblemError(f"--repeat {args.repeat}: need at least one timing round")
-    runner = _runner(args)
+    parse_constraint_texts(args.pin, args.forbid)  # their form and contradictions; layers once loaded
+    runner = _runner(args)  # an RPC tracker is asked now
     report = _output_directory(args.report, "--report")
     output = _library_path(args.output, with_solution=True)
     cache = _cache(args.cache)
     mod = load_model(args.model, shapes)
+    check_memory(mod)  # before any input or activation is allocated
     where = cache.path if cache is not None else "off"
     print(f"layoutopt tune: {args.model or 'embedded default model'}; cost cache {where}")
     result = tune_and_build(mod, target=target, method=args.method, cache=cache, runner=runner,

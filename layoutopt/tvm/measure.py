@@ -11,7 +11,12 @@ Kernels are compiled ahead, then timed alone:
 Compiling never overlaps timing on this machine: it would disturb the kernel being timed. The
 kernels go through in rounds of a few hundred (compile, then time), so a killed run loses at
 most one round's compiling; results are appended to a :class:`~layoutopt.tvm.cache.CostCache`
-as they come, so it resumes where it stopped.
+as they come, so it resumes where it stopped: a kernel the cache holds with fewer timing passes than
+asked (a run killed between its passes) is timed again for the passes it lacks.
+
+Ctrl-C (KeyboardInterrupt) in the caller stops the workers at once (SIGKILL), whatever they are
+doing, and records nothing for the kernels they held: the cache keeps every record written before,
+whole. The workers themselves never take SIGINT (a terminal sends it to the whole process group).
 
 Every worker is a :class:`~layoutopt.isolation.IsolatedWorker` (reused: ``import tvm`` costs
 ~1.2 s). A kernel that crashes its worker or runs past the timeout is recorded as failed (cost
@@ -36,6 +41,7 @@ import logging
 import math
 import os
 import pickle
+import signal
 import tempfile
 import time
 from collections import OrderedDict, defaultdict, deque
@@ -249,10 +255,12 @@ _STATE: _WorkerState | None = None
 
 
 def _start_worker() -> None:
-    """A measuring worker's initializer: BLAS on one thread, TVM imported, an empty state."""
+    """A measuring worker's initializer: BLAS on one thread, TVM imported, an empty state; Ctrl-C
+    ignored (the caller stops the worker: see :func:`_block_interrupts`)."""
     global _STATE
     from ._tvm import import_tvm
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import_tvm()
     _STATE = _WorkerState()
 
@@ -275,7 +283,8 @@ class _Lane:
 
     def __init__(self, index: int) -> None:
         self.worker = IsolatedWorker(_start_worker, startup_timeout=_STARTUP_TIMEOUT, capture_stderr=True)
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"layoutopt-measuring-{index}")
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"layoutopt-measuring-{index}",
+                                          initializer=_block_interrupts)
 
     def start(self) -> None:
         """Start the worker now (it starts on the first call otherwise)."""
@@ -293,6 +302,10 @@ class _Lane:
                 return "error", f"timed out: {doing} took longer than {timeout:g} s; worker killed"
             return "error", str(died)
 
+    def interrupt(self) -> None:
+        """Kill the worker now, from the caller's thread: the call it is in fails at once (Ctrl-C)."""
+        self.worker.interrupt()
+
     def close(self) -> None:
         def stop() -> None:
             if self.worker.alive:  # one last call: the worker's runners hold sessions
@@ -302,6 +315,18 @@ class _Lane:
 
         self._thread.submit(stop).result()
         self._thread.shutdown()
+
+
+def _block_interrupts() -> None:
+    """A lane's thread blocks SIGINT, and so do the workers it spawns (they inherit its signal mask):
+    Ctrl-C at a terminal, sent to the whole process group, then interrupts only the caller's main
+    thread, which stops the workers (:meth:`Measurer.close`) instead of each printing a traceback."""
+    if hasattr(signal, "pthread_sigmask"):
+        from multiprocessing import resource_tracker
+
+        # started at the first spawn otherwise, and starting it unblocks SIGINT in the thread
+        resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
 #: a job for the lanes: (tag, lane or None for any, kind, args, timeout, what it does)
@@ -341,7 +366,9 @@ class Measurer:
             :meth:`measure` call (built and checked once); its cost is the fastest pass's median.
             On a shared or virtualised machine, interference comes in episodes of seconds that
             slow every kernel timed meanwhile by up to 2x; a second pass, minutes later, rarely
-            falls in the same episode. Cached kernels are not timed again.
+            falls in the same episode. Cached kernels are not timed again, unless the cache holds
+            fewer passes of one (a run killed between them): it is then compiled again and timed
+            for the passes it lacks, which are added to its record (``stats["retimed"]``).
         workers: processes compiling kernels ahead of their timing (default: one per usable core).
 
     Raises:
@@ -373,6 +400,8 @@ class Measurer:
         self.runner = runner if runner is not None else LocalRunner()
         if not isinstance(self.runner, Runner):
             raise ProblemError(f"runner must be a layoutopt.tvm.Runner, not {type(self.runner).__name__}")
+        #: the device the costs are for, in every cache key beside the target (None: this machine)
+        self.device = self.runner.device_name
         # The schedule version and the timing ride along with TVM's: a cached time is only valid
         # for the same compiler, the same hand-written schedule and the same cache state (cold/warm)
         self.tvm_version = (f"{metadata.version('apache-tvm')}+schedules.{SCHEDULE_VERSION}"
@@ -389,7 +418,8 @@ class Measurer:
         self.check = bool(check)
         self.progress = progress
         self.retry_failed = bool(retry_failed)
-        #: counts of the last :meth:`measure` call: requested, cached, measured, failed, seconds;
+        #: counts of the last :meth:`measure` call: requested, cached (every pass from the cache),
+        #: retimed (from the cache, timed again for the passes it lacked), measured, failed, seconds;
         #: compile_seconds and time_seconds (the two phases), workers and devices used
         self.stats: dict[str, float] = {}
         self._lanes: list[_Lane] = []
@@ -398,12 +428,20 @@ class Measurer:
     def __enter__(self) -> Measurer:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: Any) -> None:
+        self.close(interrupted=exc_type is not None and not issubclass(exc_type, Exception))
 
-    def close(self) -> None:
-        """Stop the worker processes (their RPC sessions are closed first)."""
+    def close(self, interrupted: bool = False) -> None:
+        """Stop the worker processes (their RPC sessions are closed first).
+
+        Args:
+            interrupted: kill them at once, whatever they are doing (on Ctrl-C: a kernel may compile
+                or time for minutes); the result of a call a worker was in is not recorded.
+        """
         lanes, self._lanes = self._lanes, []
+        if interrupted:
+            for lane in lanes:
+                lane.interrupt()
         for lane in lanes:
             lane.close()
             self._closed_starts += lane.worker.starts
@@ -418,10 +456,14 @@ class Measurer:
             self._lanes.append(_Lane(len(self._lanes)))
         return self._lanes[index]
 
+    def _key(self, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> str:
+        return self.cache.key(self.target_key, self.tvm_version, workload, candidate, self.device)
+
     def lookup(self, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> MeasureResult | None:
-        """The cached result of (workload, candidate), or None if it still has to be measured."""
+        """The cached result of (workload, candidate), or None if it still has to be measured (it may
+        lack timing passes: :meth:`passes_missing`)."""
         workload = validate_workload(dict(workload))
-        record = self.cache.get(self.target_key, self.tvm_version, workload, dict(candidate))
+        record = self.cache.get(self.target_key, self.tvm_version, workload, dict(candidate), self.device)
         if record is None or (self.retry_failed and record.get("error")):
             return None
         return self._result(record, cached=True)
@@ -444,8 +486,9 @@ class Measurer:
             normalized.append((workload, candidate))
         results: dict[str, MeasureResult] = {}
         missing: dict[str, tuple[dict, dict]] = {}
+        incomplete: dict[str, tuple[dict, dict]] = {}  # cached, but lacking passes
         for workload, candidate in normalized:
-            key = self.cache.key(self.target_key, self.tvm_version, workload, candidate)
+            key = self._key(workload, candidate)
             if key in results or key in missing:
                 continue
             cached = self.lookup(workload, candidate)
@@ -453,26 +496,45 @@ class Measurer:
                 missing[key] = (workload, candidate)
             else:
                 results[key] = cached
+                if self.passes_missing(cached.record):
+                    incomplete[key] = (workload, candidate)
         self.stats = {"compile_seconds": 0.0, "time_seconds": 0.0, "workers": 0, "devices": 0}
-        if missing:
+        if missing or incomplete:
             _warn_if_busy()
             disable = None if self.progress is None else not self.progress
-            with tqdm(total=len(missing) * self.passes, desc=desc, unit="kernel", disable=disable,
-                      leave=False) as bar:
-                self._measure_missing(missing, results, bar)
+            timings = len(missing) * self.passes + sum(self.passes_missing(results[key].record)
+                                                       for key in incomplete)
+            with tqdm(total=timings, desc=desc, unit="kernel", disable=disable, leave=False) as bar:
+                self._measure_missing(missing, incomplete, results, bar)
+        retimed = sum(not results[key].cached for key in incomplete)
         self.stats.update({
             "requested": len(normalized),
-            "cached": len(results) - len(missing),
+            "cached": len(results) - len(missing) - retimed,
+            "retimed": retimed,
             "measured": len(missing),
             "failed": sum(not results[key].ok for key in missing),
             "seconds": time.perf_counter() - started,
         })
-        return [results[self.cache.key(self.target_key, self.tvm_version, w, c)] for w, c in normalized]
+        return [results[self._key(w, c)] for w, c in normalized]
 
-    def _measure_missing(self, missing: dict[str, tuple[dict, dict]], results: dict[str, MeasureResult],
+    def passes_missing(self, record: Mapping[str, Any]) -> int:
+        """How many timing passes a cached record lacks (0 for a failed kernel: it has no time).
+
+        Example::
+
+            Measurer(passes=2).passes_missing({"median": 1e-3, "error": None})       # 1
+        """
+        if record.get("error") or record.get("median") is None:
+            return 0
+        return max(0, self.passes - len(record.get("pass_medians") or [record["median"]]))
+
+    def _measure_missing(self, missing: dict[str, tuple[dict, dict]],
+                         incomplete: dict[str, tuple[dict, dict]], results: dict[str, MeasureResult],
                          bar: Any) -> None:
-        """Compile ``missing`` in rounds on every worker, time each round alone, then the later passes."""
-        keys = list(missing)
+        """Compile ``missing`` and ``incomplete`` in rounds on every worker, time each round alone, then
+        the later passes (until each kernel has ``passes``)."""
+        tasks = {**missing, **incomplete}
+        keys = list(tasks)
         devices = min(self.runner.devices(), len(keys))
         workers = max(1, min(self.workers, math.ceil(min(len(keys), _ROUND) / _BATCH)))
         self.stats.update(workers=workers, devices=devices)
@@ -481,15 +543,16 @@ class Measurer:
             for first in range(0, len(keys), _ROUND):
                 round_keys = keys[first : first + _ROUND]
                 with self._phase("compile_seconds"):
-                    compiled = self._compile(round_keys, missing, directory, workers)
+                    compiled = self._compile(round_keys, tasks, directory, workers)
                 with self._phase("time_seconds"):
-                    self._first_pass(round_keys, missing, compiled, devices, results, device_of, bar)
+                    self._first_pass(round_keys, tasks, incomplete, compiled, devices, results, device_of,
+                                     bar)
             with self._phase("time_seconds"):
                 for _ in range(1, self.passes):
                     # reversed: neighbours get different moments; each kernel on the device holding it
                     jobs = [(key, device_of[key], "retime", (key,), self.timeout, "timing the kernel again")
-                            for key in reversed(keys) if results[key].ok]
-                    bar.update(len(keys) - len(jobs))
+                            for key in reversed(keys) if key in device_of and results[key].ok
+                            and self.passes_missing(results[key].record)]
                     for key, _, status, value in self._run(jobs, devices):
                         if status == "ok":  # else e.g. the worker restarted after a crash and lost it
                             results[key] = self._add_pass(results[key], value)
@@ -506,33 +569,50 @@ class Measurer:
         finally:
             self.stats[name] += time.perf_counter() - started
 
-    def _first_pass(self, keys: list[str], missing: dict[str, tuple[dict, dict]], compiled: dict[str, dict],
-                    devices: int, results: dict[str, MeasureResult], device_of: dict[str, int],
-                    bar: Any) -> None:
-        """Check and time the compiled kernels of ``keys`` on ``devices`` workers; record each result."""
+    def _first_pass(self, keys: list[str], tasks: dict[str, tuple[dict, dict]],
+                    incomplete: Mapping[str, tuple[dict, dict]], compiled: dict[str, dict], devices: int,
+                    results: dict[str, MeasureResult], device_of: dict[str, int], bar: Any) -> None:
+        """Check and time the compiled kernels of ``keys`` on ``devices`` workers; record each result.
+
+        A kernel of ``incomplete`` (cached, lacking passes) is not checked again, and its timing is
+        added to its record as one more pass; should it fail now, its record stays as it was."""
         jobs: list[_Job] = []
         for key in keys:
             outcome = compiled[key]
+            passes_left = self.passes_missing(results[key].record) if key in incomplete else self.passes
             if "error" in outcome:  # it did not build
-                failure = {"median": None, "results": [], "error": outcome["error"],
-                           "build_seconds": outcome.get("build_seconds")}
-                results[key] = self._record(missing[key], failure)
-                bar.update()
+                if key not in incomplete:
+                    failure = {"median": None, "results": [], "error": outcome["error"],
+                               "build_seconds": outcome.get("build_seconds")}
+                    results[key] = self._record(tasks[key], failure)
+                bar.update(passes_left)
             else:
-                args = (self.runner, key, outcome, *missing[key], self.check, self.passes > 1)
+                check = self.check and key not in incomplete
+                args = (self.runner, key, outcome, *tasks[key], check, passes_left > 1)
                 jobs.append((key, None, "measure", args, self.timeout, "checking and timing the kernel"))
         for key, device, status, value in self._run(jobs, devices):
+            if key in incomplete:
+                passes_left = self.passes_missing(results[key].record)
+                if status == "ok":
+                    results[key] = self._add_pass(results[key], value)
+                    device_of[key] = device
+                    bar.update()
+                else:
+                    logger.warning("layoutopt: timing a cached kernel again failed (%s); its record keeps "
+                                   "the passes it had", value)
+                    bar.update(passes_left)
+                continue
             build = compiled[key]
             if status == "ok":  # CPU time of every thread of both workers: its cost on an idle machine
                 cpu_seconds = round(value["cpu_seconds"] + build["build_cpu_seconds"], 4)
                 outcome = {**value, "cpu_seconds": cpu_seconds}
             else:
                 outcome = {"median": None, "results": [], "error": str(value)}
-            results[key] = self._record(missing[key], {**outcome, "build_seconds": build["build_seconds"]})
+            results[key] = self._record(tasks[key], {**outcome, "build_seconds": build["build_seconds"]})
             device_of[key] = device
-            bar.update()
+            bar.update(1 if results[key].ok else self.passes)
 
-    def _compile(self, keys: list[str], missing: dict[str, tuple[dict, dict]], directory: str,
+    def _compile(self, keys: list[str], tasks: dict[str, tuple[dict, dict]], directory: str,
                  workers: int) -> dict[str, dict]:
         """Build and compile ``keys`` in batches on ``workers`` workers; per key, where its kernel is
         or why it failed. A batch whose worker dies is compiled again kernel by kernel."""
@@ -542,7 +622,7 @@ class Measurer:
         while batches:
             jobs: list[_Job] = [
                 (tuple(batch), None, "compile",
-                 (self.runner, target_spec, [(key, *missing[key]) for key in batch], directory),
+                 (self.runner, target_spec, [(key, *tasks[key]) for key in batch], directory),
                  self.timeout * len(batch), "compiling")
                 for batch in batches]
             batches = []
@@ -587,6 +667,7 @@ class Measurer:
             "tvm": self.tvm_version,
             "workload": workload,
             "candidate": candidate,
+            **({"device": self.device} if self.device is not None else {}),
             "runner": self.runner.describe(),
             **outcome,
         })

@@ -82,8 +82,10 @@ def build_problem(
         :func:`~layoutopt.tvm.extract_layout_graph`; node keys are binding names of ``graph.mod``, the
         prepared module to rewrite);
         ``costs``: a :class:`~layoutopt.Costs` of node vectors and edge matrices in seconds;
-        ``meta``: ``{"stats": measurement counts and seconds, "failures": [{"workload", "candidate",
-        "error"}], "target": target key, "tvm": TVM version, "seconds": {"extract", "measure"},
+        ``meta``: ``{"stats": measurement counts and seconds (see
+        :attr:`~layoutopt.tvm.measure.Measurer.stats`), "failures": [{"workload", "candidate",
+        "error"}], "target": target key, "tvm": TVM version, "device": the device the costs are for
+        (None: this machine; ``"rpc:KEY"``), "seconds": {"extract", "measure"},
         "measured": {task key (:func:`~layoutopt.tvm.cache.task_key`): seconds} of every kernel and
         transform}``.
 
@@ -97,7 +99,7 @@ def build_problem(
         graph, costs, meta = build_problem(models.residual(16, 8), candidates=[8, 16], cache="costs.jsonl")
         solution = layoutopt.solve(graph, costs)
         solution.labels["conv1"], solution.objective      # e.g. ('NCHW->NCHW', 7.3e-05): seconds
-        meta["stats"]            # {'requested': 20, 'cached': 0, 'measured': 15, 'failed': 0, 'seconds': 9.1}
+        meta["stats"]     # {'requested': 20, 'cached': 0, 'retimed': 0, 'measured': 15, 'failed': 0, ...}
     """
     started = time.perf_counter()
     if graph is None:
@@ -109,7 +111,7 @@ def build_problem(
                   progress=progress) as measurer:
         results = measurer.measure(kernels + transforms, desc="measuring kernels and transforms")
         stats = dict(measurer.stats)
-        target_key, tvm_version = measurer.target_key, measurer.tvm_version
+        target_key, tvm_version, device = measurer.target_key, measurer.tvm_version, measurer.device
     # results come in task order; key them by the tasks as extracted (the measurer normalises its copy)
     tasks = kernels + transforms
     cost = {task_key(wl, candidate): r.cost for (wl, candidate), r in zip(tasks, results, strict=True)}
@@ -130,6 +132,7 @@ def build_problem(
         "failures": failures,
         "target": target_key,
         "tvm": tvm_version,
+        "device": device,
         "seconds": {"extract": extracted - started, "measure": time.perf_counter() - extracted},
         "measured": cost,
     }

@@ -30,6 +30,7 @@ import math
 import os
 import socket
 import statistics
+import struct
 import tempfile
 import time
 from collections.abc import Sequence
@@ -40,7 +41,10 @@ from typing import Any
 from ..errors import ProblemError
 from ._tvm import first_line, import_tvm
 
-__all__ = ["LocalRunner", "RPCRunner", "Runner", "parse_rpc_address"]
+__all__ = ["TRACKER_TIMEOUT", "LocalRunner", "RPCRunner", "Runner", "parse_rpc_address"]
+
+#: seconds an RPC tracker has to accept a connection and answer a summary request
+TRACKER_TIMEOUT = 5.0
 
 
 @dataclass(kw_only=True)
@@ -151,6 +155,14 @@ class Runner:
         """Where code runs, for messages."""
         return "this machine"
 
+    @property
+    def device_name(self) -> str | None:
+        """The device whose costs this runner measures, as the cost cache keys them beside the target:
+        None for this machine (local keys stay as they always were), else a name that keeps a device's
+        costs apart from this machine's and from other devices' (the class, unless a subclass says
+        better: :class:`RPCRunner` gives its device key)."""
+        return f"{type(self).__module__}.{type(self).__qualname__}"
+
 
 @dataclass
 class LocalRunner(Runner):
@@ -170,6 +182,10 @@ class LocalRunner(Runner):
     def load_build(self, executable: Any) -> tuple[Any, Any]:
         return executable, import_tvm().cpu()  # the VM compiles it in memory: no file, no linker
 
+    @property
+    def device_name(self) -> None:
+        return None
+
 
 @dataclass
 class RPCRunner(Runner):  # tracker and key are positional, the timing settings keyword-only
@@ -180,12 +196,21 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
     library, uploaded and run on a device. Every measuring worker keeps one session (one device)
     for its whole run; a farm of devices registered under one key measures in parallel.
 
+    The tracker is asked for its summary when the runner is made: an unreachable tracker, or a port
+    where something else answers, is a :class:`~layoutopt.ProblemError` within
+    :data:`TRACKER_TIMEOUT` seconds, before anything is built or measured (TVM's own client retries
+    for a minute). Costs measured through it are cached under the device key and the target
+    (:attr:`device_name`), apart from this machine's.
+
     Args:
         tracker: ``"HOST:PORT"`` of the tracker (``python -m tvm.exec.rpc_tracker``).
         key: the device key the RPC servers registered with (``rpc_server --key KEY``).
         priority, session_timeout: passed to the tracker request (seconds; 0 = no limit).
         cc: the (cross) compiler that links the uploaded libraries, e.g. ``"aarch64-linux-gnu-g++"``
             for an ARM board; default: the host's C++ compiler.
+
+    Raises:
+        ProblemError: a bad address, no key, or a tracker that does not answer.
 
     Example::
 
@@ -204,6 +229,33 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
         parse_rpc_address(self.tracker)
         if not self.key:
             raise ProblemError("RPCRunner needs the device key the RPC servers registered with (--key)")
+        self.summary()  # now, not after a minute of TVM's retries in the middle of a run
+
+    @property
+    def device_name(self) -> str:
+        return f"rpc:{self.key}"
+
+    def summary(self) -> dict[str, Any]:
+        """The tracker's summary (``server_info``, ``queue_info``), asked with a timeout.
+
+        Raises:
+            ProblemError: the tracker cannot be reached, or what answers is no TVM RPC tracker.
+        """
+        rpc_base = import_tvm().rpc.base
+        host, port = parse_rpc_address(self.tracker)
+        try:  # TVM's TrackerSession, with a timeout: its client retries for a minute, then waits forever
+            with socket.create_connection((host, port), timeout=TRACKER_TIMEOUT) as sock:
+                sock.sendall(struct.pack("<i", rpc_base.RPC_TRACKER_MAGIC))
+                if struct.unpack("<i", rpc_base.recvall(sock, 4))[0] != rpc_base.RPC_TRACKER_MAGIC:
+                    raise ConnectionError("what answers there is not a TVM RPC tracker")
+                rpc_base.sendjson(sock, [rpc_base.TrackerCode.SUMMARY])
+                code, summary = rpc_base.recvjson(sock)
+                if code != rpc_base.TrackerCode.SUCCESS or not isinstance(summary, dict):
+                    raise ConnectionError(f"the tracker answered {code!r} to a summary request")
+        except (OSError, ValueError, TypeError, struct.error) as exc:  # refused, timed out, reset, garbled
+            raise ProblemError(f"RPC tracker {self.tracker}: cannot reach it ({first_line(exc)}); is "
+                               "`python -m tvm.exec.rpc_tracker` running there?") from None
+        return summary
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_session": None}  # sessions do not cross processes
@@ -213,6 +265,7 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
         return import_tvm().rpc.connect_tracker(host, port)
 
     def _connect(self):
+        self.summary()  # a tracker gone since: say so now, not after TVM's minute of retries
         try:
             self._session = self._tracker().request(
                 self.key, priority=self.priority, session_timeout=int(self.session_timeout)
@@ -243,12 +296,7 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
         Raises:
             ProblemError: the tracker cannot be reached (before anything is measured).
         """
-        host, port = parse_rpc_address(self.tracker)
-        try:  # TVM's own client retries for a minute before it gives up
-            socket.create_connection((host, port), timeout=10).close()
-            servers = self._tracker().summary()["server_info"]
-        except Exception as exc:
-            raise ProblemError(f"RPC tracker {self.tracker}: cannot reach it: {first_line(exc)}") from None
+        servers = self.summary().get("server_info", [])
         return max(1, sum(1 for server in servers if server.get("key") == f"server:{self.key}"))
 
     def close(self) -> None:

@@ -56,6 +56,24 @@ def test_keys_separate_target_version_and_candidate(tmp_path):
     assert cache.get(TARGET, VERSION, {**WORKLOAD, "dst": "NCHW4c"}, {}) is None
 
 
+def test_a_device_keys_its_costs_apart_and_local_keys_stay_as_they_were(tmp_path):
+    # the key of a cost measured on this machine, as caches already on users' disks hold it
+    assert CostCache.key(TARGET, VERSION, WORKLOAD, {"in": "NCHW"}) == (
+        '["{\\"kind\\": \\"llvm\\", \\"mcpu\\": \\"znver4\\"}","0.27.0.post1"]'
+        '[{"dst":"NCHW8c","dtype":"float32","op":"layout_transform","shape":[1,16,4,4],"src":"NCHW"},'
+        '{"in":"NCHW"}]')
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps(record(1.0)) + "\n")  # a record written before devices were keyed
+    cache = CostCache(path)
+    assert cache.get(TARGET, VERSION, WORKLOAD, {})["median"] == 1.0
+    assert cache.get(TARGET, VERSION, WORKLOAD, {}, device="rpc:pi") is None
+    cache.put(record(2.0, device="rpc:pi"))
+    reopened = CostCache(path)
+    assert reopened.get(TARGET, VERSION, WORKLOAD, {}, device="rpc:pi")["median"] == 2.0
+    assert reopened.get(TARGET, VERSION, WORKLOAD, {})["median"] == 1.0  # both kept, apart
+    assert reopened.get(TARGET, VERSION, WORKLOAD, {}, device="rpc:other") is None and len(reopened) == 2
+
+
 def test_latest_record_wins(tmp_path):
     path = tmp_path / "c.jsonl"
     cache = CostCache(path)

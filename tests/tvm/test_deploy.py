@@ -293,9 +293,10 @@ def test_an_impossible_pin_is_named_and_an_unknown_one_refused_before_measuring(
     assert not calls
     graph = extract_layout_graph(mod, [4, 8])
     every = [f"conv1={label}" for label in graph.nodes["conv1"]["choices"]]
-    with pytest.raises(ProblemError, match="leave no feasible assignment: node 'conv1' has no allowed"):
+    with pytest.raises(ProblemError, match="every choice of layer 'conv1' is forbidden: forbid conv1="):
         tune_and_build(mod, candidates=[4, 8], forbid=every, baselines=(), cache=tmp_path / "c.jsonl",
                        calibrate=0, profile=False, repeat=1)
+    assert not calls  # refused before measuring too
 
 
 # -- the op mix of real models ---------------------------------------------------------------------

@@ -267,7 +267,40 @@ def test_a_run_killed_with_sigkill_resumes_where_it_stopped(tmp_path):
     with Measurer(cache=path, runner=LocalRunner(repeat=2, min_repeat_ms=1, cold=False), progress=False) as m:
         results = m.measure(tasks)
     assert all(r.ok for r in results)
-    assert m.stats["cached"] == done_before and m.stats["measured"] == len(tasks) - done_before
+    assert m.stats["measured"] == len(tasks) - done_before
+    # killed in the first pass: the kernels timed before the kill get their second pass now
+    assert m.stats["retimed"] == done_before and m.stats["cached"] == 0
+    assert all(len(r.record["pass_medians"]) == 2 for r in results)
+
+
+def test_a_kernel_cached_with_fewer_passes_is_timed_again_for_the_passes_it_lacks(tiny_conv, tmp_path):
+    path = tmp_path / "c.jsonl"
+    tasks = [(tiny_conv, {"in": "NCHW8c", "out": "NCHW8c"}), *transforms(2)]
+    # timed once, as by a run killed between its passes
+    with Measurer(cache=path, runner=FAST, progress=False, passes=1) as once:
+        first = once.measure(tasks[:2])
+    with Measurer(cache=path, runner=FAST, progress=False, passes=2) as full:
+        full.measure(tasks[2:])  # a kernel with both passes already
+    lines = path.read_bytes().splitlines()
+    with Measurer(cache=path, runner=FAST, progress=False, passes=2) as resumed:
+        results = resumed.measure(tasks)
+        assert resumed.stats == {**resumed.stats, "retimed": 2, "cached": 1, "measured": 0, "failed": 0}
+    for before, after in zip(first, results[:2], strict=True):
+        passes = after.record["pass_medians"]
+        assert len(passes) == 2 and passes[0] == before.cost and after.cost == min(passes)
+        assert len(after.results) == 2 * FAST.repeat and not after.cached and after.ok
+        assert after.record["check_error"] == before.record["check_error"]  # checked once, not again
+    assert results[2].cached and len(results[2].record["pass_medians"]) == 2
+    # appended, never rewritten: the one-pass records are still there, before their two-pass ones
+    grown = path.read_bytes().splitlines()
+    assert grown[: len(lines)] == lines and len(grown) == len(lines) + 2
+    with Measurer(cache=path, runner=FAST, progress=False, passes=2) as again:
+        assert [r.cost for r in again.measure(tasks)] == [r.cost for r in results]
+        assert again.stats["cached"] == 3 and again.stats["retimed"] == 0 and again.worker_starts == 0
+    # fewer passes asked than cached: nothing to add
+    with Measurer(cache=path, runner=FAST, progress=False, passes=1) as fewer:
+        fewer.measure(tasks)
+        assert fewer.stats["cached"] == 3 and fewer.worker_starts == 0
 
 
 class _Timings:

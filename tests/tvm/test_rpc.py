@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import socket
+import threading
 
 import pytest
 
@@ -12,12 +14,12 @@ pytest.importorskip("tvm")
 
 from onnx_models import tiny_conv_onnx
 
-from conftest import RPC_DEVICES
+from conftest import RPC_DEVICES, _free_port
 from layoutopt import ProblemError
 from layoutopt.cli import main
-from layoutopt.tvm import models, tune_and_build
+from layoutopt.tvm import models, runner, tune_and_build
 from layoutopt.tvm.kernels import layout_transform_workload
-from layoutopt.tvm.measure import Measurer, RPCRunner
+from layoutopt.tvm.measure import LocalRunner, Measurer, RPCRunner
 from layoutopt.tvm.profile import profile_builds
 
 pytestmark = pytest.mark.tvm
@@ -121,3 +123,57 @@ def test_the_tune_command_with_rpc_measures_checks_and_times_on_the_device(rpc_t
     records = [json.loads(line) for line in cache.read_text().splitlines()]
     assert records and all(r["runner"] == f"RPC tracker {address} key {key!r}" for r in records)
     assert all(json.loads(r["target"])["mcpu"] == target["mcpu"] for r in records)
+
+
+def test_costs_measured_here_are_never_reused_for_a_device_nor_the_other_way(rpc_tracker, tmp_path):
+    address, key = rpc_tracker
+    path, tasks = tmp_path / "c.jsonl", [(layout_transform_workload([1, 16, 4, 4], "NCHW", "NCHW8c"), {})]
+    here, device = LocalRunner(repeat=1, min_repeat_ms=1), RPCRunner(address, key, repeat=1, min_repeat_ms=1)
+    with Measurer(cache=path, runner=here, progress=False, passes=1) as measurer:
+        (local,) = measurer.measure(tasks)
+        assert measurer.stats["measured"] == 1 and "device" not in local.record
+    with Measurer(cache=path, runner=device, progress=False, passes=1) as measurer:  # same target, same task
+        (remote,) = measurer.measure(tasks)
+        assert measurer.stats["measured"] == 1 and measurer.stats["cached"] == 0
+    assert remote.record["device"] == f"rpc:{key}" and remote.record["target"] == local.record["target"]
+    for place, record in ((here, local.record), (device, remote.record)):  # each finds its own again
+        with Measurer(cache=path, runner=place, progress=False, passes=1) as measurer:
+            (again,) = measurer.measure(tasks)
+            assert again.cached and again.record == record and measurer.worker_starts == 0
+    other_board = RPCRunner(address, "another-board", repeat=1, min_repeat_ms=1)
+    assert Measurer(cache=path, runner=other_board, progress=False).lookup(*tasks[0]) is None
+
+
+def _serve_once(listener: socket.socket, answer: bytes) -> None:
+    connection, _ = listener.accept()
+    with connection:
+        connection.recv(4)
+        connection.sendall(answer)
+
+
+@pytest.mark.parametrize("answer", [None, b"HTTP", b""], ids=["nothing", "not-a-tracker", "hang-up"])
+def test_a_tracker_that_cannot_be_reached_is_refused_when_the_runner_is_made(answer, monkeypatch):
+    with pytest.raises(ProblemError, match=r"RPC tracker 127\.0\.0\.1:\d+: cannot reach it \(.*refused"):
+        RPCRunner(f"127.0.0.1:{_free_port()}", "board")  # nothing listens there
+    monkeypatch.setattr(runner, "TRACKER_TIMEOUT", 0.5)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        if answer is not None:  # else it accepts the connection and never answers
+            threading.Thread(target=_serve_once, args=(listener, answer), daemon=True).start()
+        reason = {None: "timed out", b"HTTP": "not a TVM RPC tracker", b"": "connection reset"}[answer]
+        expected = f"RPC tracker {address}: cannot reach it \\(.*{reason}"
+        with pytest.raises(ProblemError, match=expected) as refused:
+            RPCRunner(address, "board")
+    assert "\n" not in str(refused.value)
+
+
+def test_the_tune_command_refuses_an_unreachable_tracker_before_loading_the_model(tmp_path, capsys):
+    model = tiny_conv_onnx(tmp_path / "tiny.onnx")
+    argv = ["tune", str(model), "--input-shape", "1,4,8,8", "--rpc", f"127.0.0.1:{_free_port()}",
+            "--key", "board", "--cache", "none", "--report", ""]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("layoutopt tune: error: RPC tracker 127.0.0.1:")
+    assert "cannot reach it" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+    assert "cost cache" not in captured.out  # refused before the model was loaded

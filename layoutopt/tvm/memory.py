@@ -1,0 +1,193 @@
+"""Will a model fit in memory? An estimate from its static shapes, checked before anything is allocated.
+
+A huge input shape (``1x3x20000x20000``: 4.8 GB of float32, drawn in float64 first) would otherwise end
+in numpy's ``MemoryError`` deep inside a run, after minutes of work. :func:`check_memory` refuses it
+first, with the estimate and the limit.
+
+The estimate is a **lower bound** of what tuning needs at its peak, from the Relax module's static
+shapes (nothing is allocated to compute it):
+
+* the inputs, drawn as float64 random numbers and then cast (``random_inputs``): each input's bytes,
+  plus 8 bytes per element while it is drawn;
+* the weights (the module's constants);
+* twice the largest op's inputs and output together: the reference build (TVM's default build of the
+  untouched model) and the build checked against it each run it, and each keeps its own buffers.
+
+Builds timed side by side, and the measuring worker's copies of a kernel's tensors, need more. The
+limit is the memory available to new processes without swapping (Linux's ``MemAvailable``, else the
+free physical pages); where neither is known, nothing is refused. A model whose lower bound already
+exceeds it cannot be tuned here.
+
+Example::
+
+    from layoutopt.tvm import load_model
+    from layoutopt.tvm.memory import check_memory
+    check_memory(load_model("det.onnx", [1, 3, 20000, 20000]))
+    # ProblemError: the model needs at least 65.9 GB of memory to tune (...), above the 21.4 GB ...
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ProblemError
+from ._tvm import import_tvm
+
+__all__ = ["MemoryEstimate", "available_memory", "check_memory", "estimate_memory"]
+
+#: bytes per element of the float64 draw the random inputs are cast from
+_DRAW_BYTES = 8
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes a model needs at least to be tuned (see the module's docstring for the rule).
+
+    Attributes:
+        inputs: the inputs' bytes; ``drawn``: their elements' bytes as float64, while drawn;
+        weights: the constants' bytes; ``largest_op``: the binding whose inputs and output together
+        are the largest, ``largest_op_bytes`` their bytes.
+    """
+
+    inputs: int
+    drawn: int
+    weights: int
+    largest_op: str
+    largest_op_bytes: int
+
+    @property
+    def total(self) -> int:
+        """The lower bound: inputs, their float64 draw, weights, and the largest op twice."""
+        return self.inputs + self.drawn + self.weights + 2 * self.largest_op_bytes
+
+    def describe(self) -> str:
+        """The estimate's terms, for messages.
+
+        Example:
+            >>> MemoryEstimate(4_000_000, 8_000_000, 1_500, "conv1 (relax.nn.conv2d)", 20_000_000).describe()
+            'inputs 4 MB + their float64 draw 8 MB + weights 1.5 kB + 2 x 20 MB for the inputs and ...'
+        """
+        return (f"inputs {_size(self.inputs)} + their float64 draw {_size(self.drawn)} + weights "
+                f"{_size(self.weights)} + 2 x {_size(self.largest_op_bytes)} for the inputs and output of "
+                f"its largest op, {self.largest_op}")
+
+
+def _size(count: float) -> str:
+    """Bytes in decimal units, 3 significant digits.
+
+    Example:
+        >>> _size(96e9), _size(1440), _size(12)
+        ('96 GB', '1.44 kB', '12 B')
+    """
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return f"{count:.0f} B"
+
+
+def _bytes(ty, per_element: int | None = None) -> int:
+    """Bytes of a value of Relax type ``ty`` (``per_element`` bytes each if given, else its dtype's): a
+    tensor with a static shape, or a tuple of them; 0 for anything else (a shape, an object, a dynamic
+    dim: the shape checks elsewhere say so)."""
+    tvm = import_tvm()
+    if isinstance(ty, tvm.relax.TupleType):
+        return sum(_bytes(field, per_element) for field in ty.fields)
+    if not isinstance(ty, tvm.relax.TensorType) or ty.shape is None:
+        return 0
+    try:
+        elements = math.prod(int(dim) for dim in ty.shape)
+    except (TypeError, ValueError):
+        return 0
+    if per_element is None:
+        dtype = tvm.runtime.DataType(str(ty.dtype))
+        per_element = math.ceil(dtype.bits * dtype.lanes / 8)
+    return elements * per_element
+
+
+def estimate_memory(mod) -> MemoryEstimate:
+    """The lower bound of the memory tuning ``mod`` needs, from its ``main``'s static shapes.
+
+    Example::
+
+        estimate_memory(models.default_model()).total     # 1087440 (bytes)
+    """
+    tvm = import_tvm()
+    main = mod["main"]
+    constants: dict[int, int] = {}
+
+    def visit(expr) -> None:  # tensor constants, each once (a Python wrapper is made per visit)
+        if isinstance(expr, tvm.ir.expr.Constant):
+            constants.setdefault(expr.__chandle__(), _bytes(expr.ty))
+
+    tvm.relax.analysis.post_order_visit(main, visit)
+    largest, largest_bytes = "", 0
+    for block in getattr(main.body, "blocks", []):
+        for binding in block.bindings:
+            value = binding.value
+            if not isinstance(value, tvm.relax.Call):
+                continue
+            step = _bytes(binding.var.ty) + sum(_bytes(arg.ty) for arg in value.args
+                                                if not isinstance(arg, tvm.ir.expr.Constant))
+            if step > largest_bytes:
+                op = value.op.name if isinstance(value.op, tvm.ir.Op) else "call"
+                largest, largest_bytes = f"{binding.var.name} ({op})", step
+    return MemoryEstimate(inputs=sum(_bytes(param.ty) for param in main.params),
+                          drawn=sum(_bytes(param.ty, _DRAW_BYTES) for param in main.params),
+                          weights=sum(constants.values()), largest_op=largest, largest_op_bytes=largest_bytes)
+
+
+def available_memory() -> tuple[int, str] | None:
+    """``(bytes, source)``: the memory new processes can get without swapping, or None if unknown.
+
+    Example::
+
+        available_memory()      # (23011733504, 'MemAvailable in /proc/meminfo')
+    """
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name == "MemAvailable" and value.split()[1:] == ["kB"]:
+                return int(value.split()[0]) * 1024, "MemAvailable in /proc/meminfo"
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "free physical pages"
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_memory(mod, limit: int | None = None) -> MemoryEstimate:
+    """Refuse ``mod`` before anything is allocated when tuning it cannot fit in memory.
+
+    Args:
+        mod: the Relax module to tune (static shapes).
+        limit: bytes allowed; default: :func:`available_memory` (no check when unknown).
+
+    Returns:
+        The :class:`MemoryEstimate` (a lower bound of the peak).
+
+    Raises:
+        ProblemError: the estimate exceeds the limit; the message gives both, and the estimate's terms.
+
+    Example::
+
+        check_memory(models.default_model())            # fine: about 1 MB
+        check_memory(mod, limit=2**30)                  # ProblemError if mod needs more than 1 GiB
+    """
+    estimate = estimate_memory(mod)
+    if limit is None:
+        available = available_memory()
+        if available is None:
+            return estimate
+        limit, source = available
+    else:
+        source = "the limit given"
+    if estimate.total > limit:
+        raise ProblemError(
+            f"the model needs at least {_size(estimate.total)} of memory to tune, above the {_size(limit)} "
+            f"available ({source}); give it a smaller input shape. Estimate: {estimate.describe()}"
+        )
+    return estimate
