@@ -50,6 +50,7 @@ from .calibrate import Calibration, calibrated_solution
 from .check import Reference, first_divergence
 from .graph import LayoutGraph
 from .guard import baseline_builds, fastest_build, guard_rules
+from .memory import check_memory
 from .profile import KernelShapes, observe, profile_builds, time_breakdown
 from .result import TUNED, TuneResult, Variant, layer_table
 from .runner import Runner
@@ -232,6 +233,7 @@ def extract(mod, target: Any, runner: Runner, options: TuneOptions) -> Extracted
     """
     from .extract import extract_layout_graph, prepare
 
+    check_memory(mod)  # before anything is allocated: the inputs, their float64 draw, the largest op
     timings: dict[str, float] = {}
     with _stage(timings, "prepare"):
         mod = prepare(mod)
@@ -271,6 +273,8 @@ def measure(extracted: Extracted, options: TuneOptions) -> Measured:
                                        prepared=True, graph=extracted.graph)
     stats = meta["stats"]
     options.say(f"kernels and transforms: {stats['measured']} measured, {stats['cached']} from the cost cache"
+                + (f", {stats['retimed']} from the cache timed again for the pass a killed run left out"
+                   if stats.get("retimed") else "")
                 + (f", {stats['failed']} failed" if stats["failed"] else ""))
     return Measured(extracted, costs, meta, KernelShapes(extracted.target))
 
