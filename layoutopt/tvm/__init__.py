@@ -47,7 +47,7 @@ _LAZY = {
     "apply_layouts": ".apply",
     "apply_solution": ".apply",
     "apply_assignment": ".apply",
-    "build": ".apply",
+    "build": ".builder",
     "tune_and_build": ".tune",
     "build_from_solution": ".deploy",
     "export_library": ".deploy",
@@ -63,7 +63,7 @@ _LAZY = {
     "fixed_layout_assignment": ".baselines",
     "random_inputs": ".timing",
     "measure_latencies": ".timing",
-    "prepare": ".extract",
+    "prepare": ".normalise",
     "extract_layout_graph": ".extract",
     "build_problem": ".problem",
 }

@@ -224,7 +224,8 @@ def first_divergence(mod, graph, assignment, target: Any, inputs: Sequence[np.nd
         first_divergence(mod, graph, solution.assignment, "llvm", random_inputs(mod))
         # "the first value that diverges is 'conv2' (choice NCHW16c->NCHW16c): off by 0.47 ..."
     """
-    from .apply import apply_assignment, apply_layouts, build
+    from .apply import apply_assignment, apply_layouts
+    from .builder import build
     from .timing import run
 
     tvm = import_tvm()

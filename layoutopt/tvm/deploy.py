@@ -583,8 +583,10 @@ def build_from_solution(mod, solution: str | Path | Mapping[str, Any] | Solution
         executable, module = build_from_solution(load_model("det.onnx", [1, 3, 320, 320]),
                                                  "det.solution.json")
     """
-    from .apply import apply_layouts, build
-    from .extract import extract_layout_graph, prepare
+    from .apply import apply_layouts
+    from .builder import build
+    from .extract import extract_layout_graph
+    from .normalise import prepare
 
     record = load_solution(solution)
     _check_versions(record)

@@ -1,7 +1,7 @@
 """Extract the layout graph of a Relax model: which ops choose a layout, and which tensors connect them.
 
-:func:`prepare` normalises a module as the frontends produce it (batch norm folded or decomposed,
-constants folded, binding names made unique); :func:`extract_layout_graph` walks ``main`` and returns
+:func:`extract_layout_graph` walks ``main`` (of a module :func:`~layoutopt.tvm.normalise.prepare`
+normalised: batch norm folded or decomposed, constants folded, binding names made unique) and returns
 a ``networkx.DiGraph`` following the layout model of :mod:`layoutopt.tvm` (the one
 :mod:`layoutopt.tvm.apply` rewrites by):
 
@@ -35,10 +35,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from ..errors import ProblemError
-from ._tvm import first_line, import_tvm
+from ._tvm import import_tvm
 from .graph import KINDS, Choice, LayoutGraph, LayoutNode, Value
 from .kernels import (
     CONV2D_ORDERS,
@@ -51,6 +49,7 @@ from .kernels import (
     conv2d_candidates,
     dense_candidates,
 )
+from .normalise import main_function, prepare
 from .ops import (
     BINARY_OPS,
     CONCAT_OPS,
@@ -58,11 +57,9 @@ from .ops import (
     dense_workload,
     is_tensor_constant,
     layout_carrier,
-    static_shape,
 )
 
-__all__ = ["KINDS", "Candidates", "clip_bounds_as_ops", "extract_layout_graph", "fold_elementwise_constants",
-           "prepare"]
+__all__ = ["KINDS", "Candidates", "extract_layout_graph"]
 
 #: what ``candidates=`` accepts: channel blocks, options ``{"blocks": [...], "orders": [...]}``, a
 #: function ``workload -> candidate dicts``, or None
@@ -70,248 +67,6 @@ Candidates = Iterable[int] | Mapping[str, Any] | Callable[[dict[str, Any]], list
 
 #: op names of workloads in ``"workload"`` of multi-input nodes (short, like the kernel workloads)
 _SHORT_NAMES = {"relax.concat": "concat"}
-
-
-# ------------------------------------------------------------------------------------------------
-# prepare
-
-
-def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
-    """Normalise a Relax module for extraction and rewriting; returns a new ``IRModule``.
-
-    Runs, on the module (``main`` must exist):
-
-    * ``BindParams("main", ...)`` when ``params`` is given, so that weights kept as function
-      parameters become constants: a mapping ``{parameter name: array}``, a list of arrays for the
-      parameters after the model inputs (``num_input``), or what ``relax.frontend.detach_params``
-      returns (``{"main": [arrays]}``), e.g. after ``from_onnx(..., keep_params_in_input=True)``;
-    * ``FoldBatchnormToConv2D`` (batch norm right after a conv2d goes into its weights),
-      ``DecomposeOpsForInference`` (other batch norms become per-channel constant arithmetic,
-      which follows layouts), ``CanonicalizeBindings``, :func:`fold_elementwise_constants` (their
-      constant arithmetic in numpy), ``FoldConstant`` and ``DeadCodeElimination``;
-    * :func:`clip_bounds_as_ops` (the ONNX frontend's ``Clip`` as Relax ``maximum``/``minimum``);
-    * renaming of duplicate binding names in ``main`` (``lv7``, ``lv7`` -> ``lv7``, ``lv7_1``, as
-      TVMScript prints them): layout graph nodes are keyed by binding name, so names must be unique.
-
-    The rewrite (:mod:`layoutopt.tvm.apply`) must run on the module this returns, so that node
-    names match bindings. It is deterministic: preparing twice gives the same names.
-
-    Example::
-
-        import onnx, tvm
-        mod = prepare(tvm.relax.frontend.onnx.from_onnx(onnx.load("resnet50.onnx")))
-    """
-    tvm = import_tvm()
-    relax = tvm.relax
-    _main(mod)
-    if params:
-        try:
-            mod = relax.transform.BindParams("main", _params_by_name(mod["main"], params))(mod)
-        except ProblemError:
-            raise
-        except Exception as exc:  # TVM's message is a long C++ trace
-            raise ProblemError(f"cannot bind params to main: {first_line(exc)}") from None
-    fold = tvm.transform.Sequential([relax.transform.FoldConstant(), relax.transform.DeadCodeElimination()])
-    try:
-        mod = clip_bounds_as_ops(fold(fold_elementwise_constants(_decompose_batch_norms(mod))))
-    except Exception as exc:
-        raise ProblemError(f"normalising the module failed: {first_line(exc)}") from None
-    return _unique_names(mod)
-
-
-def _decompose_batch_norms(mod):
-    """:func:`prepare`'s first passes: batch norms into conv weights or per-channel arithmetic."""
-    tvm = import_tvm()
-    relax = tvm.relax
-    return tvm.transform.Sequential([
-        relax.transform.FoldBatchnormToConv2D(),
-        relax.transform.DecomposeOpsForInference(),
-        relax.transform.CanonicalizeBindings(),
-    ])(mod)
-
-
-#: Relax ops on constants that :func:`fold_elementwise_constants` computes with numpy
-_NUMPY_FOLDS: dict[str, Callable[..., np.ndarray]] = {
-    "relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
-    "relax.divide": np.divide, "relax.sqrt": np.sqrt,
-}
-#: ... and those that only give their first argument's data another shape (the call's)
-_NUMPY_RESHAPES = ("relax.reshape", "relax.expand_dims", "relax.squeeze")
-
-
-def fold_elementwise_constants(mod):
-    """``mod`` with the elementwise arithmetic and reshapes of constants in ``main`` computed in
-    numpy and bound as constants; part of :func:`prepare`, before TVM's ``FoldConstant``.
-
-    ``FoldBatchnormToConv2D`` and ``DecomposeOpsForInference`` leave up to eight per batch norm (the
-    scale ``gamma / sqrt(var + eps)`` into the weights, the shift into a bias), and ``FoldConstant``
-    compiles and runs each one as a kernel of its own: 39.8 s for the 53 batch norms of a ResNet-50
-    written in ONNX (``benchmarks/onnx_written.py``, width 4), where numpy takes milliseconds. Ops it
-    does not know, non-float results (integer division and overflow follow TVM's rules, not numpy's)
-    and results without the call's static shape are left to ``FoldConstant``.
-
-    Example::
-
-        mod = fold_elementwise_constants(relax.transform.FoldBatchnormToConv2D()(mod))
-    """
-    tvm = import_tvm()
-    relax = tvm.relax
-    reshapes = [tvm.ir.Op.get(name) for name in _NUMPY_RESHAPES]
-    folds = {tvm.ir.Op.get(name): function for name, function in _NUMPY_FOLDS.items()}
-
-    @relax.expr_functor.mutator
-    class _Folder(relax.expr_functor.PyExprMutator):
-        def value(self, arg) -> np.ndarray | float | None:
-            if isinstance(arg, relax.Var):
-                arg = self.lookup_binding(arg)
-            if arg is None or not isinstance(arg, tvm.ir.expr.Constant):
-                return None
-            if is_tensor_constant(arg):
-                return arg.value.numpy()
-            # a scalar argument (batch norm's epsilon) is a FloatImm or IntImm holding a Python number
-            return arg.value if isinstance(arg.value, int | float) else None
-
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            shape = static_shape(call)
-            reshape = call.op in reshapes
-            if shape is None or not (reshape or call.op in folds):
-                return call
-            dtype = str(call.ty.dtype)
-            if not dtype.startswith("float"):
-                return call
-            values = [self.value(arg) for arg in call.args[:1 if reshape else None]]
-            if any(v is None for v in values) or not isinstance(values[0], np.ndarray):
-                return call
-            with np.errstate(all="ignore"):  # inf and NaN come out as TVM's kernels would give them
-                result = np.reshape(values[0], shape) if reshape else folds[call.op](*values)
-            result = np.asarray(result).astype(dtype, copy=False)
-            if list(result.shape) != shape:
-                return call
-            return relax.const(result, dtype)
-
-    return _with_main(mod, _Folder(mod).visit_expr(mod["main"]))
-
-
-def clip_bounds_as_ops(mod):
-    """``mod`` with each clip bound the ONNX frontend imported as a TOPI ``call_tir`` (``maximum``
-    or ``minimum`` of a tensor and a scalar constant, once constants are folded) written as the
-    Relax op itself; part of :func:`prepare`.
-
-    TVM's ONNX frontend imports ``Clip`` (ReLU6, hard-swish) with ``emit_te(topi.maximum, ...)``:
-    opaque calls that the layout model must treat as plain-NCHW boundaries, a pair of layout
-    transforms around every one. ``relax.maximum``/``relax.minimum`` by a scalar follow their input's
-    layout instead (and legalize to the same TOPI computation).
-
-    Example::
-
-        mod = clip_bounds_as_ops(prepare(from_onnx(onnx.load("mobilenet.onnx"))))
-    """
-    tvm = import_tvm()
-    relax = tvm.relax
-    call_tir = tvm.ir.Op.get("relax.call_tir")
-    ops = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
-
-    @relax.expr_functor.mutator
-    class _ClipBounds(relax.expr_functor.PyExprMutator):
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            if call.op != call_tir or not isinstance(call.args[0], tvm.ir.GlobalVar):
-                return call
-            op = ops.get(call.args[0].name_hint.rstrip("0123456789_"))
-            args = call.args[1]
-            if op is None or not isinstance(args, relax.Tuple) or len(args.fields) != 2:
-                return call
-            tensor, bound = args.fields
-            scalar = is_tensor_constant(bound) and int(np.prod(bound.value.shape, dtype=np.int64)) == 1
-            shape = static_shape(tensor) if isinstance(tensor, relax.Var) else None
-            if not scalar or shape is None or shape != static_shape(call) or \
-                    str(tensor.ty.dtype) != str(call.ty.dtype):
-                return call
-            return op(tensor, bound)
-
-    return relax.transform.DeadCodeElimination()(_with_main(mod, _ClipBounds(mod).visit_expr(mod["main"])))
-
-
-def _params_by_name(main, params) -> dict[str, Any]:
-    """``params`` (see :func:`prepare`) as ``{parameter name: array}``."""
-    if isinstance(params, Mapping) and set(params) == {"main"} and not isinstance(params["main"], Mapping):
-        params = params["main"]  # relax.frontend.detach_params(mod)[1]
-    if isinstance(params, Mapping):
-        return {str(name): value for name, value in params.items()}
-    values = list(params)
-    if not main.attrs or "num_input" not in main.attrs:
-        raise ProblemError(
-            "params: main has no 'num_input' attribute telling inputs from weights; "
-            "give a mapping {parameter name: array} instead"
-        )
-    weights = list(main.params)[int(main.attrs["num_input"]):]
-    if len(values) != len(weights):
-        raise ProblemError(
-            f"params: {len(values)} arrays given for main's {len(weights)} weight parameters "
-            f"({', '.join(p.name for p in weights[:5])}...); give a mapping {{name: array}} instead"
-        )
-    return {param.name: value for param, value in zip(weights, values, strict=True)}
-
-
-def _main(mod):
-    """``mod["main"]`` as a Relax function, or a ProblemError saying what is there instead."""
-    tvm = import_tvm()
-    if not isinstance(mod, tvm.IRModule):
-        raise ProblemError(
-            f"expected a tvm IRModule (e.g. from relax.frontend.onnx.from_onnx), not {type(mod).__name__}"
-        )
-    names = sorted(gv.name_hint for gv in mod.get_global_vars())
-    if "main" not in names:
-        raise ProblemError(f"the module has no 'main' function (it has: {', '.join(names) or 'nothing'})")
-    main = mod["main"]
-    if not isinstance(main, tvm.relax.Function):
-        raise ProblemError(f"'main' is a {type(main).__name__}, not a Relax function")
-    return main
-
-
-def _unique_names(mod):
-    """Give every Var defined in ``main`` a distinct name (the first keeps its own)."""
-    tvm = import_tvm()
-    relax = tvm.relax
-    main = mod["main"]
-    names = [p.name for p in main.params] + [b.var.name for blk in main.body.blocks for b in blk.bindings]
-    if len(set(names)) == len(names):
-        return mod
-
-    @relax.expr_functor.mutator
-    class _Renamer(relax.expr_functor.PyExprMutator):
-        def __init__(self, module):
-            super().__init__(module)
-            self.taken: set[str] = set()
-
-        def _fresh(self, var, cls):
-            name = var.name
-            if name in self.taken:
-                suffix = 1
-                while f"{name}_{suffix}" in self.taken:
-                    suffix += 1
-                new = cls(f"{name}_{suffix}", var.ty)
-                self.set_var_remap(var, new)
-                var = new
-            self.taken.add(var.name)
-            return var
-
-        def visit_var_def_(self, var):
-            return self._fresh(var, relax.Var)
-
-        def visit_dataflow_var_def_(self, var):
-            return self._fresh(var, relax.DataflowVar)
-
-    return _with_main(mod, _Renamer(mod).visit_expr(main))
-
-
-def _with_main(mod, main):
-    """``mod`` with ``main`` in place of its own (a mutator's output), the other functions kept."""
-    tvm = import_tvm()
-    functions = dict(mod.functions_items())
-    functions[mod.get_global_var("main")] = main
-    return tvm.IRModule(functions, attrs=mod.attrs)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -366,7 +121,7 @@ def extract_layout_graph(
     blocks, choose, conv_options = _candidate_options(candidates)
     if not prepared:
         mod = prepare(mod)
-    main = _main(mod)
+    main = main_function(mod)
     names = [p.name for p in main.params] + [b.var.name for blk in main.body.blocks for b in blk.bindings]
     duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
     if duplicates:

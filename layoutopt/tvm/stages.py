@@ -44,8 +44,9 @@ from ..errors import ProblemError
 from ..problem import Costs, Problem
 from ..solution import Solution
 from ._tvm import import_tvm
-from .apply import apply_assignment, build, check_rewrite, count_layout_transforms
+from .apply import apply_assignment, count_layout_transforms
 from .baselines import BUILDS, COMPOSITES
+from .builder import build, check_rewrite
 from .calibrate import Calibration, calibrated_solution
 from .check import Reference, first_divergence
 from .graph import LayoutGraph
@@ -231,7 +232,8 @@ def extract(mod, target: Any, runner: Runner, options: TuneOptions) -> Extracted
 
         extracted = extract(models.chain(), resolve_target("llvm"), LocalRunner(), TuneOptions())
     """
-    from .extract import extract_layout_graph, prepare
+    from .extract import extract_layout_graph
+    from .normalise import prepare
 
     check_memory(mod)  # before anything is allocated: the inputs, their float64 draw, the largest op
     timings: dict[str, float] = {}

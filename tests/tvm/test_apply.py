@@ -14,14 +14,15 @@ from layoutopt.tvm.apply import (
     ApplyLayouts,
     apply_layouts,
     apply_solution,
-    build,
     count_layout_transforms,
     expected_transforms,
     op_list,
     parse_choice,
 )
+from layoutopt.tvm.builder import build
 from layoutopt.tvm.check import relative_error
-from layoutopt.tvm.extract import extract_layout_graph, prepare
+from layoutopt.tvm.extract import extract_layout_graph
+from layoutopt.tvm.normalise import prepare
 from layoutopt.tvm.timing import random_inputs, run
 
 pytestmark = pytest.mark.tvm
@@ -61,7 +62,7 @@ def _legalized_and_fused(mod):
     """``mod`` as build(fuse=True) has it just before schedule_module."""
     import tvm
 
-    from layoutopt.tvm.apply import _legalize_conv2d
+    from layoutopt.tvm.builder import _legalize_conv2d
 
     relax = tvm.relax
     with _target():
@@ -74,7 +75,7 @@ def _legalized(mod):
     """``mod`` as build(fuse=False) has it just before schedule_module."""
     import tvm
 
-    from layoutopt.tvm.apply import _legalize_conv2d
+    from layoutopt.tvm.builder import _legalize_conv2d
 
     with _target():
         legalize = {"relax.nn.conv2d": _legalize_conv2d}

@@ -13,9 +13,10 @@ pytest.importorskip("tvm")
 from layoutopt import ProblemError
 from layoutopt.tvm import apply as apply_module
 from layoutopt.tvm import models, tune_and_build
-from layoutopt.tvm.apply import apply_layouts, build
+from layoutopt.tvm.apply import apply_layouts
+from layoutopt.tvm.builder import build
 from layoutopt.tvm.check import ROUNDING_GROWTH, Reference, float64_module, relative_error
-from layoutopt.tvm.extract import prepare
+from layoutopt.tvm.normalise import prepare
 from layoutopt.tvm.timing import random_inputs, run
 
 pytestmark = pytest.mark.tvm

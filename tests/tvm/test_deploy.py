@@ -20,10 +20,12 @@ from onnx_models import mobile_fpn_onnx, tiny_conv_onnx, unsupported_op_onnx  # 
 from layoutopt import ProblemError
 from layoutopt.cli import main
 from layoutopt.tvm import build_from_solution, load_model, load_solution, models, tune_and_build
-from layoutopt.tvm.apply import apply_assignment, build, check_rewrite
+from layoutopt.tvm.apply import apply_assignment
 from layoutopt.tvm.baselines import fixed_layout_assignment
-from layoutopt.tvm.extract import extract_layout_graph, prepare
+from layoutopt.tvm.builder import build, check_rewrite
+from layoutopt.tvm.extract import extract_layout_graph
 from layoutopt.tvm.graph import candidate_label
+from layoutopt.tvm.normalise import prepare
 from layoutopt.tvm.timing import random_inputs, relative_error, run
 
 pytestmark = pytest.mark.tvm

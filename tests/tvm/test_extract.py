@@ -186,13 +186,14 @@ def test_prepare_computes_batch_norm_constants_in_numpy_as_tvm_would():
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    from layoutopt.tvm.extract import (
+    from layoutopt.tvm.check import relative_error
+    from layoutopt.tvm.normalise import (
         _NUMPY_FOLDS,
         _NUMPY_RESHAPES,
         _decompose_batch_norms,
         fold_elementwise_constants,
     )
-    from layoutopt.tvm.timing import relative_error, run
+    from layoutopt.tvm.timing import run
 
     def constant_calls(mod):  # numpy-foldable calls whose arguments are all constants
         bound, count = {}, 0

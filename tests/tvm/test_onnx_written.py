@@ -10,9 +10,11 @@ pytest.importorskip("tvm")
 
 from benchmarks import onnx_written
 from layoutopt.tvm import load_model
-from layoutopt.tvm.apply import apply_assignment, build
+from layoutopt.tvm.apply import apply_assignment
 from layoutopt.tvm.baselines import fixed_layout_assignment
-from layoutopt.tvm.extract import extract_layout_graph, prepare
+from layoutopt.tvm.builder import build
+from layoutopt.tvm.extract import extract_layout_graph
+from layoutopt.tvm.normalise import prepare
 from layoutopt.tvm.timing import relative_error, run
 
 pytestmark = pytest.mark.tvm

@@ -1,0 +1,138 @@
+"""Build a (rewritten) Relax module for the CPU, and try a rewrite's build before measuring anything.
+
+:func:`build` legalizes (blocked conv2d included: TVM's own legalizer refuses them), fuses, schedules every
+kernel (:func:`layoutopt.tvm.kernels.schedule_module`) and lowers for the Relax VM; :func:`legalize` is its
+first step alone, and :func:`check_rewrite` runs the rewrite and that step on a fixed layout, in seconds,
+before a kernel is measured.
+
+Example::
+
+    from layoutopt.tvm import apply_layouts, build
+    ex = build(apply_layouts(mod, {"conv1": "NCHW16c->NCHW16c"}), "llvm")
+    vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
+"""
+
+from __future__ import annotations
+
+from ..errors import ProblemError
+from ._tvm import first_line, import_tvm, resolve_target
+from .apply import apply_assignment
+from .graph import LayoutGraph
+from .kernels import schedule_module
+
+__all__ = ["build", "check_rewrite", "legalize"]
+
+def _out_dtype(attrs, default: str | None) -> str | None:
+    dtype = str(attrs.out_dtype) if attrs.out_dtype is not None else ""
+    return default if dtype in ("", "None", "void") else dtype
+
+
+def _legalize_conv2d(bb, call):
+    """Blocked conv2d -> ``topi.nn.conv2d_NCHWc`` (TVM's legalizer leaves it, and codegen then fails)."""
+    tvm = import_tvm()
+    from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
+
+    attrs = call.attrs
+    if len(attrs.data_layout) == 4 and len(attrs.kernel_layout) == 4:
+        return _nn_conv2d(bb, call)
+    out_dtype = _out_dtype(attrs, str(call.args[0].ty.dtype))
+    return bb.call_te(
+        tvm.topi.nn.conv2d_NCHWc, call.args[0], call.args[1], list(attrs.strides), list(attrs.padding),
+        list(attrs.dilation), attrs.data_layout, attrs.out_layout, out_dtype,
+        primfunc_name_hint="conv2d_NCHWc",
+    )
+
+
+#: ops that may remain after legalization: the VM runs them itself
+_VM_OPS = frozenset({"relax.shape_of", "relax.null_value", "relax.print", "relax.assert_op",
+                     "relax.tensor_to_shape", "relax.shape_to_tensor", "relax.hint_on_device",
+                     "relax.to_vdevice"})
+
+
+def legalize(mod, target=None):
+    """The build's first step: every Relax op becomes a TIR PrimFunc (a blocked conv2d through this
+    module's legalizer: TVM's refuses it; sort, scan and sampling ops through TVM's dispatchers).
+
+    Raises :class:`~layoutopt.ProblemError` naming an op that no legalization covers (the VM could
+    not run it, and :func:`build` would fail at code generation).
+
+    Example::
+
+        legalize(apply_layouts(mod, choices), "llvm")     # seconds, where build takes tens of seconds
+    """
+    tvm = import_tvm()
+    target = resolve_target(target)
+    legalizers = {"relax.nn.conv2d": _legalize_conv2d}
+    relax = tvm.relax
+    with target:  # sort, scan and sampling ops have no legalization: TVM's pipeline dispatches them first
+        mod = relax.backend.DispatchSortScan()(relax.backend.DispatchSampling()(mod))
+        mod = relax.transform.LegalizeOps(customize_legalize_map=legalizers)(mod)
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, tvm.relax.Call) and isinstance(value.op, tvm.ir.Op):
+                name = value.op.name
+                if not name.startswith(("relax.call_", "relax.builtin.", "relax.memory.", "relax.vm.")) and \
+                        name not in _VM_OPS:
+                    raise ProblemError(f"binding {binding.var.name!r}: op {name!r} has no legalization "
+                                       f"for {target.kind.name} in TVM {tvm.__version__}: the model cannot "
+                                       "be built")
+    return mod
+
+
+def check_rewrite(mod, graph: LayoutGraph, target=None, layout: str = "NCHW16c") -> None:
+    """Rewrite ``mod`` to one fixed blocked ``layout`` and legalize it: what the measurement's result
+    will go through, tried in seconds before anything is measured, so that an op the rewrite or
+    the build cannot handle fails now, not after the measurement.
+
+    Raises :class:`~layoutopt.ProblemError` saying which step failed and why.
+
+    Example::
+
+        graph = extract_layout_graph(mod)
+        check_rewrite(graph.mod, graph, "llvm")
+    """
+    from .baselines import fixed_layout_assignment
+
+    try:
+        legalize(apply_assignment(mod, graph, fixed_layout_assignment(graph, layout)), target)
+    except ProblemError as exc:
+        raise ProblemError(f"checking the rewrite before measuring ({layout} everywhere): {exc}") from None
+    except Exception as exc:  # a TVM error deep inside a pass: one line, not a C++ backtrace
+        raise ProblemError(f"checking the rewrite before measuring ({layout} everywhere): "
+                           f"{first_line(exc, with_type=True)}") from None
+
+
+def build(mod, target=None, fuse: bool = True):
+    """Legalize, schedule every kernel, lower and compile ``mod`` for the CPU ``target``.
+
+    Args:
+        mod: a Relax module, e.g. from :func:`apply_layouts`.
+        target: CPU target (see :func:`~layoutopt.tvm.resolve_target`).
+        fuse: run ``FuseOps``/``FuseTIR``: each conv2d's elementwise epilogue (bias, relu, residual
+            add) joins it, finished inside its register tile where the output block is one vector
+            wide (see :func:`~layoutopt.tvm.kernels.schedule_module`), as the kernels were measured
+            (``extract_layout_graph(..., fuse=True)``); unfused, every op is its own kernel.
+
+    Returns a ``tvm.runtime.Executable`` for ``tvm.relax.VirtualMachine``.
+
+    Example::
+
+        ex = build(apply_layouts(mod, choices), "llvm")
+        vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
+    """
+    tvm = import_tvm()
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    target = resolve_target(target)
+    relax = tvm.relax
+    mod = legalize(mod, target)
+    with target:
+        mod = relax.transform.FoldConstant()(mod)
+        if fuse:
+            mod = relax.transform.AnnotateTIROpPattern()(mod)
+            mod = relax.transform.FuseOps()(mod)
+            mod = relax.transform.FuseTIR()(mod)
+        mod = schedule_module(mod, target)
+        mod = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
+    return tvm.compile(mod, target=target, relax_pipeline=None)
