@@ -14,13 +14,17 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from ..errors import ProblemError
 from ._tvm import first_line, import_tvm, resolve_target
 from .apply import apply_assignment
 from .graph import LayoutGraph
 from .kernels import schedule_module
+from .kernels.module import Fallback, fallbacks
 
-__all__ = ["build", "check_rewrite", "legalize"]
+__all__ = ["Compiled", "build", "check_rewrite", "compile_module", "legalize"]
 
 def _out_dtype(attrs, default: str | None) -> str | None:
     dtype = str(attrs.out_dtype) if attrs.out_dtype is not None else ""
@@ -107,19 +111,40 @@ def build(mod, target=None, fuse: bool = True):
     """Legalize, schedule every kernel, lower and compile ``mod`` for the CPU ``target``.
 
     Args:
-        mod: a Relax module, e.g. from :func:`apply_layouts`.
+        mod: a Relax module, e.g. from :func:`~layoutopt.tvm.apply.apply_layouts`.
         target: CPU target (see :func:`~layoutopt.tvm.resolve_target`).
         fuse: run ``FuseOps``/``FuseTIR``: each conv2d's elementwise epilogue (bias, relu, residual
             add) joins it, finished inside its register tile where the output block is one vector
             wide (see :func:`~layoutopt.tvm.kernels.schedule_module`), as the kernels were measured
             (``extract_layout_graph(..., fuse=True)``); unfused, every op is its own kernel.
 
-    Returns a ``tvm.runtime.Executable`` for ``tvm.relax.VirtualMachine``.
+    Returns a ``tvm.runtime.Executable`` for ``tvm.relax.VirtualMachine`` (:func:`compile_module` also
+    says which functions no schedule rule covered).
 
     Example::
 
         ex = build(apply_layouts(mod, choices), "llvm")
         vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
+    """
+    return compile_module(mod, target, fuse).executable
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A build: its ``executable`` and the functions of it that took a fallback (no schedule rule
+    covered them: :class:`~layoutopt.tvm.kernels.module.Fallback`)."""
+
+    executable: Any
+    fallbacks: tuple[Fallback, ...] = ()
+
+
+def compile_module(mod, target=None, fuse: bool = True) -> Compiled:
+    """:func:`build`, keeping what the scheduler said: which functions run unscheduled or serial.
+
+    Example::
+
+        compiled = compile_module(apply_layouts(mod, choices), "llvm")
+        compiled.fallbacks      # () when every function got a parallel schedule
     """
     tvm = import_tvm()
     from tvm.relax.backend.cpu_generic import pipeline as cpu
@@ -134,5 +159,6 @@ def build(mod, target=None, fuse: bool = True):
             mod = relax.transform.FuseOps()(mod)
             mod = relax.transform.FuseTIR()(mod)
         mod = schedule_module(mod, target)
+        left = tuple(fallbacks(mod))
         mod = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
-    return tvm.compile(mod, target=target, relax_pipeline=None)
+    return Compiled(tvm.compile(mod, target=target, relax_pipeline=None), left)

@@ -375,10 +375,9 @@ def _layer_table(result) -> str:
     """The layers of the build handed back (the one ``-o`` writes), under a line saying which it is;
     in-network times only for the tuned build (the one profiled layer by layer)."""
     from .report import handed_back_layers
-    from .tune import TUNED
 
     layers = handed_back_layers(result)
-    variant = result.tuned if result.chosen == TUNED else result.baselines[result.chosen]
+    variant = result.handed_back
     profiled = any(layer.in_network is not None for layer in layers)
     rows = [("layer", "workload", "layouts and kernel", "kernel ms", *(["in network ms"] if profiled else []),
              "transforms in")]

@@ -356,7 +356,7 @@ class SolutionFile:
             record = SolutionFile.from_result(result, model="det.onnx")
             record.handed_back.name, record.layers[0].candidate
         """
-        variant = result.tuned if result.chosen == result.tuned.name else result.baselines[result.chosen]
+        variant = result.handed_back
         return cls(
             model=model,
             inputs=_inputs(result.graph.mod),

@@ -72,6 +72,12 @@ def breakdown_markdown(result: TuneResult, builds: Sequence[str] | None = None) 
     return "\n".join(lines)
 
 
+def _fallbacks(result: TuneResult) -> str:
+    listed = [f"{variant.name}: " + "; ".join(f.describe() for f in variant.fallbacks)
+              for variant in result.variants() if variant.fallbacks]
+    return "none" if not listed else " / ".join(listed)
+
+
 def _breakdown_section(result: TuneResult) -> list[str]:
     table = breakdown_markdown(result)
     if not table:
@@ -190,6 +196,9 @@ def write_report(result: TuneResult, directory: str | Path, name: str = "report"
         "best fixed layout).",
         "",
         f"Timing: {result.noise.describe() if result.noise is not None else 'not timed'}.",
+        "",
+        "Functions no schedule rule covered (they run unscheduled or on one core), per build: "
+        + _fallbacks(result) + ".",
         "",
         "Check: " + (result.reference.describe() if result.reference is not None else
                      "none (outputs not compared with the untouched model)") + "; each build's error is the "

@@ -23,6 +23,7 @@ from ..solution import Solution
 from .check import Reference
 from .graph import LayoutGraph
 from .kernels import describe_workload
+from .kernels.module import Fallback
 from .profile import Category, Observation
 from .timing import Noise, Ratio
 
@@ -43,7 +44,9 @@ class Variant:
     the tuned build's, paired round by round (a :class:`~layoutopt.tvm.timing.Ratio`: what the guard
     decides on). ``observation`` what its in-network profile said, matched to the layout graph
     (:func:`~layoutopt.tvm.profile.observe`). ``max_relative_error`` its check
-    (:mod:`layoutopt.tvm.check`: against the untouched model in float64). ``None`` when not applicable.
+    (:mod:`layoutopt.tvm.check`: against the untouched model in float64). ``fallbacks`` the functions of
+    the build no schedule rule covered (unscheduled or serial), with their in-network time once
+    profiled. ``None`` when not applicable.
     Each stage of :mod:`layoutopt.tvm.stages` fills in its part, as a new record
     (``dataclasses.replace``).
     """
@@ -61,6 +64,7 @@ class Variant:
     module: Any = field(default=None, repr=False)
     executable: Any = field(default=None, repr=False)
     observation: Observation | None = field(default=None, repr=False)
+    fallbacks: tuple[Fallback, ...] = ()
 
     @property
     def in_network(self) -> float | None:
@@ -151,6 +155,11 @@ class TuneResult:
 
         return export(self, library, solution, model)
 
+    @property
+    def handed_back(self) -> Variant | None:
+        """The :class:`Variant` handed back (``chosen``)."""
+        return self.tuned if self.chosen == self.tuned.name else self.baselines.get(self.chosen)
+
     def variants(self) -> list[Variant]:
         """The tuned variant, then the baselines."""
         return [self.tuned, *self.baselines.values()]
@@ -179,6 +188,9 @@ class TuneResult:
             lines.append(f"handed back: {self.chosen} (it measured faster than the tuned build)")
         else:
             lines.append(f"handed back: {TUNED}")
+        fell_back = self.handed_back.fallbacks if self.handed_back is not None else ()
+        lines.append("functions no schedule rule covered: " + ("none" if not fell_back else
+                     "; ".join(f.describe() for f in fell_back)))
         if self.noise is not None and self.noise.rounds:
             lines.append(f"timing: {self.noise.describe()}")
         if self.reference is not None:

@@ -46,7 +46,7 @@ from ..solution import Solution
 from ._tvm import import_tvm
 from .apply import apply_assignment, count_layout_transforms
 from .baselines import BUILDS, COMPOSITES
-from .builder import build, check_rewrite
+from .builder import check_rewrite, compile_module
 from .calibrate import Calibration, calibrated_solution
 from .check import Reference, first_divergence
 from .graph import LayoutGraph
@@ -316,7 +316,8 @@ def build_variant(extracted: Extracted, name: str, description: str, assignment:
         variant = build_variant(extracted, "layoutopt", "tuned", solved.solution.assignment, options)
     """
     new_mod = apply_assignment(extracted.mod, extracted.graph, assignment)
-    executable = build(new_mod, extracted.target, fuse=options.fuse)
+    compiled = compile_module(new_mod, extracted.target, fuse=options.fuse)
+    executable = compiled.executable
     verdict = None
     if extracted.reference is not None:
         verdict = extracted.reference.judge(run(executable, extracted.inputs, extracted.runner))
@@ -329,7 +330,8 @@ def build_variant(extracted: Extracted, name: str, description: str, assignment:
                                "builds without the check)")
     return Variant(name, description, None, transforms=count_layout_transforms(new_mod),
                    max_relative_error=None if verdict is None else verdict.error,
-                   assignment=dict(assignment), module=new_mod, executable=executable)
+                   assignment=dict(assignment), module=new_mod, executable=executable,
+                   fallbacks=compiled.fallbacks)
 
 
 def _divergence(extracted: Extracted, assignment: Mapping[Hashable, int], options: TuneOptions) -> str:
@@ -505,7 +507,9 @@ def profile(timed: Timed, options: TuneOptions) -> Timed:
             return variant
         observation = observe(calls, extracted.graph, variant.assignment, built.solved.measured.shapes)
         breakdown = time_breakdown(calls, extracted.graph, built.solved.costs, variant.assignment)
-        return replace(variant, breakdown=breakdown, observation=observation)
+        fell_back = tuple(replace(f, seconds=sum(c.seconds for c in calls if c.symbol == f.symbol))
+                          for f in variant.fallbacks)
+        return replace(variant, breakdown=breakdown, observation=observation, fallbacks=fell_back)
 
     baselines = {name: profiled(v) for name, v in built.baselines.items()}
     return replace(timed, built=Built(built.solved, profiled(built.tuned), baselines))

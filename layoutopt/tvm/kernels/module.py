@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import ProblemError
@@ -31,7 +32,39 @@ from .common import SCHEDULED_ATTR, block_names, is_spatial, parallel_over, para
 from .family import KernelFamily
 from .registry import FAMILIES
 
-__all__ = ["ScheduleModule", "family_of_function", "schedule_module", "schedule_primfunc"]
+__all__ = ["FALLBACKS_ATTR", "Fallback", "ScheduleModule", "fallbacks", "family_of_function",
+           "schedule_module", "schedule_primfunc"]
+
+#: the module attribute where :func:`schedule_module` lists the functions that took a fallback
+FALLBACKS_ATTR = "layoutopt.fallbacks"
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A function of a build that no schedule rule covered: left ``unscheduled`` (its rule raised: the
+    serial loops TVM lowered it to), or scheduled with no parallel loop (``serial``: one core of the
+    two does nothing). ``seconds``: its time in the running network, once profiled."""
+
+    symbol: str
+    reason: str
+    seconds: float | None = None
+
+    def describe(self) -> str:
+        """One line, e.g. ``fused_mean_divide: serial (no parallel loop), 0.012 ms in the network``."""
+        where = "" if self.seconds is None else f", {self.seconds * 1e3:.3f} ms in the network"
+        return f"{self.symbol}: {self.reason}{where}"
+
+
+def fallbacks(mod) -> list[Fallback]:
+    """The functions of a module :func:`schedule_module` scheduled that took a fallback.
+
+    Example::
+
+        mod = schedule_module(legalize(mod, target), target)
+        [f.describe() for f in fallbacks(mod)]     # [] for a build every rule covers
+    """
+    listed = mod.attrs.get(FALLBACKS_ATTR) if mod.attrs else None
+    return [Fallback(str(entry[0]), str(entry[1])) for entry in listed or ()]
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +87,16 @@ def schedule_primfunc(func, target: Any, strict: bool = False):
     ``strict``, it raises :class:`~layoutopt.ProblemError` instead (a kernel being measured must run
     the schedule the build would give it, or not at all).
     """
+    scheduled = _scheduled(func, target, strict)
+    return None if isinstance(scheduled, Fallback) else scheduled[0]
+
+
+def _scheduled(func, target: Any, strict: bool):
+    """``(scheduled func, runs in parallel)``, or the :class:`Fallback` of a function left unscheduled."""
     tvm = import_tvm()
     sch = tvm.s_tir.Schedule(func)
     names: Sequence[str] = []
+    where = func.attrs.get("global_symbol", "?") if func.attrs else "?"
     try:
         names = block_names(sch)  # a function without a root block (sort, scan) has none to schedule
         found = family_of_function(sch, names)
@@ -69,12 +109,12 @@ def schedule_primfunc(func, target: Any, strict: bool = False):
             else:
                 schedule_generic(sch, names)
     except (tvm.s_tir.ScheduleError, ValueError, StopIteration) as exc:
-        where = func.attrs.get("global_symbol", "?") if func.attrs else "?"
         if strict:
             raise ProblemError(f"cannot schedule {where} (blocks {names}): {exc}") from None
         logger.warning("layoutopt: left %s unscheduled: %s", where, first_line(exc))
-        return None
-    return sch.mod["main"].with_attr(SCHEDULED_ATTR, True)
+        return Fallback(str(where), f"unscheduled ({first_line(exc)})")
+    parallel = any(inst.kind.name == "Parallel" for inst in sch.trace.insts)
+    return sch.mod["main"].with_attr(SCHEDULED_ATTR, True), parallel
 
 
 def schedule_generic(sch, names: Sequence[str]) -> None:
@@ -225,21 +265,32 @@ def schedule_module(mod, target: Any = None):
     """
     tvm = import_tvm()
     target = resolve_target(target)
-    updates = {}
+    updates, fell_back = {}, []
     with target:
         for gvar, func in mod.functions_items():
             if not isinstance(func, tvm.tirx.PrimFunc) or int(func.attrs.get(SCHEDULED_ATTR, 0) if func.attrs
                                                                else 0):
                 continue
-            scheduled = schedule_primfunc(func, target)
-            if scheduled is not None:
-                updates[gvar] = scheduled
-    if not updates:
+            scheduled = _scheduled(func, target, strict=False)
+            if isinstance(scheduled, Fallback):
+                fell_back.append(replace(scheduled, symbol=gvar.name_hint))
+                continue
+            updates[gvar], parallel = scheduled
+            if not parallel and _has_loops(func):
+                fell_back.append(Fallback(gvar.name_hint, "serial (no parallel loop)"))
+    if not updates and not fell_back:
         return mod
     mod = mod.clone()  # never modify the caller's module in place
     for gvar, func in updates.items():
         mod[gvar] = func
+    if fell_back:
+        mod = mod.with_attr(FALLBACKS_ATTR, [[f.symbol, f.reason] for f in fell_back])
     return mod
+
+
+def _has_loops(func) -> bool:
+    """Whether ``func`` computes anything in a loop (a scalar function has nothing to run in parallel)."""
+    return any(int(d) > 1 for param in func.params for d in getattr(param, "shape", None) or ())
 
 
 def ScheduleModule(target: Any = None):
