@@ -10,13 +10,14 @@ a ``networkx.DiGraph`` following the layout model of :mod:`layoutopt.tvm` (the o
    the rewrite blocks ``groups=1`` only) and dense (``matmul`` by a constant 2-D weight; its
    candidates are packed weight layouts).
 2. **layout-following** ops are not nodes: unary elementwise ops, binary elementwise ops with a
-   per-channel or scalar constant (bias, folded batch norm), max/avg pooling. They run in the layout
-   their input arrives in.
+   per-channel or scalar constant (bias, folded batch norm), max/avg pooling, and means (max, sums)
+   over height and width that keep their dimensions (squeeze-excite's global pool). They run in the
+   layout their input arrives in.
 3. **multi**-input ops (binary elementwise ops of two computed tensors, concat) are nodes whose
    choices are one common layout for all inputs and the output: ``NCHW{b}c`` for blocks ``b``
    dividing every input's channels, and ``NCHW``.
-4. **boundary** ops (reshape, softmax, mean, anything unknown) and the graph's **input** and
-   **output** tensors need plain ``NCHW``: nodes with the single choice ``"NCHW"``.
+4. **boundary** ops (reshape, softmax, a mean over channels, anything unknown) and the graph's
+   **input** and **output** tensors need plain ``NCHW``: nodes with the single choice ``"NCHW"``.
 5. An edge ``P -> Q`` joins two nodes when a tensor flows from ``P`` (through layout-following ops)
    into ``Q``; its ``"shape"`` is the logical NCHW shape arriving at ``Q``.
 

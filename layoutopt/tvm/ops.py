@@ -19,8 +19,8 @@ import numpy as np
 from ._tvm import import_tvm
 from .kernels import NCHW
 
-__all__ = ["BINARY_OPS", "CONCAT_OPS", "POOL_OPS", "UNARY_OPS", "conv2d_workload", "dense_workload",
-           "is_tensor_constant", "layout_carrier", "static_shape"]
+__all__ = ["BINARY_OPS", "CONCAT_OPS", "POOL_OPS", "SPATIAL_REDUCE_OPS", "UNARY_OPS", "conv2d_workload",
+           "dense_workload", "is_tensor_constant", "layout_carrier", "static_shape"]
 
 #: unary elementwise ops: any layout, same layout out
 UNARY_OPS = frozenset({
@@ -39,6 +39,10 @@ BINARY_OPS = frozenset({
 POOL_OPS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d"})
 #: ops that combine several computed tensors in one common layout
 CONCAT_OPS = frozenset({"relax.concat"})
+
+#: reductions that follow their input's layout when they reduce height and width only, keeping the
+#: dimensions (squeeze-excite's global mean): H and W are axes 2 and 3 of NCHW and of NCHW{b}c alike
+SPATIAL_REDUCE_OPS = frozenset({"relax.mean", "relax.max", "relax.sum"})
 
 
 def static_shape(expr) -> list[int] | None:
@@ -79,7 +83,9 @@ def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None =
       tuple output is not: a boundary);
     * max/avg pooling declared ``NCHW`` in and out (an ``NHWC`` pool is a boundary);
     * a binary elementwise op (:data:`BINARY_OPS`) of ONE computed 4-D tensor and one per-channel or
-      scalar constant, in either order (``add(bias, x)`` as well as ``add(x, bias)``).
+      scalar constant, in either order (``add(bias, x)`` as well as ``add(x, bias)``);
+    * a mean, max or sum over height and width of a 4-D tensor keeping its dimensions
+      (:data:`SPATIAL_REDUCE_OPS`: a global pool, as squeeze-excite's): the channel block stays.
 
     ``is_data(var)`` tells computed tensors from other Vars (extraction's unbound weights); default:
     every Var is data.
@@ -90,9 +96,11 @@ def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None =
     """
     tvm = import_tvm()
     relax = tvm.relax
+    is_data = is_data or (lambda _var: True)
+    if op in SPATIAL_REDUCE_OPS:
+        return _spatial_reduction_input(call, is_data)
     if op not in UNARY_OPS and op not in POOL_OPS and op not in BINARY_OPS:
         return None
-    is_data = is_data or (lambda _var: True)
     args = list(call.args)
     if op in BINARY_OPS:
         tensors = [a for a in args if isinstance(a, relax.Var)]
@@ -111,6 +119,19 @@ def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None =
     if op in POOL_OPS and (str(call.attrs.layout), str(call.attrs.out_layout)) != (NCHW, NCHW):
         return None
     return args[0]
+
+
+def _spatial_reduction_input(call, is_data: Callable[[Any], bool]):
+    """The data a reduction over axes 2 and 3 (height, width) with ``keepdims`` reads, else None."""
+    relax = import_tvm().relax
+    data = call.args[0] if call.args else None
+    if not isinstance(data, relax.Var) or not is_data(data):
+        return None
+    shape = static_shape(data)
+    axes = call.attrs.axis
+    if shape is None or len(shape) != 4 or axes is None or not bool(call.attrs.keepdims):
+        return None
+    return data if sorted(int(a) % 4 for a in axes) == [2, 3] else None
 
 
 def per_channel(const, channels: int) -> bool:

@@ -276,14 +276,17 @@ def test_unsupported_op_becomes_a_boundary():
 def test_broadcast_multiply_gets_blocked_choices_channel_broadcast_does_not():
     def build(bb, x, const, op):
         y = bb.emit(op.nn.conv2d(x, const(16, 8, 3, 3), padding=1), "conv1")
-        scale = bb.emit(op.mean(y, axis=[2, 3], keepdims=True), "squeeze")  # (1, 16, 1, 1), a boundary
+        scale = bb.emit(op.mean(y, axis=[2, 3], keepdims=True), "squeeze")  # (1, 16, 1, 1), follows y
         excite = bb.emit(op.multiply(y, scale), "excite")  # SE block: blocked layouts still work
         spatial = bb.emit(op.mean(y, axis=[1], keepdims=True), "spatial")  # (1, 1, 8, 8)
         return bb.emit(op.multiply(excite, spatial), "attend")  # broadcast over channels: NCHW only
 
     graph = extract_layout_graph(_relax_module(build), DIRECT)
     assert graph.nodes["excite"]["choices"] == ["NCHW8c", "NCHW16c", "NCHW"]
-    assert list(graph.layout_edge("squeeze", "excite").shape) == [1, 16, 1, 1]
+    # the global mean keeps conv1's layout: both of excite's operands come from conv1
+    assert "squeeze" not in graph and graph.following["squeeze"] == "conv1"
+    shapes = sorted(list(value.shape) for value in graph.layout_edge("conv1", "excite").values)
+    assert shapes == [[1, 16, 1, 1], [1, 16, 8, 8]]
     assert graph.nodes["attend"]["choices"] == ["NCHW"]
 
 
