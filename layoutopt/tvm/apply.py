@@ -42,11 +42,16 @@ from .kernels.candidate import Candidate
 from .ops import (
     BINARY_OPS,
     CONCAT_OPS,
+    GATHER_OPS,
     POOL_OPS,
+    SLICE_OPS,
+    SPLIT_OPS,
+    channel_permutation,
     conv2d_workload,
     dense_workload,
     is_tensor_constant,
     layout_carrier,
+    slice_ranges,
     static_shape,
 )
 
@@ -171,7 +176,10 @@ class _Rewriter:
 
     def emit(self, var, value, layout: str | None):
         shape = static_shape(var)
-        layout = layout if shape is not None and len(shape) == 4 else None
+        if shape is None and isinstance(var.ty, self.relax.TupleType):
+            pass  # a split's pieces: the tuple carries their layout to the TupleGetItems reading them
+        elif shape is None or len(shape) != 4:
+            layout = None
         if not isinstance(var, self.relax.DataflowVar) and layout in (NCHW, None):
             # an output of the dataflow block stays one, under its own name: an all-NCHW rewrite
             # then reproduces the original program exactly
@@ -193,6 +201,10 @@ class _Rewriter:
                 return self.conv2d(var, value, choice)
             if op in BINARY_OPS or op in CONCAT_OPS:
                 return self.common_layout(var, value, choice["out"])
+            if op in SPLIT_OPS:
+                return self.split(var, value, choice["out"])
+            if op in SLICE_OPS:
+                return self.channel_slice(var, value, choice["out"])
             if op == "relax.matmul" and "weight" in choice:
                 return self.dense(var, value, choice)
             if (choice["in"], choice["out"]) != (NCHW, NCHW):
@@ -211,6 +223,8 @@ class _Rewriter:
         return None if carrier is None else self.layout_of(carrier)
 
     def layout_following(self, var, value, op: str, layout: str) -> None:
+        if op in GATHER_OPS:
+            return self.channel_gather(var, value, layout)
         args = [self.value(a, layout) for a in value.args]
         if op in POOL_OPS:
             attrs = value.attrs
@@ -222,17 +236,55 @@ class _Rewriter:
             call = self.relax.Call(value.op, args, value.attrs, value.ty_args)
         self.emit(var, call, layout)
 
+    def channel_gather(self, var, call, layout: str) -> None:
+        """A gather of channels by a constant permutation (a channel shuffle) in ``layout``: in a blocked
+        one, output lane ``(co, ci)`` reads the block and lane of source channel ``order[co * b + ci]``."""
+        data = self.value(call.args[0], layout)
+        block = layout_block(layout)
+        if block is None:
+            return self.emit(var, self.relax.Call(call.op, [data, call.args[1]], call.attrs), layout)
+        order = self.relax.const(channel_permutation(call).astype("int32"))
+        te = self.tvm.te
+
+        def gather(x, source):
+            def lane(n, co, h, w, ci):
+                channel = source[co * block + ci]
+                return x[n, channel // block, h, w, channel % block]
+
+            return te.compute(x.shape, lane, name="channel_gather")
+
+        self.emit(var, self.bb.call_te(gather, data, order, primfunc_name_hint="channel_gather"), layout)
+
     def common_layout(self, var, value, layout: str) -> None:
         args = [self.value(a, layout) for a in value.args]
         self.emit(var, self.relax.Call(value.op, args, value.attrs, value.ty_args), layout)
+
+    def split(self, var, call, layout: str) -> None:
+        """A split along channels in ``layout``: in a blocked one, the cut falls between blocks."""
+        relax = self.relax
+        cut = call.attrs.indices_or_sections
+        if not hasattr(cut, "__len__"):  # a number of equal pieces: the same number of blocked ones
+            cut = int(cut)
+        else:  # channel offsets -> block offsets (the extraction kept only blocks dividing them)
+            cut = [int(index) // (layout_block(layout) or 1) for index in cut]
+        self.emit(var, relax.op.split(self.value(call.args[0], layout), cut, axis=1), layout)
+
+    def channel_slice(self, var, call, layout: str) -> None:
+        """A slice of a range of channels in ``layout``: in a blocked one, a range of whole blocks."""
+        (_, begin, end, _), = slice_ranges(call)
+        block = layout_block(layout) or 1
+        data = self.value(call.args[0], layout)
+        sliced = self.relax.op.strided_slice(data, axes=[1], begin=[begin // block], end=[end // block])
+        self.emit(var, sliced, layout)
 
     def boundary(self, var, value) -> None:
         relax = self.relax
         if isinstance(value, relax.Call):
             new_value = relax.Call(value.op, [self.value(a, NCHW) for a in value.args], value.attrs,
                                    value.ty_args)
-        elif isinstance(value, relax.TupleGetItem):
+        elif isinstance(value, relax.TupleGetItem):  # a piece keeps its tuple's layout (a split's)
             new_value = relax.TupleGetItem(self.value(value.tuple_value, None), value.index)
+            return self.emit(var, new_value, self.layout_of(value.tuple_value) or NCHW)
         elif isinstance(value, relax.Var):  # an alias keeps its source's layout
             new, layout = self.env[value]
             if isinstance(var, relax.DataflowVar):

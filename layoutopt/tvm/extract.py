@@ -54,10 +54,14 @@ from .normalise import main_function, prepare
 from .ops import (
     BINARY_OPS,
     CONCAT_OPS,
+    SLICE_OPS,
+    SPLIT_OPS,
+    channel_split_sections,
     conv2d_workload,
     dense_workload,
     is_tensor_constant,
     layout_carrier,
+    slice_ranges,
 )
 
 __all__ = ["KINDS", "Candidates", "extract_layout_graph"]
@@ -354,7 +358,7 @@ class _Extractor:
         elif (op in BINARY_OPS or op in CONCAT_OPS) and self.multi(name, value, op, inputs):
             if op == "relax.add":
                 self.extend_epilogue(var, list(value.args), "add")
-        else:
+        elif not self.channel_cut(name, value, op, inputs):
             self.boundary(name, value, op, inputs)
         self.source[var] = name  # items of a node's tuple output come from the node too
 
@@ -444,6 +448,46 @@ class _Extractor:
                        if all(c % b == 0 for c in channel_counts)]
         layouts.append(NCHW)
         self.add_node(name, "multi", name, op, workload, [Choice.layout(layout) for layout in layouts])
+        self.connect(name, inputs)
+        return True
+
+    def channel_cut(self, name: str, call, op: str | None, inputs: list) -> bool:
+        """A split or a slice along channels: a node of its own (:meth:`split`, :meth:`channel_slice`);
+        False for any other op."""
+        if op in SPLIT_OPS:
+            return self.split(name, call, inputs)
+        return op in SLICE_OPS and self.channel_slice(name, call, inputs)
+
+    def split(self, name: str, call, inputs: list) -> bool:
+        """A split along channels: one common layout of its input and its pieces, blocked where the block
+        divides every piece (each piece is then whole blocks, cut at block boundaries)."""
+        sections = channel_split_sections(call)
+        if sections is None:
+            return False
+        shape = self.shape(call.args[0], f"input of {name!r}")
+        workload = {"op": "split", "shapes": [shape], "sections": sections,
+                    "dtype": str(call.args[0].ty.dtype)}
+        layouts = [f"NCHW{b}c" for b in channel_blocks(min(sections), self.blocks)
+                   if all(section % b == 0 for section in sections)]
+        self.add_node(name, "multi", name, "relax.split", workload,
+                      [Choice.layout(layout) for layout in [*layouts, NCHW]])
+        self.connect(name, inputs)
+        return True
+
+    def channel_slice(self, name: str, call, inputs: list) -> bool:
+        """A slice of a range of channels (stride 1): one common layout of its input and output, blocked
+        where the block divides the input's channels and the range's start and length."""
+        ranges = slice_ranges(call)
+        if ranges is None or len(ranges) != 1 or ranges[0][0] != 1 or ranges[0][3] != 1:
+            return False
+        _, begin, end, _ = ranges[0]
+        shape = self.shape(call.args[0], f"input of {name!r}")
+        workload = {"op": "strided_slice", "shapes": [shape], "begin": begin, "end": end,
+                    "dtype": str(call.args[0].ty.dtype)}
+        layouts = [f"NCHW{b}c" for b in channel_blocks(max(end - begin, 1), self.blocks)
+                   if shape[1] % b == 0 and begin % b == 0 and (end - begin) % b == 0]
+        self.add_node(name, "multi", name, "relax.strided_slice", workload,
+                      [Choice.layout(layout) for layout in [*layouts, NCHW]])
         self.connect(name, inputs)
         return True
 

@@ -21,7 +21,8 @@ from ..errors import ProblemError
 from ._tvm import first_line, import_tvm
 from .ops import is_tensor_constant, static_shape
 
-__all__ = ["clip_bounds_as_ops", "fold_elementwise_constants", "main_function", "prepare"]
+__all__ = ["channel_shuffles_as_take", "clip_bounds_as_ops", "fold_elementwise_constants", "main_function",
+           "prepare"]
 
 
 
@@ -39,6 +40,8 @@ def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
       which follows layouts), ``CanonicalizeBindings``, :func:`fold_elementwise_constants` (their
       constant arithmetic in numpy), ``FoldConstant`` and ``DeadCodeElimination``;
     * :func:`clip_bounds_as_ops` (the ONNX frontend's ``Clip`` as Relax ``maximum``/``minimum``);
+    * :func:`channel_shuffles_as_take` (ShuffleNet's reshape -> transpose -> reshape as one gather of
+      channels, which follows layouts);
     * renaming of duplicate binding names in ``main`` (``lv7``, ``lv7`` -> ``lv7``, ``lv7_1``, as
       TVMScript prints them): layout graph nodes are keyed by binding name, so names must be unique.
 
@@ -63,6 +66,7 @@ def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
     fold = tvm.transform.Sequential([relax.transform.FoldConstant(), relax.transform.DeadCodeElimination()])
     try:
         mod = clip_bounds_as_ops(fold(fold_elementwise_constants(_decompose_batch_norms(mod))))
+        mod = channel_shuffles_as_take(mod)
     except Exception as exc:
         raise ProblemError(f"normalising the module failed: {first_line(exc)}") from None
     return _unique_names(mod)
@@ -180,6 +184,51 @@ def clip_bounds_as_ops(mod):
             return op(tensor, bound)
 
     return relax.transform.DeadCodeElimination()(_with_main(mod, _ClipBounds(mod).visit_expr(mod["main"])))
+
+
+def channel_shuffles_as_take(mod):
+    """``mod`` with each channel shuffle (``reshape`` to ``(N, g, C/g, H, W)``, ``permute_dims`` of axes 1
+    and 2, ``reshape`` back to ``(N, C, H, W)``, as ShuffleNet writes it) as one ``take`` of the
+    channels in their shuffled order; part of :func:`prepare`.
+
+    As three ops the shuffle is a run of plain-NCHW boundaries (a round trip through NCHW in a blocked
+    build); as a gather of channels it follows its input's layout (in a blocked layout: a permutation
+    of blocks and lanes, :mod:`layoutopt.tvm.apply`). Channel ``c`` of the output is channel
+    ``(c % g) * (C / g) + c // g`` of the input.
+
+    Example::
+
+        mod = channel_shuffles_as_take(prepare(from_onnx(onnx.load("shufflenet_v2.onnx"))))
+    """
+    tvm = import_tvm()
+    relax = tvm.relax
+    reshape, permute = tvm.ir.Op.get("relax.reshape"), tvm.ir.Op.get("relax.permute_dims")
+
+    def bound(expr, op, lookup):
+        value = lookup(expr) if isinstance(expr, relax.Var) else None
+        return value if isinstance(value, relax.Call) and value.op == op else None
+
+    @relax.expr_functor.mutator
+    class _Shuffles(relax.expr_functor.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            out = static_shape(call)
+            lookup = self.lookup_binding
+            transposed = bound(call.args[0], permute, lookup) if call.op == reshape else None
+            grouped = bound(transposed.args[0], reshape, lookup) if transposed is not None else None
+            if grouped is None or out is None or len(out) != 4:
+                return call
+            data, five = grouped.args[0], static_shape(grouped)
+            axes = [int(a) for a in transposed.attrs.axes] if transposed.attrs.axes is not None else None
+            if static_shape(data) != out or five is None or len(five) != 5 or axes != [0, 2, 1, 3, 4] or \
+                    five[0] != out[0] or five[1] * five[2] != out[1] or five[3:] != out[2:]:
+                return call
+            groups, channels = five[1], out[1]
+            order = np.arange(channels)
+            source = (order % groups) * (channels // groups) + order // groups
+            return relax.op.take(data, relax.const(source.astype("int64")), axis=1)
+
+    return relax.transform.DeadCodeElimination()(_with_main(mod, _Shuffles(mod).visit_expr(mod["main"])))
 
 
 def _params_by_name(main, params) -> dict[str, Any]:

@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -19,8 +20,9 @@ import numpy as np
 from ._tvm import import_tvm
 from .kernels import NCHW
 
-__all__ = ["BINARY_OPS", "CONCAT_OPS", "POOL_OPS", "SPATIAL_REDUCE_OPS", "UNARY_OPS", "conv2d_workload",
-           "dense_workload", "is_tensor_constant", "layout_carrier", "static_shape"]
+__all__ = ["BINARY_OPS", "CONCAT_OPS", "GATHER_OPS", "POOL_OPS", "SLICE_OPS", "SPATIAL_REDUCE_OPS",
+           "SPLIT_OPS", "UNARY_OPS", "channel_permutation", "channel_split_sections", "conv2d_workload",
+           "dense_workload", "is_tensor_constant", "layout_carrier", "slice_ranges", "static_shape"]
 
 #: unary elementwise ops: any layout, same layout out
 UNARY_OPS = frozenset({
@@ -39,6 +41,16 @@ BINARY_OPS = frozenset({
 POOL_OPS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d"})
 #: ops that combine several computed tensors in one common layout
 CONCAT_OPS = frozenset({"relax.concat"})
+
+#: ops that split one computed tensor along channels into a tuple, in one common layout
+SPLIT_OPS = frozenset({"relax.split"})
+#: a slice: layout-following over height and width only (YOLOX's focus), a node of its own along
+#: channels (ShuffleNet's channel split), a boundary otherwise
+SLICE_OPS = frozenset({"relax.strided_slice"})
+
+#: a gather of channels by a constant permutation (a channel shuffle, as prepare writes it): follows
+#: its input's layout, a permutation of blocks and lanes in a blocked one
+GATHER_OPS = frozenset({"relax.take"})
 
 #: reductions that follow their input's layout when they reduce height and width only, keeping the
 #: dimensions (squeeze-excite's global mean): H and W are axes 2 and 3 of NCHW and of NCHW{b}c alike
@@ -85,7 +97,9 @@ def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None =
     * a binary elementwise op (:data:`BINARY_OPS`) of ONE computed 4-D tensor and one per-channel or
       scalar constant, in either order (``add(bias, x)`` as well as ``add(x, bias)``);
     * a mean, max or sum over height and width of a 4-D tensor keeping its dimensions
-      (:data:`SPATIAL_REDUCE_OPS`: a global pool, as squeeze-excite's): the channel block stays.
+      (:data:`SPATIAL_REDUCE_OPS`: a global pool, as squeeze-excite's): the channel block stays;
+    * a slice over height and width only (:data:`SLICE_OPS`: YOLOX's focus);
+    * a gather of channels by a constant permutation (:data:`GATHER_OPS`: a channel shuffle).
 
     ``is_data(var)`` tells computed tensors from other Vars (extraction's unbound weights); default:
     every Var is data.
@@ -99,6 +113,12 @@ def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None =
     is_data = is_data or (lambda _var: True)
     if op in SPATIAL_REDUCE_OPS:
         return _spatial_reduction_input(call, is_data)
+    if op in GATHER_OPS:
+        return call.args[0] if channel_permutation(call) is not None and is_data(call.args[0]) else None
+    if op in SLICE_OPS:
+        ranges = slice_ranges(call)
+        spatial = ranges is not None and all(axis in (2, 3) for axis, *_ in ranges)
+        return call.args[0] if spatial and is_data(call.args[0]) else None
     if op not in UNARY_OPS and op not in POOL_OPS and op not in BINARY_OPS:
         return None
     args = list(call.args)
@@ -132,6 +152,77 @@ def _spatial_reduction_input(call, is_data: Callable[[Any], bool]):
     if shape is None or len(shape) != 4 or axes is None or not bool(call.attrs.keepdims):
         return None
     return data if sorted(int(a) % 4 for a in axes) == [2, 3] else None
+
+
+def channel_split_sections(call) -> list[int] | None:
+    """The channel counts of the pieces a ``relax.split`` of a 4-D tensor along channels (axis 1) cuts
+    (YOLO's C2f, ShuffleNet's channel split), or None for any other split.
+
+    Example::
+
+        channel_split_sections(relax.op.split(x, 2, axis=1))          # [64, 64] for 128 channels
+        channel_split_sections(relax.op.split(x, [16, 48], axis=1))   # [16, 32, 80] for 128 channels
+    """
+    shape = static_shape(call.args[0]) if call.args else None
+    if shape is None or len(shape) != 4 or int(call.attrs.axis) % 4 != 1:
+        return None
+    channels, cut = shape[1], call.attrs.indices_or_sections
+    if not hasattr(cut, "__len__"):  # a number of equal pieces (an IntImm), not a list of offsets
+        parts = int(cut)
+        return [channels // parts] * parts if parts > 0 and channels % parts == 0 else None
+    bounds = [0, *(int(i) for i in cut), channels]
+    return [high - low for low, high in itertools.pairwise(bounds)]
+
+
+def channel_permutation(call) -> np.ndarray | None:
+    """The source channel of each output channel of a ``relax.take`` of a 4-D tensor along channels by
+    a constant permutation (a channel shuffle, :func:`~layoutopt.tvm.normalise.channel_shuffles_as_take`),
+    or None for any other take.
+
+    Example::
+
+        channel_permutation(relax.op.take(x, relax.const(np.array([1, 0])), axis=1))  # array([1, 0])
+    """
+    relax = import_tvm().relax
+    data = call.args[0] if call.args else None
+    shape = static_shape(data) if isinstance(data, relax.Var) else None
+    indices = call.args[1] if len(call.args) > 1 else None
+    if shape is None or len(shape) != 4 or call.attrs.axis is None or int(call.attrs.axis) % 4 != 1 or \
+            not is_tensor_constant(indices):
+        return None
+    order = indices.value.numpy()
+    if order.ndim != 1 or not np.issubdtype(order.dtype, np.integer) or \
+            sorted(order.tolist()) != list(range(shape[1])):
+        return None
+    return order
+
+
+def slice_ranges(call) -> list[tuple[int, int, int, int]] | None:
+    """``(axis, begin, end, stride)`` per sliced axis of a ``relax.strided_slice`` of a 4-D computed
+    tensor with constant bounds, normalised (non-negative, clipped to the axis), or None.
+
+    Example::
+
+        slice_ranges(relax.op.strided_slice(x, axes=[1], begin=[16], end=[48]))    # [(1, 16, 48, 1)]
+    """
+    relax = import_tvm().relax
+    data = call.args[0] if call.args else None
+    shape = static_shape(data) if isinstance(data, relax.Var) else None
+    if shape is None or len(shape) != 4 or len(call.args) < 4:
+        return None
+    try:
+        axes, begins, ends = ([int(field.value) for field in arg.fields] for arg in call.args[1:4])
+        strides = [int(f.value) for f in call.args[4].fields] if len(call.args) > 4 else [1] * len(axes)
+    except (AttributeError, TypeError, ValueError):
+        return None  # bounds computed at run time
+    ranges = []
+    for axis, begin, end, stride in zip(axes, begins, ends, strides, strict=False):
+        axis, extent = axis % 4, shape[axis % 4]
+        if stride <= 0:
+            return None
+        begin, end = (min(max(i + extent if i < 0 else i, 0), extent) for i in (begin, end))
+        ranges.append((axis, begin, end, stride))
+    return ranges
 
 
 def per_channel(const, channels: int) -> bool:
