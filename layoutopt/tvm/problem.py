@@ -53,6 +53,7 @@ class MeasureFailure:
     error: str
 
     def to_json(self) -> dict[str, Any]:
+        """The failure as the JSON object ``meta["failures"]`` listed before this record."""
         return {"workload": self.workload, "candidate": self.candidate, "error": self.error}
 
 

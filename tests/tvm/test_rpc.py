@@ -93,9 +93,10 @@ def test_tune_and_build_checks_times_and_hands_back_builds_for_the_device(rpc_tr
                             cache=tmp_path / "c.jsonl")
     assert result.ran_on == f"RPC tracker {address} key {key!r}" and target["mcpu"] in result.target
     assert result.meta.stats.devices == RPC_DEVICES and result.meta.context.target["mcpu"] == target["mcpu"]
-    # the reference (TVM's default build of the untouched model), the tuned build and b*'s members were
-    # all built for the target, exported, uploaded and run on the device, each uploaded once
-    assert len({id(executable) for executable, _ in loaded}) == len(exported) == 4
+    # the reference (TVM's default build of the untouched model, and the untouched model in float64: the
+    # check's truth), the tuned build and b*'s members were all built for the target, exported, uploaded
+    # and run on the device, each uploaded once
+    assert len({id(executable) for executable, _ in loaded}) == len(exported) == 5
     assert all("remote" in device for _, device in loaded)
     assert result.tuned.max_relative_error < 1e-4 and result.baselines["nchw16c"].max_relative_error < 1e-4
     assert result.tuned.measured > 0 and result.baselines["best_fixed"].measured > 0
