@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"filling the shared cost cache {cache} with {old} (a rerun measures nothing) ...", flush=True)
         run_revision(old, cache, Path(work) / "fill-fresh.jsonl")
         filled = time.perf_counter() - started
+        records = len(cache.read_bytes().splitlines())
         answers = {}
         for revision in (old, new):  # each on its own copy: neither sees what the other might add
             copy = Path(work) / f"{revision}.jsonl"
@@ -185,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"*{stamp_line()}*",
         "",
-        f"Both revisions ran on the same copy of one cost cache, filled beforehand by `{old}` "
-        f"({filled:.0f} s, this run); candidates {json.dumps(CANDIDATES)}; extract, measure and solve (`dp`) "
+        f"Both revisions ran on copies of one cost cache ({records} records), filled beforehand by `{old}` "
+        f"(that pass took {filled:.0f} s in this run, measuring only what the cache lacked); candidates "
+        f"{json.dumps(CANDIDATES)}; extract, measure and solve (`dp`) "
         f"through `layoutopt.tvm.stages`, then `build_problem`; each revision also measured {FRESH} kernels "
         "and transforms into an empty cache. Total "
         f"{time.perf_counter() - started:.0f} s.",
