@@ -6,10 +6,11 @@ shapes: 1x3x224x224, 53 conv2d; no download, no torch), then:
 1. extracts the layout graph and counts nodes, edges, choices and distinct measurements;
 2. with ``--compare-with REV``, measures it from an empty cache with layoutopt as it was at git
    revision REV (``git archive``, run in a subprocess), for a before/after figure on one machine;
-3. runs :func:`layoutopt.tvm.build_problem` with an empty cache (every kernel candidate and every
-   layout transform is built, checked against numpy and timed) - target <= 10 minutes on 2 cores;
-4. runs it again with the now full cache, in this process and in a fresh one (a real "second run",
-   including ``import tvm``) - target <= 10 s;
+3. measures the extracted graph (:func:`layoutopt.tvm.problem.measure_graph`) with an empty cache
+   (every kernel candidate and every layout transform is built, checked against numpy and timed) -
+   target <= 10 minutes on 2 cores;
+4. runs :func:`layoutopt.tvm.build_problem` (extraction and measurement) with the now full cache, in
+   this process and in a fresh one (a real "second run", including ``import tvm``) - target <= 10 s;
 5. times each step of measuring one kernel (schedule, compile, machine code, export, reference,
    check, one timing pass) on a seeded sample of the kernels: where the time goes;
 6. times a sample of kernels from an exported library (as the timing worker now loads them) and
@@ -45,8 +46,8 @@ import layoutopt
 from layoutopt.machine import stamp
 from layoutopt.tvm import build_problem, extract_layout_graph, models, prepare
 from layoutopt.tvm.baselines import fixed_layout_assignment
-from layoutopt.tvm.cache import CostCache, record_cost, task_key
-from layoutopt.tvm.problem import kernel_tasks, transform_tasks
+from layoutopt.tvm.cache import CostCache, CostContext, record_cost, task_key
+from layoutopt.tvm.problem import kernel_tasks, measure_graph, transform_tasks
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -58,7 +59,7 @@ from layoutopt.tvm import build_problem, models
 candidates = eval(sys.argv[2])
 mod = models.resnet(depth=int(sys.argv[3]))
 graph, costs, meta = build_problem(mod, candidates=candidates, cache=sys.argv[1], progress=False)
-assert meta["stats"]["measured"] == 0, meta["stats"]
+assert meta.stats.measured == 0, meta.stats
 print(time.perf_counter() - start)
 """
 
@@ -73,7 +74,9 @@ if __name__ == "__main__":
     load = os.getloadavg()[0]
     start = time.perf_counter()
     graph, costs, meta = build_problem(mod, candidates=candidates, cache=sys.argv[1], progress=False)
-    print(json.dumps({"seconds": time.perf_counter() - start, "stats": meta["stats"], "load_before": load,
+    # the measure metadata was a dict before it was a record (MeasureMeta): REV may be either
+    stats = meta["stats"] if isinstance(meta, dict) else meta.stats.to_json()
+    print(json.dumps({"seconds": time.perf_counter() - start, "stats": stats, "load_before": load,
                       "load_after": os.getloadavg()[0], "layoutopt": layoutopt.__file__}))
 """
 
@@ -173,12 +176,13 @@ def library_vs_jit(tasks: list[tuple[dict, dict]], sample: int, rounds: int = 4,
     return [b["library"] / b["jit"] for b in best]
 
 
-def cost_ratios(before: Path, after: Path, target: str) -> tuple[int, list[float]]:
-    """How many kernels both caches measured, and the after/before ratios of their costs."""
+def cost_ratios(before: Path, after: Path, context: CostContext) -> tuple[int, list[float]]:
+    """How many kernels both caches measured for the target of ``context``, and the after/before ratios
+    of their costs."""
     old = {task_key(r["workload"], r["candidate"]): record_cost(r) for r in CostCache(before)
-           if r["target"] == target}
+           if r["target"] == context.target_key}
     new = {task_key(r["workload"], r["candidate"]): record_cost(r) for r in CostCache(after)
-           if r["target"] == target}
+           if r["target"] == context.target_key}
     ratios = [new[k] / old[k] for k in old.keys() & new.keys() if np.isfinite(old[k]) and np.isfinite(new[k])]
     return len(old.keys() & new.keys()), ratios
 
@@ -228,9 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     # 3. empty cache (unless the user gave a cache that is already filled)
     load_cold = os.getloadavg()[0]
     start = time.perf_counter()
-    graph, costs, meta = build_problem(mod, candidates=candidates, cache=cache, prepared=True, progress=None)
+    costs, meta = measure_graph(graph, cache=cache, progress=None)
     cold_seconds = time.perf_counter() - start
-    cold_stats = meta["stats"]
+    cold_stats = meta.stats.to_json()
     load_cold_after = os.getloadavg()[0]
 
     # 4. full cache, in this process and in a fresh one
@@ -238,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     _, warm_costs, warm_meta = build_problem(models.resnet(depth=args.depth), candidates=candidates,
                                              cache=cache)
     warm_seconds = time.perf_counter() - start
-    assert warm_meta["stats"]["measured"] == 0
+    assert warm_meta.stats.measured == 0
     assert all(np.array_equal(warm_costs.nodes[n], costs.nodes[n]) for n in graph)
     fresh = subprocess.run([sys.executable, "-c", _CACHED_RUN, str(cache), repr(candidates), str(args.depth)],
                            capture_output=True, text=True, check=True)
@@ -256,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     solution = layoutopt.solve(graph, costs)
     uniform = layoutopt.evaluate(graph, costs, fixed_layout_assignment(graph, "NCHW16c"))
     kernel_total = sum(costs.nodes[n][solution.assignment[n]] for n in graph)
-    failures = meta["failures"][:10]
+    failures = meta.failures[:10]
 
     def rate(stats: dict, seconds: float) -> str:
         return f"{stats['measured'] / seconds:.2f}" if seconds else "-"
@@ -279,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         f"- versions: {started['versions']}",
         f"- load average before the run (1, 5, 15 min): {load_before}; after: {load_average()} "
         "(other jobs shared the machine when this is above ~0.1)",
-        f"- target: `{meta['target']}`; {started['threads']}",
+        f"- target: `{meta.context.target_key}`; {started['threads']}",
         f"- candidate blocks: {blocks or 'default {4, 8, 16, 32, 64} + C when C < 8'}; conv loop orders: "
         f"{', '.join(orders)}",
         "",
@@ -307,14 +311,14 @@ def main(argv: list[str] | None = None) -> int:
         "| run | seconds | measured | kernels/s | failed | phases | load average before / after |",
         "|---|---|---|---|---|---|---|",
         *rows,
-        f"| full cache, same process | {warm_seconds:.2f} | 0 | - | {warm_meta['stats']['failed']} | "
-        f"{warm_meta['stats']['cached']} from the cache | - |",
+        f"| full cache, same process | {warm_seconds:.2f} | 0 | - | {warm_meta.stats.failed} | "
+        f"{warm_meta.stats.cached} from the cache | - |",
         f"| full cache, fresh process (incl. `import tvm`) | {fresh_seconds:.2f} | 0 | - | - | all from the "
         "cache | - |",
         "",
     ]
     if before is not None:
-        common, ratios = cost_ratios(Path(workdir.name) / "before.jsonl", cache, meta["target"])
+        common, ratios = cost_ratios(Path(workdir.name) / "before.jsonl", cache, meta.context)
         quartiles = np.percentile(ratios, [25, 50, 75]) if ratios else [float("nan")] * 3
         lines += [
             f"Speed-up of the empty-cache measurement: {before['seconds'] / cold_seconds:.2f}x "
@@ -359,8 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{(solution.objective - kernel_total) * 1e3:.3f} ms), solved in {solution.solve_time * 1e3:.1f} ms",
         f"- uniform NCHW16c (first conv NCHW3c->NCHW16c): predicted {uniform * 1e3:.3f} ms "
         f"({uniform / solution.objective:.3f}x the optimum)",
-        f"- failures: {len(meta['failures'])}"
-        + "".join(f"\n  - {f['workload']['op']} {f['candidate']}: {f['error']}" for f in failures),
+        f"- failures: {len(meta.failures)}"
+        + "".join(f"\n  - {f.workload['op']} {f.candidate}: {f.error}" for f in failures),
         "",
     ]
     report = "\n".join(lines)

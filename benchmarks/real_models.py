@@ -165,7 +165,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     kinds = {kind: sum(node.kind == kind for node in graph.layout_nodes())
              for kind in ("target", "multi", "boundary")}
     row.update(layout_nodes=graph.number_of_nodes(), **{f"{k}_nodes": v for k, v in kinds.items()},
-               followers=len(graph.following), stats=result.meta["stats"],
+               followers=len(graph.following), stats=result.meta.stats.to_json(),
                boundary_ops=sorted({node.op for node in graph.layout_nodes() if node.kind == "boundary"}),
                chosen=result.chosen, solver=result.solution.method, status=result.solution.status,
                timings={k: round(v, 1) for k, v in result.timings.items()},

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Hashable, Iterable, Mapping
-from typing import Any
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import networkx as nx
 
@@ -38,10 +39,45 @@ from .errors import ProblemError
 from .labels import Label, parse_label
 from .problem import Costs, Problem, _as_costs
 
-__all__ = ["Constraint", "constrain", "explain_infeasible", "parse_constraint_texts", "parse_constraints"]
+__all__ = ["Constraint", "allows", "constrain", "explain_infeasible", "parse_constraint_texts",
+           "parse_constraints"]
 
-#: one statement: ("pin" or "forbid", node, choice text, choice indices it names)
-Constraint = tuple[str, Hashable, str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One pin or forbid, checked against a graph: its ``kind`` (``"pin"`` or ``"forbid"``), the
+    ``node``, the ``choice`` as it was given, and the ``indices`` of the node's choices it names.
+
+    Example:
+        >>> statement = Constraint("pin", "conv1", "NCHW16c", (1, 2))
+        >>> str(statement), statement.pins, statement.names(2)
+        ('pin conv1=NCHW16c', True, True)
+    """
+
+    kind: Literal["pin", "forbid"]
+    node: Hashable
+    choice: str
+    indices: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("pin", "forbid"):
+            raise ProblemError(f"constraint {self.node}={self.choice}: kind must be 'pin' or 'forbid', "
+                               f"not {self.kind!r}")
+        object.__setattr__(self, "indices", tuple(self.indices))
+
+    @property
+    def pins(self) -> bool:
+        """True for a pin (the node keeps only the choices named), False for a forbid."""
+        return self.kind == "pin"
+
+    def names(self, index: int) -> bool:
+        """Whether the choice of ``index`` is one this statement names."""
+        return index in self.indices
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.node}={self.choice}"
+
 
 Spec = Mapping[Hashable, str | Iterable[str]] | Iterable[str] | None
 
@@ -146,8 +182,10 @@ def parse_constraints(graph: nx.Graph, pin: Spec = None, forbid: Spec = None) ->
     Example:
         >>> g = nx.DiGraph([("a", "b")])
         >>> g.nodes["a"]["choices"] = g.nodes["b"]["choices"] = ["NCHW8c", "NCHW16c"]
-        >>> parse_constraints(g, pin=["a=NCHW16c"], forbid={"b": ["NCHW8c"]})
-        [('pin', 'a', 'NCHW16c', (1,)), ('forbid', 'b', 'NCHW8c', (0,))]
+        >>> [str(s) for s in parse_constraints(g, pin=["a=NCHW16c"], forbid={"b": ["NCHW8c"]})]
+        ['pin a=NCHW16c', 'forbid b=NCHW8c']
+        >>> parse_constraints(g, pin=["a=NCHW16c"])[0].indices
+        (1,)
     """
     statements: list[Constraint] = []
     parse_constraint_texts(pin, forbid)
@@ -159,7 +197,7 @@ def parse_constraints(graph: nx.Graph, pin: Spec = None, forbid: Spec = None) ->
             if not indices:
                 raise ProblemError(f"{kind} {node}={choice}: layer {str(node)!r} has no choice {choice!r}; "
                                    f"its choices are {', '.join(labels)}")
-            statements.append((kind, node, choice, indices))
+            statements.append(Constraint(kind, node, choice, indices))
     _check_conflicts(graph, statements)
     return statements
 
@@ -168,25 +206,23 @@ def _check_conflicts(graph: nx.Graph, statements: list[Constraint]) -> None:
     """Refuse a pin whose every choice is forbidden, and forbids that leave a layer no choice."""
     forbids: dict[Hashable, list[Constraint]] = {}
     for statement in statements:
-        if statement[0] == "forbid":
-            forbids.setdefault(statement[1], []).append(statement)
+        if not statement.pins:
+            forbids.setdefault(statement.node, []).append(statement)
     pinned = set()
-    for kind, node, choice, indices in statements:
-        if kind != "pin":
-            continue
-        pinned.add(node)
-        against = [f for f in forbids.get(node, []) if set(f[3]) & set(indices)]
-        if set(indices) <= {k for f in against for k in f[3]}:
-            raise _contradiction(node, choice, [f[2] for f in against])
+    for pin in (statement for statement in statements if statement.pins):
+        pinned.add(pin.node)
+        against = [f for f in forbids.get(pin.node, []) if set(f.indices) & set(pin.indices)]
+        if set(pin.indices) <= {k for f in against for k in f.indices}:
+            raise _contradiction(pin.node, pin.choice, [f.choice for f in against])
     for node, group in forbids.items():
-        banned = {k for statement in group for k in statement[3]}
+        banned = {k for statement in group for k in statement.indices}
         if node not in pinned and len(banned) == len(graph.nodes[node].get("choices", [])):
-            named = ", ".join(f"forbid {node}={statement[2]}" for statement in group)
+            named = ", ".join(map(str, group))
             raise ProblemError(f"every choice of layer {str(node)!r} is forbidden: {named}")
 
 
 def constrain(graph: nx.Graph, costs: Costs | Mapping | None, pin: Spec = None, forbid: Spec = None,
-              *, statements: list[Constraint] | None = None) -> Costs:
+              *, statements: Sequence[Constraint] | None = None) -> Costs:
     """``costs`` with the forbidden choices, and every choice of a pinned node but the pinned ones, at
     ``inf`` (new arrays: ``costs`` is left alone). See :func:`parse_constraints` for the forms.
 
@@ -200,19 +236,29 @@ def constrain(graph: nx.Graph, costs: Costs | Mapping | None, pin: Spec = None, 
     if statements is None:
         statements = parse_constraints(graph, pin, forbid)
     nodes = {node: [float(c) for c in vector] for node, vector in costs.nodes.items()}
-    pinned: dict[Hashable, set[int]] = {}
-    for kind, node, _, indices in statements:
-        if kind == "pin":
-            pinned.setdefault(node, set()).update(indices)
-        else:
-            for k in indices:
-                nodes[node][k] = math.inf
-    for node, keep in pinned.items():
-        nodes[node] = [c if k in keep else math.inf for k, c in enumerate(nodes[node])]
+    for node in {statement.node for statement in statements}:
+        nodes[node] = [c if allows(statements, node, k) else math.inf for k, c in enumerate(nodes[node])]
     return Costs(nodes, dict(costs.edges))
 
 
-def explain_infeasible(graph: nx.Graph, costs: Costs | Mapping | None, statements: list[Constraint]) -> str:
+def allows(statements: Sequence[Constraint], node: Hashable, index: int) -> bool:
+    """Whether the pins and forbids leave ``node`` its choice ``index``: no forbid names it, and a pin
+    does if the node is pinned (several pins of one node allow any of their choices).
+
+    Example:
+        >>> statements = [Constraint("pin", "a", "x", (0, 1)), Constraint("forbid", "a", "y", (1,))]
+        >>> [allows(statements, "a", k) for k in range(3)], allows(statements, "b", 2)
+        ([True, False, False], True)
+    """
+    mine = [statement for statement in statements if statement.node == node]
+    if any(statement.names(index) for statement in mine if not statement.pins):
+        return False
+    pins = [statement for statement in mine if statement.pins]
+    return not pins or any(pin.names(index) for pin in pins)
+
+
+def explain_infeasible(graph: nx.Graph, costs: Costs | Mapping | None,
+                       statements: Sequence[Constraint]) -> str:
     """Why the constrained problem has no feasible assignment: the first pin or forbid that, alone,
     makes it infeasible (with the node or edge it leaves without a choice), or all of them together.
 
@@ -227,23 +273,20 @@ def explain_infeasible(graph: nx.Graph, costs: Costs | Mapping | None, statement
     def culprit(subset: list[Constraint]) -> str | None:
         return Problem.from_graph(graph, constrain(graph, costs, statements=subset)).infeasibility_culprit()
 
-    def name(statement: Constraint) -> str:
-        return f"{statement[0]} {statement[1]}={statement[2]}"
-
     for statement in statements:
         reason = culprit([statement])
         if reason:
-            return f"{name(statement)} leaves no feasible assignment: {reason}"
+            return f"{statement} leaves no feasible assignment: {reason}"
     by_node: dict[Hashable, list[Constraint]] = {}
     for statement in statements:
-        by_node.setdefault(statement[1], []).append(statement)
+        by_node.setdefault(statement.node, []).append(statement)
     for group in by_node.values():  # every choice of one node forbidden, one statement each
         reason = culprit(group)
         if reason and len(group) > 1:
-            return f"{', '.join(map(name, group))} leave no feasible assignment: {reason}"
+            return f"{', '.join(map(str, group))} leave no feasible assignment: {reason}"
     for i, first in enumerate(statements):  # two together (a pin against a neighbour's pin)
         for second in statements[i + 1:]:
             reason = culprit([first, second])
             if reason:
-                return f"{name(first)} with {name(second)}: {reason}"
-    return f"the pins and forbids together ({', '.join(map(name, statements))}) leave no feasible assignment"
+                return f"{first} with {second}: {reason}"
+    return f"the pins and forbids together ({', '.join(map(str, statements))}) leave no feasible assignment"

@@ -10,7 +10,14 @@ import pytest
 
 import layoutopt
 from layoutopt import ProblemError
-from layoutopt.constraints import constrain, explain_infeasible, parse_constraint_texts, parse_constraints
+from layoutopt.constraints import (
+    Constraint,
+    allows,
+    constrain,
+    explain_infeasible,
+    parse_constraint_texts,
+    parse_constraints,
+)
 
 LABELS = ["NCHW8c->NCHW8c", "NCHW16c->NCHW16c[order=oc]", "NCHW16c->NCHW16c[order=rows]", "NCHW->NCHW"]
 
@@ -41,7 +48,7 @@ def test_a_pin_is_kept_and_a_forbid_avoided_by_every_method(method):
 def test_a_label_without_knobs_names_every_kernel_in_those_layouts():
     graph, costs = chain()
     statements = parse_constraints(graph, forbid=["b=NCHW16c->NCHW16c"])
-    assert statements == [("forbid", "b", "NCHW16c->NCHW16c", (1, 2))]
+    assert statements == [Constraint("forbid", "b", "NCHW16c->NCHW16c", (1, 2))]
     assert constrain(graph, costs, statements=statements).nodes["b"] == [1.0, math.inf, math.inf, 3.0]
     pinned = constrain(graph, costs, pin={"a": ["NCHW8c->NCHW8c", "NCHW->NCHW"]})
     assert pinned.nodes["a"] == [1.0, math.inf, math.inf, 3.0]
@@ -128,3 +135,30 @@ def test_contradicting_texts_are_refused_without_the_graph():
         parse_constraint_texts(["a=x", "b=y"], ["a=x"])
     with pytest.raises(ProblemError, match="expected LAYER=CHOICE"):
         parse_constraint_texts(["a"])
+
+
+def test_a_statement_is_a_record_read_by_name_not_a_tuple_unpacked_by_position():
+    graph, _ = chain()
+    pin, forbid = parse_constraints(graph, pin=["a=NCHW16c->NCHW16c"], forbid=["b=NCHW->NCHW"])
+    assert (pin.kind, pin.node, pin.choice, pin.indices) == ("pin", "a", "NCHW16c->NCHW16c", (1, 2))
+    assert pin.pins and not forbid.pins and str(forbid) == "forbid b=NCHW->NCHW"
+    assert not isinstance(pin, tuple)
+    with pytest.raises(ProblemError, match="kind must be 'pin' or 'forbid'"):
+        Constraint("ban", "a", "NCHW->NCHW", (3,))
+
+
+@pytest.mark.parametrize(
+    ("pin", "forbid"),
+    [(["b=NCHW16c->NCHW16c"], ["b=NCHW16c->NCHW16c[order=rows]"]),  # pinned and forbidden: the rest
+     (["b=NCHW8c->NCHW8c", "b=NCHW->NCHW"], None),  # two pins of one layer: either
+     (None, ["a=NCHW8c->NCHW8c", "c=NCHW->NCHW", "c=NCHW8c->NCHW8c"]),
+     (["a=NCHW->NCHW"], ["b=NCHW->NCHW"])],
+)
+def test_the_constrained_costs_and_allows_agree_choice_by_choice(pin, forbid):
+    graph, costs = chain()
+    statements = parse_constraints(graph, pin, forbid)
+    constrained = constrain(graph, costs, statements=statements)
+    for node in graph:
+        allowed = [allows(statements, node, k) for k in range(len(LABELS))]
+        assert [math.isfinite(c) for c in constrained.nodes[node]] == allowed, node
+        assert any(allowed), node

@@ -70,7 +70,7 @@ def one_node(labels):
 
 
 def named(labels, choice):
-    return parse_constraints(one_node(labels), pin=[f"conv={choice}"])[0][3]
+    return parse_constraints(one_node(labels), pin=[f"conv={choice}"])[0].indices
 
 
 def test_a_choice_names_the_same_label_with_its_options_in_any_order():

@@ -66,6 +66,7 @@ _LAZY = {
     "prepare": ".normalise",
     "extract_layout_graph": ".extract",
     "build_problem": ".problem",
+    "measure_graph": ".problem",
 }
 
 __all__ = sorted(_LAZY)

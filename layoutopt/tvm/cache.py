@@ -1,10 +1,11 @@
 """Append-only JSON-lines cache of measured kernel costs, safe against ``kill -9`` at any moment.
 
-One line per measurement, keyed by (target, TVM version, workload, candidate), and by the device for
-costs measured elsewhere than on this machine (``"device": "rpc:KEY"`` for an RPC device key; records
-measured here have no ``device`` and keep their keys)::
+One line per measurement, keyed by what the cost is valid for (a :class:`CostContext`: the target,
+the TVM version with the schedule version and the timing, and the device for costs measured elsewhere
+than on this machine: ``"device": "rpc:KEY"`` for an RPC device key; records measured here have no
+``device`` and keep their keys), the workload and the candidate::
 
-    {"target": "{\\"kind\\": \\"llvm\\", \\"mcpu\\": \\"znver4\\"}", "tvm": "0.27.0.post1",
+    {"target": "{\\"kind\\": \\"llvm\\", \\"mcpu\\": \\"znver4\\"}", "tvm": "0.27.0.post1+schedules.5+cold",
      "workload": {...}, "candidate": {...}, "median": 0.00121, "results": [0.00120, 0.00121, 0.00125],
      "error": null, "timestamp": "2026-11-29T14:20:01+00:00", ...}
 
@@ -16,7 +17,8 @@ a key wins, so re-measuring simply appends.
 Example::
 
     cache = CostCache("costs.jsonl")
-    cache.get(target_key, "0.27.0.post1", workload, candidate)     # a record dict, or None
+    context = CostContext({"kind": "llvm", "mcpu": "znver4"}, tvm="0.27.0.post1", schedules=5)
+    cache.get(context, workload, candidate)     # a record dict, or None
 """
 
 from __future__ import annotations
@@ -25,14 +27,17 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import ProblemError
 
-__all__ = ["CostCache", "record_cost", "task_key"]
+__all__ = ["TIMINGS", "CostCache", "CostContext", "record_cost", "task_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +48,7 @@ def _canonical(value: Any) -> str:
 
 def task_key(workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> str:
     """The string naming one (workload, candidate) task: canonical JSON, so dict key order does not
-    matter. :meth:`CostCache.key` prefixes it with the target and TVM version.
+    matter. :meth:`CostContext.key` prefixes it with what the cost is valid for.
 
     Example:
         >>> a = task_key({"op": "dense", "data": [1, 8]}, {"weight": "NK"})
@@ -71,6 +76,110 @@ def record_cost(record: Mapping[str, Any]) -> float:
         return math.inf
     passes = [m for m in (record.get("pass_medians") or [median]) if _is_cost(m)]
     return float(min(passes)) if passes else math.inf
+
+
+#: how a kernel is timed: ``"cold"`` (weights and output flushed from the caches before each run) or
+#: ``"warm"`` (see :class:`~layoutopt.tvm.runner.LocalRunner`)
+TIMINGS = ("cold", "warm")
+#: the cache's version field: TVM's version, the schedule version, and ``+cold`` for cold timings
+_VERSION_FIELD = re.compile(r"(?P<tvm>.+)\+schedules\.(?P<schedules>\d+)(?P<cold>\+cold)?")
+
+
+@dataclass(frozen=True)
+class CostContext:
+    """What a cached cost is valid for: a time is reused only for the same ``target`` (the resolved
+    target's JSON dict), compiler (``tvm``, apache-tvm's version), hand-written schedules
+    (``schedules``, :data:`~layoutopt.tvm.kernels.SCHEDULE_VERSION`), ``timing`` (``"cold"`` or
+    ``"warm"``) and ``device`` (None: this machine; ``"rpc:KEY"``: an RPC device key).
+
+    A record stores them in the fields of the caches written before this record existed, byte for
+    byte: ``"target"`` (:attr:`target_key`), ``"tvm"`` (:attr:`version_key`, which packs TVM's
+    version, the schedules and the timing) and, for another device, ``"device"``.
+
+    Example:
+        >>> context = CostContext({"mcpu": "znver4", "kind": "llvm"}, "0.27.0.post1", schedules=5)
+        >>> context.target_key, context.version_key
+        ('{"kind": "llvm", "mcpu": "znver4"}', '0.27.0.post1+schedules.5+cold')
+        >>> print(context.key({"op": "dense"}, {}))
+        ["{\\"kind\\": \\"llvm\\", \\"mcpu\\": \\"znver4\\"}","0.27.0.post1+schedules.5+cold"]...
+        >>> CostContext.from_record(context.record_fields()) == context
+        True
+    """
+
+    target: Mapping[str, Any]
+    tvm: str
+    schedules: int
+    timing: str = "cold"
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, Mapping) or not isinstance(self.target.get("kind"), str):
+            raise ProblemError(f"cost context target {self.target!r}: expected a target's JSON dict")
+        if not isinstance(self.tvm, str) or not self.tvm or "+" in self.tvm:
+            raise ProblemError(f"cost context tvm {self.tvm!r}: expected apache-tvm's version")
+        if isinstance(self.schedules, bool) or not isinstance(self.schedules, int) or self.schedules < 0:
+            raise ProblemError(f"cost context schedules {self.schedules!r}: expected a schedule version")
+        if self.timing not in TIMINGS:
+            raise ProblemError(f"cost context timing {self.timing!r}: expected one of {TIMINGS}")
+        if self.device is not None and not isinstance(self.device, str):
+            raise ProblemError(f"cost context device {self.device!r}: expected a string or None")
+        object.__setattr__(self, "target", MappingProxyType(dict(self.target)))
+
+    def __hash__(self) -> int:
+        return hash((self.target_key, self.tvm, self.schedules, self.timing, self.device))
+
+    def __reduce__(self) -> tuple:
+        # a mappingproxy does not pickle: the context crosses processes and is deep-copied as its fields
+        return type(self), (dict(self.target), self.tvm, self.schedules, self.timing, self.device)
+
+    @property
+    def target_key(self) -> str:
+        """The record's ``"target"`` field: the target's JSON with sorted keys (as
+        :func:`~layoutopt.tvm._tvm.target_key` writes it)."""
+        return json.dumps(dict(self.target), sort_keys=True)
+
+    @property
+    def version_key(self) -> str:
+        """The record's ``"tvm"`` field: ``TVM+schedules.N``, and ``+cold`` for cold timings."""
+        return f"{self.tvm}+schedules.{self.schedules}" + ("+cold" if self.timing == "cold" else "")
+
+    def key(self, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> str:
+        """The string a record of (workload, candidate) in this context is stored under."""
+        return CostCache.key(self.target_key, self.version_key, workload, candidate, self.device)
+
+    def record_fields(self) -> dict[str, Any]:
+        """The fields a record of this context carries (``device`` only for another device)."""
+        return {"target": self.target_key, "tvm": self.version_key,
+                **({"device": self.device} if self.device is not None else {})}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> CostContext:
+        """The context of a cache record (its ``target``, ``tvm`` and ``device`` fields).
+
+        Raises:
+            ProblemError: a field that no context writes (e.g. a ``tvm`` field without the schedule
+                version, from a cache older than the schedule versions).
+        """
+        found = _VERSION_FIELD.fullmatch(str(record.get("tvm")))
+        try:
+            target = json.loads(record["target"])
+        except (KeyError, TypeError, ValueError):
+            target = None
+        if found is None or not isinstance(target, dict):
+            raise ProblemError(f"cost record target {record.get('target')!r}, tvm {record.get('tvm')!r}: not "
+                               "the fields of a cost context (written by another layoutopt version?)")
+        return cls(target, found["tvm"], int(found["schedules"]), "cold" if found["cold"] else "warm",
+                   record.get("device"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The context as a JSON object, its target as a JSON object too.
+
+        Example:
+            >>> CostContext({"kind": "llvm"}, "0.27", 5, "warm").to_json()
+            {'target': {'kind': 'llvm'}, 'tvm': '0.27', 'schedules': 5, 'timing': 'warm', 'device': None}
+        """
+        return {"target": dict(self.target), "tvm": self.tvm, "schedules": self.schedules,
+                "timing": self.timing, "device": self.device}
 
 
 def _is_cost(value: Any) -> bool:
@@ -104,8 +213,8 @@ class CostCache:
     Example::
 
         cache = CostCache("costs.jsonl")
-        if cache.get(target, version, workload, candidate) is None:
-            cache.put({"target": target, "tvm": version, "workload": workload, "candidate": candidate,
+        if cache.get(context, workload, candidate) is None:
+            cache.put({**context.record_fields(), "workload": workload, "candidate": candidate,
                        "median": 1.2e-3, "results": [1.2e-3], "error": None})
     """
 
@@ -123,7 +232,8 @@ class CostCache:
     @staticmethod
     def key(target: str, tvm_version: str, workload: Mapping[str, Any], candidate: Mapping[str, Any],
             device: str | None = None) -> str:
-        """The string a record is stored under (canonical JSON, so dict key order does not matter).
+        """The string a record is stored under (canonical JSON, so dict key order does not matter), from
+        the record's ``target`` and ``tvm`` fields (see :meth:`CostContext.key`).
 
         ``device`` (None: this machine) keeps the costs of another device apart; this machine's keys
         are those of the caches written before devices were keyed.
@@ -169,12 +279,10 @@ class CostCache:
                 continue
             self._records[key] = record
 
-    def get(
-        self, target: str, tvm_version: str, workload: Mapping[str, Any], candidate: Mapping[str, Any],
-        device: str | None = None,
-    ) -> dict[str, Any] | None:
-        """The latest record for this key, or ``None`` if it was never measured."""
-        return self._records.get(self.key(target, tvm_version, workload, candidate, device))
+    def get(self, context: CostContext, workload: Mapping[str, Any],
+            candidate: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The latest record of (workload, candidate) in ``context``, or ``None`` if it was never measured."""
+        return self._records.get(context.key(workload, candidate))
 
     def _check_writable(self) -> None:
         """Refuse now, before anything is measured, a file that the first :meth:`put` could not append to."""

@@ -59,7 +59,7 @@ class Calibration:
         graph: the layout graph.
         costs: its isolated measurements (node vectors and edge matrices, seconds), as
             :func:`~layoutopt.tvm.build_problem` returns them.
-        measured: the isolated cost of every measured task (``meta["measured"]`` of
+        measured: the isolated cost of every measured task (``meta.measured`` of
             :func:`~layoutopt.tvm.build_problem`), transforms included.
     """
 

@@ -360,7 +360,7 @@ class SolutionFile:
         return cls(
             model=model,
             inputs=_inputs(result.graph.mod),
-            target=json.loads(result.meta["target"]),
+            target=dict(result.meta.context.target),
             versions=Versions.here(),
             layers=_layers(result.graph, variant.assignment, result.costs),
             fuse=bool(result.fuse),

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ProblemError
@@ -64,10 +65,10 @@ from .ops import (
     slice_ranges,
 )
 
-__all__ = ["KINDS", "Candidates", "extract_layout_graph"]
+__all__ = ["KINDS", "CandidateOptions", "Candidates", "extract_layout_graph"]
 
 #: what ``candidates=`` accepts: channel blocks, options ``{"blocks": [...], "orders": [...]}``, a
-#: function ``workload -> candidate dicts``, or None
+#: function ``workload -> candidate dicts``, or None (or any of them read once: :class:`CandidateOptions`)
 Candidates = Iterable[int] | Mapping[str, Any] | Callable[[dict[str, Any]], list[dict[str, Any]]] | None
 
 #: op names of workloads in ``"workload"`` of multi-input nodes (short, like the kernel workloads)
@@ -80,7 +81,7 @@ _SHORT_NAMES = {"relax.concat": "concat"}
 
 def extract_layout_graph(
     mod,
-    candidates: Candidates = None,
+    candidates: Candidates | CandidateOptions = None,
     *,
     prepared: bool = False,
     fuse: bool = True,
@@ -123,7 +124,7 @@ def extract_layout_graph(
         graph = extract_layout_graph(models.chain((16, 16)), [8, 16])
         list(graph)     # ['data', 'conv1', 'conv2', 'output:gv'] (bias and relu follow their conv)
     """
-    blocks, choose, conv_options = _candidate_options(candidates)
+    options = CandidateOptions.of(candidates)
     if not prepared:
         mod = prepare(mod)
     main = main_function(mod)
@@ -131,7 +132,7 @@ def extract_layout_graph(
     duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
     if duplicates:
         raise ProblemError(f"binding names {duplicates[:5]} are not unique in main: run prepare(mod) first")
-    extractor = _Extractor(blocks, choose, fuse, conv_options)
+    extractor = _Extractor(options, fuse)
     graph = extractor.run(main)
     graph.mod = mod
     if not any(node.kind == "target" for node in graph.layout_nodes()):
@@ -142,27 +143,72 @@ def extract_layout_graph(
     return graph
 
 
-def _candidate_options(candidates: Candidates) -> tuple[list[int] | None, Callable | None, dict[str, Any]]:
-    """``candidates`` as (blocks given by the user or None, custom candidate function or None, the
-    conv2d options: loop orders of blocked convs, algorithms)."""
-    defaults = {"orders": list(DEFAULT_ORDERS), "algorithms": list(DEFAULT_ALGORITHMS)}
-    if candidates is None:
-        return None, None, defaults
-    if callable(candidates):
-        return None, candidates, defaults
-    if isinstance(candidates, Mapping):
-        unknown = sorted(set(candidates) - {"blocks", "orders", "algorithms"})
-        orders = list(candidates.get("orders") or DEFAULT_ORDERS)
-        algorithms = list(candidates.get("algorithms") or DEFAULT_ALGORITHMS)
+@dataclass(frozen=True)
+class CandidateOptions:
+    """What ``candidates=`` asks for, checked once: the channel ``blocks`` to try (None: the default
+    blocks, and dense weights in their default blocks too), the blocked convs' loop ``orders`` and the
+    conv ``algorithms`` whose kernels are choices; or ``choose``, a function ``workload -> candidate
+    dicts`` choosing target ops' candidates (multi-input nodes then use the default blocks).
+
+    :meth:`of` reads any form ``candidates=`` takes (:data:`Candidates`); a record passes through it
+    as it is, so that a value checked once (e.g. when options are given) is not checked again.
+
+    Example:
+        >>> options = CandidateOptions.of({"blocks": [16, 8, 16], "algorithms": ["direct"]})
+        >>> options.blocks, options.algorithms, CandidateOptions.of(options) is options
+        ((8, 16), ('direct',), True)
+        >>> CandidateOptions.of([0, 8])
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: candidates must be a list of channel blocks (positive integers), ...
+    """
+
+    blocks: tuple[int, ...] | None = None
+    orders: tuple[str, ...] = tuple(DEFAULT_ORDERS)
+    algorithms: tuple[str, ...] = tuple(DEFAULT_ALGORITHMS)
+    choose: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
+
+    def __post_init__(self) -> None:
         known = sorted(algorithm for op, algorithm in FAMILIES if op == "conv2d")
-        if unknown or any(order not in CONV2D_ORDERS for order in orders) or set(algorithms) - set(known):
-            raise ProblemError(
-                f"candidate options {dict(candidates)!r}: expected 'blocks' (channel blocks), 'orders' "
-                f"(from {CONV2D_ORDERS}) and 'algorithms' (from {known})"
-            )
-        blocks = candidates.get("blocks")
-        return (None if blocks is None else _candidate_options(blocks)[0]), None, {"orders": orders,
-                                                                                  "algorithms": algorithms}
+        orders, algorithms = tuple(self.orders), tuple(self.algorithms)
+        if not orders or not algorithms or set(orders) - set(CONV2D_ORDERS) or set(algorithms) - set(known):
+            raise ProblemError(f"candidate options orders {list(orders)!r}, algorithms {list(algorithms)!r}: "
+                               f"expected loop orders from {CONV2D_ORDERS} and algorithms from {known}")
+        object.__setattr__(self, "orders", orders)
+        object.__setattr__(self, "algorithms", algorithms)
+        if self.blocks is not None:
+            object.__setattr__(self, "blocks", _blocks(self.blocks))
+        if self.choose is not None and not callable(self.choose):
+            raise ProblemError(f"candidate options choose {self.choose!r}: expected a function "
+                               "workload -> candidates")
+
+    @classmethod
+    def of(cls, candidates: Candidates | CandidateOptions) -> CandidateOptions:
+        """``candidates`` (channel blocks, options ``{"blocks", "orders", "algorithms"}``, a function
+        ``workload -> candidate dicts``, or None) as a record.
+
+        Raises:
+            ProblemError: a value of none of these forms, naming it.
+        """
+        if isinstance(candidates, CandidateOptions):
+            return candidates
+        if candidates is None:
+            return cls()
+        if callable(candidates):
+            return cls(choose=candidates)
+        if not isinstance(candidates, Mapping):
+            return cls(blocks=candidates)
+        unknown = sorted(set(candidates) - {"blocks", "orders", "algorithms"})
+        if unknown:
+            raise ProblemError(f"candidate options {dict(candidates)!r}: unknown {unknown}; expected "
+                               "'blocks' (channel blocks), 'orders' (conv loop orders) and 'algorithms' "
+                               "(conv algorithms)")
+        return cls(candidates.get("blocks"), tuple(candidates.get("orders") or DEFAULT_ORDERS),
+                   tuple(candidates.get("algorithms") or DEFAULT_ALGORITHMS))
+
+
+def _blocks(candidates: Any) -> tuple[int, ...]:
+    """Channel blocks, sorted and once each, checked."""
     try:
         values = list(candidates)
     except TypeError:
@@ -172,20 +218,20 @@ def _candidate_options(candidates: Candidates) -> tuple[list[int] | None, Callab
             f"candidates must be a list of channel blocks (positive integers), a function "
             f"workload -> candidates, or None; got {candidates!r}"
         )
-    return sorted(set(values)), None, defaults
+    return tuple(sorted(set(values)))
 
 
 class _Extractor:
     """One walk over ``main``'s bindings, in order (they are topologically sorted by construction)."""
 
-    def __init__(self, blocks: list[int] | None, candidates: Callable | None, fuse: bool = True,
-                 conv_options: Mapping[str, Any] | None = None):
+    def __init__(self, options: CandidateOptions, fuse: bool = True):
         self.tvm = import_tvm()
-        self.conv_options = dict(conv_options or {})
+        self.conv_options = {"orders": list(options.orders), "algorithms": list(options.algorithms)}
         self.relax = self.tvm.relax
-        self.given_blocks = blocks  # also restricts dense weight blocks when the user chose them
-        self.blocks = blocks or list(DEFAULT_BLOCKS)
-        self.candidates = candidates
+        # the blocks the user chose also restrict dense weight blocks
+        self.given_blocks = list(options.blocks) if options.blocks is not None else None
+        self.blocks = self.given_blocks or list(DEFAULT_BLOCKS)
+        self.candidates = options.choose
         self.graph = LayoutGraph()
         self.source: dict[Any, str] = {}  # data Var -> problem node whose output layout it carries
         self.tuples: dict[Any, list] = {}  # Var bound to a Tuple -> its fields

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from ..baselines import baselines as registered_baselines
-from ..constraints import Constraint
+from ..constraints import Constraint, allows
 from ..errors import ProblemError
 from .baselines import BUILDS, COMPOSITES
 from .graph import LayoutGraph
@@ -93,12 +93,6 @@ def respects(graph: LayoutGraph, assignment: Mapping[Hashable, int] | None,
     """
     if assignment is None:
         return False
-    pinned: dict[Hashable, set[int]] = {}
-    for kind, node, _, indices in constraints:
-        if kind == "pin":
-            pinned.setdefault(node, set()).update(indices)
-        elif assignment[node] in indices:
-            return False
-    return all(assignment[node] in allowed for node, allowed in pinned.items())
+    return all(allows(constraints, statement.node, assignment[statement.node]) for statement in constraints)
 
 

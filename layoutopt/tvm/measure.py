@@ -19,7 +19,8 @@ doing, and records nothing for the kernels they held: the cache keeps every reco
 whole. The workers themselves never take SIGINT (a terminal sends it to the whole process group).
 
 Every worker is a :class:`~layoutopt.isolation.IsolatedWorker` (reused: ``import tvm`` costs
-~1.2 s). A kernel that crashes its worker or runs past the timeout is recorded as failed (cost
+~1.2 s) running :mod:`layoutopt.tvm.worker`, asked by request records and answering with result
+records. A kernel that crashes its worker or runs past the timeout is recorded as failed (cost
 ``inf``, reason stored); the worker is replaced and the run goes on. Where kernels run is a
 :class:`~layoutopt.tvm.runner.Runner`: :class:`~layoutopt.tvm.runner.LocalRunner` (this
 machine) or :class:`~layoutopt.tvm.runner.RPCRunner` (devices registered with TVM's RPC tracker).
@@ -40,32 +41,38 @@ import json
 import logging
 import math
 import os
-import pickle
-import signal
 import tempfile
 import time
-from collections import OrderedDict, defaultdict, deque
+from collections import defaultdict, deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import asdict, dataclass
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from ..errors import ProblemError
-from ..isolation import IsolatedWorker, WorkerDied
 from ..machine import usable_cores
-from ._tvm import first_line
-from .cache import CostCache, record_cost
+from .cache import CostCache, CostContext, record_cost
 from .kernels import SCHEDULE_VERSION, validate_candidate, validate_workload
-from .runner import LocalRunner, RPCRunner, Runner, parse_rpc_address
+from .runner import LocalRunner, Runner
+from .worker import (
+    BuildResult,
+    CompileRequest,
+    ForgetRequest,
+    KernelTask,
+    Lane,
+    MeasureRequest,
+    Reply,
+    Request,
+    RetimeRequest,
+    RunResult,
+    Timing,
+)
 
-__all__ = ["LocalRunner", "MeasureResult", "Measurer", "RPCRunner", "Runner", "parse_rpc_address"]
+__all__ = ["MeasureResult", "MeasureStats", "Measurer"]
 
 logger = logging.getLogger(__name__)
 
-#: seconds allowed for a worker to start (it imports TVM)
-_STARTUP_TIMEOUT = 120.0
 #: kernels compiled into one library: one LLVM module and one link for several kernels
 _BATCH = 8
 #: kernels compiled, then timed, per round: what a killed run may lose of its compiling
@@ -101,236 +108,45 @@ class MeasureResult:
         return self.error is None and math.isfinite(self.cost)
 
 
-# --------------------------------------------------------------------------------------------------
-# the worker processes
-# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MeasureStats:
+    """The counts of one :meth:`Measurer.measure` call: tasks ``requested``; ``cached`` (every pass
+    from the cache); ``retimed`` (from the cache, timed again for the passes it lacked); ``measured``
+    (built, checked and timed now) and of those ``failed``; its wall ``seconds``, of which
+    ``compile_seconds`` and ``time_seconds`` in the two phases; the ``workers`` compiling and the
+    ``devices`` timing.
 
-
-class _WorkerState:
-    """What a worker keeps between calls: its BLAS limit, the numpy references of recent workloads,
-    the libraries it loaded, and the kernels of the current :meth:`Measurer.measure` call, loaded
-    and ready to be timed again."""
-
-    def __init__(self) -> None:
-        from ._tvm import one_blas_thread
-
-        # numpy's references and checks run on a BLAS whose idle threads busy-wait for a while
-        # after each call; beside TVM's threads on a small CPU they would inflate the kernel timed
-        self.blas = contextlib.ExitStack()
-        self.blas.enter_context(one_blas_thread())
-        self.references: OrderedDict[str, Any] = OrderedDict()
-        self.runners: dict[bytes, Runner] = {}
-        self.libraries: dict[tuple[bytes, str], tuple[Any, Any]] = {}
-        self.loaded: dict[str, tuple[Runner, Any, Any, Any]] = {}
-
-    def reference(self, kernel) -> tuple[list, Any]:
-        from .kernels import reference_output
-
-        key = json.dumps(kernel.workload, sort_keys=True)
-        if key not in self.references:
-            inputs = kernel.logical_inputs()
-            self.references[key] = (inputs, reference_output(kernel.workload, inputs).astype(kernel.dtype))
-            while len(self.references) > 4:
-                self.references.popitem(last=False)
-        self.references.move_to_end(key)
-        return self.references[key]
-
-    def runner(self, runner: Runner) -> tuple[bytes, Runner]:
-        # one live instance per runner configuration, so that an RPC session serves every kernel
-        key = pickle.dumps(runner)
-        return key, self.runners.setdefault(key, runner)
-
-    def compile(self, runner: Runner, target_spec: dict, tasks: list[tuple[str, dict, dict]],
-                directory: str) -> dict[str, dict]:
-        """Build ``(key, workload, candidate)`` tasks and compile them into one library in ``directory``.
-
-        Returns, per key, where its kernel is (``library``, ``function``, ``arg_shapes``, ``dtype``)
-        and this call's seconds shared among them, or the ``error`` that stopped it. A library that
-        fails to compile is compiled again kernel by kernel, so that one bad kernel fails alone.
-        """
-        from ._tvm import resolve_target
-        from .kernels import build_kernel
-
-        started, cpu_started = time.perf_counter(), time.process_time()
-        target = resolve_target(target_spec)
-        outcomes: dict[str, dict] = {}
-        kernels = {}
-        for key, workload, candidate in tasks:
-            try:
-                kernels[key] = build_kernel(workload, candidate, target)
-            except Exception as exc:
-                outcomes[key] = {"error": first_line(exc, with_type=True)}
-        groups = [kernels]
-        while groups:
-            group = groups.pop()
-            try:
-                outcomes.update(self._library(runner, target, group, directory))
-            except Exception as exc:
-                if len(group) == 1:
-                    outcomes.update({key: {"error": first_line(exc, with_type=True)} for key in group})
-                else:
-                    groups.extend({key: kernel} for key, kernel in group.items())
-        share = len(tasks) or 1
-        for outcome in outcomes.values():
-            outcome["build_seconds"] = round((time.perf_counter() - started) / share, 4)
-            outcome["build_cpu_seconds"] = round((time.process_time() - cpu_started) / share, 4)
-        return outcomes
-
-    @staticmethod
-    def _library(runner: Runner, target: Any, kernels: dict[str, Any], directory: str) -> dict[str, dict]:
-        from ._tvm import import_tvm
-
-        if not kernels:
-            return {}
-        tvm = import_tvm()
-        functions, located = {}, {}
-        for i, (key, kernel) in enumerate(kernels.items()):
-            name = f"kernel_{i}"
-            functions[name] = kernel.module[kernel.name].with_attr("global_symbol", name)
-            located[key] = {"function": name, "arg_shapes": kernel.arg_shapes, "dtype": kernel.dtype}
-        executable = tvm.compile(tvm.IRModule(functions), target=target)
-        path = Path(directory) / f"kernels_{os.getpid()}_{time.monotonic_ns()}.so"
-        runner.export(executable, path)
-        return {key: {"library": str(path), **where} for key, where in located.items()}
-
-    def measure(self, runner: Runner, key: str, compiled: dict, workload: dict, candidate: dict,
-                check: bool, keep: bool) -> dict:
-        """Load a compiled kernel where ``runner`` runs code, check it once and time it."""
-        import numpy as np
-
-        from .kernels import Kernel, check_kernel
-
-        started, cpu_started = time.perf_counter(), time.process_time()
-        runner_key, runner = self.runner(runner)
-        library = (runner_key, compiled["library"])
-        if library not in self.libraries:
-            self.libraries[library] = runner.load(compiled["library"], compiled["function"])
-        module, device = self.libraries[library]
-        kernel = Kernel(workload, candidate, None, compiled["function"],
-                        [tuple(shape) for shape in compiled["arg_shapes"]], compiled["dtype"])
-        inputs, expected = self.reference(kernel)
-        args = kernel.device_args(inputs, device)
-        check_error = None
-        if check:
-            check_error = check_kernel(kernel, module, device=device, reference=(inputs, expected), args=args)
-        load_average = os.getloadavg()[0]
-        results = runner.time(module, device, kernel.name, args)
-        if keep:
-            self.loaded[key] = (runner, module, device, kernel)
-        return {
-            "median": float(np.median(results)),
-            "results": results,
-            "error": None,
-            "check_error": check_error,
-            # other work on the machine inflates every timing: keep the evidence with the number
-            "load_average": round(load_average, 2),
-            "cpu_seconds": round(time.process_time() - cpu_started, 4),
-            "run_seconds": round(time.perf_counter() - started, 4),
-        }
-
-    def retime(self, key: str) -> dict:
-        """Time a kernel kept by :meth:`measure` again (no build, no check)."""
-        import numpy as np
-
-        runner, module, device, kernel = self.loaded[key]
-        args = kernel.device_args(self.reference(kernel)[0], device)
-        load_average = os.getloadavg()[0]
-        results = runner.time(module, device, kernel.name, args)
-        return {"median": float(np.median(results)), "results": results,
-                "load_average": round(load_average, 2)}
-
-    def forget(self) -> None:
-        self.loaded.clear()
-        self.libraries.clear()
-
-    def close(self) -> None:
-        """Release the runners' sessions (a worker process ends without running ``atexit``)."""
-        self.forget()
-        for runner in self.runners.values():
-            runner.close()
-        self.runners.clear()
-
-
-_STATE: _WorkerState | None = None
-
-
-def _start_worker() -> None:
-    """A measuring worker's initializer: BLAS on one thread, TVM imported, an empty state; Ctrl-C
-    ignored (the caller stops the worker: see :func:`_block_interrupts`)."""
-    global _STATE
-    from ._tvm import import_tvm
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import_tvm()
-    _STATE = _WorkerState()
-
-
-def _serve(kind: str, *args: Any) -> tuple[str, Any]:
-    """Run one request in a measuring worker: ``("ok", answer)`` or ``("error", one line)``."""
-    assert _STATE is not None, "the measuring worker was not initialised"
-    try:
-        return "ok", getattr(_STATE, kind)(*args)
-    except Exception as exc:  # TVM's errors need not pickle: send their text
-        return "error", first_line(exc, with_type=True)
-
-
-class _Lane:
-    """One measuring worker and the one thread that talks to it.
-
-    Linux ends a worker when the *thread* that started it exits (its parent-death signal), so every
-    call, and every restart after a crash, goes through this lane's own long-lived thread.
+    Example:
+        >>> MeasureStats(requested=20, cached=5, measured=15).to_json()["measured"]
+        15
     """
 
-    def __init__(self, index: int) -> None:
-        self.worker = IsolatedWorker(_start_worker, startup_timeout=_STARTUP_TIMEOUT, capture_stderr=True)
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"layoutopt-measuring-{index}",
-                                          initializer=_block_interrupts)
+    requested: int = 0
+    cached: int = 0
+    retimed: int = 0
+    measured: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    compile_seconds: float = 0.0
+    time_seconds: float = 0.0
+    workers: int = 0
+    devices: int = 0
 
-    def start(self) -> None:
-        """Start the worker now (it starts on the first call otherwise)."""
-        self._thread.submit(self.worker.start).result()
-
-    def submit(self, kind: str, args: tuple, timeout: float, doing: str) -> Future:
-        """``_serve(kind, *args)`` in the worker; the future's answer is ``(status, value)``."""
-        return self._thread.submit(self._call, kind, args, timeout, doing)
-
-    def _call(self, kind: str, args: tuple, timeout: float, doing: str) -> tuple[str, Any]:
-        try:
-            return self.worker.call(_serve, kind, *args, timeout=timeout)
-        except WorkerDied as died:  # WorkerStartError is not a kernel's fault: it ends the run
-            if died.timed_out:
-                return "error", f"timed out: {doing} took longer than {timeout:g} s; worker killed"
-            return "error", str(died)
-
-    def interrupt(self) -> None:
-        """Kill the worker now, from the caller's thread: the call it is in fails at once (Ctrl-C)."""
-        self.worker.interrupt()
-
-    def close(self) -> None:
-        def stop() -> None:
-            if self.worker.alive:  # one last call: the worker's runners hold sessions
-                with contextlib.suppress(WorkerDied):
-                    self.worker.call(_serve, "close", timeout=30)
-            self.worker.close()
-
-        self._thread.submit(stop).result()
-        self._thread.shutdown()
+    def to_json(self) -> dict[str, Any]:
+        """The counts as a JSON object (what ``meta["stats"]`` was before this record)."""
+        return asdict(self)
 
 
-def _block_interrupts() -> None:
-    """A lane's thread blocks SIGINT, and so do the workers it spawns (they inherit its signal mask):
-    Ctrl-C at a terminal, sent to the whole process group, then interrupts only the caller's main
-    thread, which stops the workers (:meth:`Measurer.close`) instead of each printing a traceback."""
-    if hasattr(signal, "pthread_sigmask"):
-        from multiprocessing import resource_tracker
+@dataclass(frozen=True)
+class Job:
+    """A request for the lanes: ``tag`` names it in the answers, ``lane`` is the one it must run on
+    (None: any), ``doing`` what it does in a timeout's message."""
 
-        # started at the first spawn otherwise, and starting it unblocks SIGINT in the thread
-        resource_tracker.ensure_running()
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-
-
-#: a job for the lanes: (tag, lane or None for any, kind, args, timeout, what it does)
-_Job = tuple[Hashable, "int | None", str, tuple, float, str]
+    tag: Hashable
+    request: Request
+    timeout: float
+    doing: str
+    lane: int | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -357,7 +173,7 @@ class Measurer:
     Args:
         target: the llvm target (see :func:`~layoutopt.tvm.resolve_target`; default: this CPU).
         cache: a :class:`~layoutopt.tvm.cache.CostCache`, a ``.jsonl`` path, or None (memory only).
-        runner: where kernels run (default :class:`LocalRunner`).
+        runner: where kernels run (default :class:`~layoutopt.tvm.runner.LocalRunner`).
         timeout: seconds one kernel may take to build, or to check and time, before it is declared hung.
         check: compare every kernel's output with numpy (a wrong kernel is recorded as failed).
         progress: show a tqdm progress bar (None: only when stderr is a terminal).
@@ -368,7 +184,7 @@ class Measurer:
             slow every kernel timed meanwhile by up to 2x; a second pass, minutes later, rarely
             falls in the same episode. Cached kernels are not timed again, unless the cache holds
             fewer passes of one (a run killed between them): it is then compiled again and timed
-            for the passes it lacks, which are added to its record (``stats["retimed"]``).
+            for the passes it lacks, which are added to its record (``stats.retimed``).
         workers: processes compiling kernels ahead of their timing (default: one per usable core).
 
     Raises:
@@ -395,17 +211,14 @@ class Measurer:
         from ._tvm import resolve_target, target_key
 
         self.target = resolve_target(target)
-        self.target_key = target_key(self.target)
         self.cache = cache if isinstance(cache, CostCache) else CostCache(cache)
         self.runner = runner if runner is not None else LocalRunner()
         if not isinstance(self.runner, Runner):
             raise ProblemError(f"runner must be a layoutopt.tvm.Runner, not {type(self.runner).__name__}")
-        #: the device the costs are for, in every cache key beside the target (None: this machine)
-        self.device = self.runner.device_name
-        # The schedule version and the timing ride along with TVM's: a cached time is only valid
-        # for the same compiler, the same hand-written schedule and the same cache state (cold/warm)
-        self.tvm_version = (f"{metadata.version('apache-tvm')}+schedules.{SCHEDULE_VERSION}"
-                            + ("+cold" if self.runner.timing == "cold" else ""))
+        #: what the costs are valid for, in every cache key: a cached time is only reused for the same
+        #: target, compiler, hand-written schedules, timing (cold/warm) and device (None: this machine)
+        self.context = CostContext(json.loads(target_key(self.target)), metadata.version("apache-tvm"),
+                                   SCHEDULE_VERSION, self.runner.timing, self.runner.device_name)
         if not timeout > 0:
             raise ProblemError(f"timeout must be positive seconds, got {timeout!r}")
         self.timeout = float(timeout)
@@ -418,11 +231,10 @@ class Measurer:
         self.check = bool(check)
         self.progress = progress
         self.retry_failed = bool(retry_failed)
-        #: counts of the last :meth:`measure` call: requested, cached (every pass from the cache),
-        #: retimed (from the cache, timed again for the passes it lacked), measured, failed, seconds;
-        #: compile_seconds and time_seconds (the two phases), workers and devices used
-        self.stats: dict[str, float] = {}
-        self._lanes: list[_Lane] = []
+        #: the counts of the last :meth:`measure` call
+        self.stats = MeasureStats()
+        self._phases: dict[str, float] = {}  # the current call's seconds per phase, workers and devices
+        self._lanes: list[Lane] = []
         self._closed_starts = 0
 
     def __enter__(self) -> Measurer:
@@ -451,19 +263,19 @@ class Measurer:
         """Worker processes started so far (a crash or a timeout costs one more)."""
         return self._closed_starts + sum(lane.worker.starts for lane in self._lanes)
 
-    def _lane(self, index: int) -> _Lane:
+    def _lane(self, index: int) -> Lane:
         while len(self._lanes) <= index:
-            self._lanes.append(_Lane(len(self._lanes)))
+            self._lanes.append(Lane(len(self._lanes)))
         return self._lanes[index]
 
     def _key(self, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> str:
-        return self.cache.key(self.target_key, self.tvm_version, workload, candidate, self.device)
+        return self.context.key(workload, candidate)
 
     def lookup(self, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> MeasureResult | None:
         """The cached result of (workload, candidate), or None if it still has to be measured (it may
         lack timing passes: :meth:`passes_missing`)."""
         workload = validate_workload(dict(workload))
-        record = self.cache.get(self.target_key, self.tvm_version, workload, dict(candidate), self.device)
+        record = self.cache.get(self.context, workload, dict(candidate))
         if record is None or (self.retry_failed and record.get("error")):
             return None
         return self._result(record, cached=True)
@@ -498,7 +310,7 @@ class Measurer:
                 results[key] = cached
                 if self.passes_missing(cached.record):
                     incomplete[key] = (workload, candidate)
-        self.stats = {"compile_seconds": 0.0, "time_seconds": 0.0, "workers": 0, "devices": 0}
+        self._phases = {"compile_seconds": 0.0, "time_seconds": 0.0, "workers": 0, "devices": 0}
         if missing or incomplete:
             _warn_if_busy()
             disable = None if self.progress is None else not self.progress
@@ -507,14 +319,10 @@ class Measurer:
             with tqdm(total=timings, desc=desc, unit="kernel", disable=disable, leave=False) as bar:
                 self._measure_missing(missing, incomplete, results, bar)
         retimed = sum(not results[key].cached for key in incomplete)
-        self.stats.update({
-            "requested": len(normalized),
-            "cached": len(results) - len(missing) - retimed,
-            "retimed": retimed,
-            "measured": len(missing),
-            "failed": sum(not results[key].ok for key in missing),
-            "seconds": time.perf_counter() - started,
-        })
+        self.stats = MeasureStats(requested=len(normalized), cached=len(results) - len(missing) - retimed,
+                                  retimed=retimed, measured=len(missing),
+                                  failed=sum(not results[key].ok for key in missing),
+                                  seconds=time.perf_counter() - started, **self._phases)
         return [results[self._key(w, c)] for w, c in normalized]
 
     def passes_missing(self, record: Mapping[str, Any]) -> int:
@@ -537,7 +345,7 @@ class Measurer:
         keys = list(tasks)
         devices = min(self.runner.devices(), len(keys))
         workers = max(1, min(self.workers, math.ceil(min(len(keys), _ROUND) / _BATCH)))
-        self.stats.update(workers=workers, devices=devices)
+        self._phases.update(workers=workers, devices=devices)
         device_of: dict[str, int] = {}
         with tempfile.TemporaryDirectory(prefix="layoutopt-kernels-") as directory:
             for first in range(0, len(keys), _ROUND):
@@ -550,15 +358,16 @@ class Measurer:
             with self._phase("time_seconds"):
                 for _ in range(1, self.passes):
                     # reversed: neighbours get different moments; each kernel on the device holding it
-                    jobs = [(key, device_of[key], "retime", (key,), self.timeout, "timing the kernel again")
+                    jobs = [Job(key, RetimeRequest(key), self.timeout, "timing the kernel again",
+                                lane=device_of[key])
                             for key in reversed(keys) if key in device_of and results[key].ok
                             and self.passes_missing(results[key].record)]
-                    for key, _, status, value in self._run(jobs, devices):
-                        if status == "ok":  # else e.g. the worker restarted after a crash and lost it
-                            results[key] = self._add_pass(results[key], value)
+                    for job, _, reply in self._run(jobs, devices):
+                        if reply.ok:  # else e.g. the worker restarted after a crash and lost it
+                            results[job.tag] = self._add_pass(results[job.tag], reply.value)
                         bar.update()
                 lanes = [self._lane(i) for i in range(devices)]  # their libraries go with the directory
-                for future in [lane.submit("forget", (), self.timeout, "forgetting") for lane in lanes]:
+                for future in [lane.submit(ForgetRequest(), self.timeout, "forgetting") for lane in lanes]:
                     future.result()
 
     @contextlib.contextmanager
@@ -567,118 +376,108 @@ class Measurer:
         try:
             yield
         finally:
-            self.stats[name] += time.perf_counter() - started
+            self._phases[name] += time.perf_counter() - started
 
     def _first_pass(self, keys: list[str], tasks: dict[str, tuple[dict, dict]],
-                    incomplete: Mapping[str, tuple[dict, dict]], compiled: dict[str, dict], devices: int,
-                    results: dict[str, MeasureResult], device_of: dict[str, int], bar: Any) -> None:
+                    incomplete: Mapping[str, tuple[dict, dict]], compiled: dict[str, BuildResult],
+                    devices: int, results: dict[str, MeasureResult], device_of: dict[str, int],
+                    bar: Any) -> None:
         """Check and time the compiled kernels of ``keys`` on ``devices`` workers; record each result.
 
         A kernel of ``incomplete`` (cached, lacking passes) is not checked again, and its timing is
         added to its record as one more pass; should it fail now, its record stays as it was."""
-        jobs: list[_Job] = []
+        jobs: list[Job] = []
         for key in keys:
-            outcome = compiled[key]
+            build = compiled[key]
             passes_left = self.passes_missing(results[key].record) if key in incomplete else self.passes
-            if "error" in outcome:  # it did not build
+            if not build.ok:
                 if key not in incomplete:
-                    failure = {"median": None, "results": [], "error": outcome["error"],
-                               "build_seconds": outcome.get("build_seconds")}
-                    results[key] = self._record(tasks[key], failure)
+                    results[key] = self._record(tasks[key], RunResult.failure_fields(build.error, build))
                 bar.update(passes_left)
             else:
-                check = self.check and key not in incomplete
-                args = (self.runner, key, outcome, *tasks[key], check, passes_left > 1)
-                jobs.append((key, None, "measure", args, self.timeout, "checking and timing the kernel"))
-        for key, device, status, value in self._run(jobs, devices):
+                request = MeasureRequest(self.runner, KernelTask(key, *tasks[key]), build,
+                                         check=self.check and key not in incomplete, keep=passes_left > 1)
+                jobs.append(Job(key, request, self.timeout, "checking and timing the kernel"))
+        for job, device, reply in self._run(jobs, devices):
+            key = job.tag
             if key in incomplete:
-                passes_left = self.passes_missing(results[key].record)
-                if status == "ok":
-                    results[key] = self._add_pass(results[key], value)
+                if reply.ok:
+                    results[key] = self._add_pass(results[key], reply.value.timing)
                     device_of[key] = device
                     bar.update()
                 else:
                     logger.warning("layoutopt: timing a cached kernel again failed (%s); its record keeps "
-                                   "the passes it had", value)
-                    bar.update(passes_left)
+                                   "the passes it had", reply.error)
+                    bar.update(self.passes_missing(results[key].record))
                 continue
             build = compiled[key]
-            if status == "ok":  # CPU time of every thread of both workers: its cost on an idle machine
-                cpu_seconds = round(value["cpu_seconds"] + build["build_cpu_seconds"], 4)
-                outcome = {**value, "cpu_seconds": cpu_seconds}
+            if reply.ok:
+                outcome = reply.value.record_fields(build)
             else:
-                outcome = {"median": None, "results": [], "error": str(value)}
-            results[key] = self._record(tasks[key], {**outcome, "build_seconds": build["build_seconds"]})
+                outcome = RunResult.failure_fields(reply.error, build)
+            results[key] = self._record(tasks[key], outcome)
             device_of[key] = device
             bar.update(1 if results[key].ok else self.passes)
 
     def _compile(self, keys: list[str], tasks: dict[str, tuple[dict, dict]], directory: str,
-                 workers: int) -> dict[str, dict]:
+                 workers: int) -> dict[str, BuildResult]:
         """Build and compile ``keys`` in batches on ``workers`` workers; per key, where its kernel is
         or why it failed. A batch whose worker dies is compiled again kernel by kernel."""
-        target_spec = json.loads(self.target_key)
-        outcomes: dict[str, dict] = {}
+        target = dict(self.context.target)
+        outcomes: dict[str, BuildResult] = {}
         batches = [keys[i : i + _BATCH] for i in range(0, len(keys), _BATCH)]
         while batches:
-            jobs: list[_Job] = [
-                (tuple(batch), None, "compile",
-                 (self.runner, target_spec, [(key, *tasks[key]) for key in batch], directory),
-                 self.timeout * len(batch), "compiling")
-                for batch in batches]
+            jobs = [Job(tuple(batch), CompileRequest(self.runner, target, tuple(KernelTask(key, *tasks[key])
+                                                                                for key in batch), directory),
+                        self.timeout * len(batch), "compiling")
+                    for batch in batches]
             batches = []
-            for batch, _, status, value in self._run(jobs, workers):
-                if status == "ok":
-                    outcomes.update(value)
-                elif len(batch) > 1:
-                    batches.extend([key] for key in batch)
+            for job, _, reply in self._run(jobs, workers):
+                if reply.ok:
+                    outcomes.update(reply.value)
+                elif len(job.tag) > 1:
+                    batches.extend([key] for key in job.tag)
                 else:
-                    outcomes[batch[0]] = {"error": str(value)}
+                    outcomes[job.tag[0]] = BuildResult(error=reply.error)
         return outcomes
 
-    def _run(self, jobs: list[_Job], lanes: int) -> Iterator[tuple[Hashable, int, str, Any]]:
+    def _run(self, jobs: list[Job], lanes: int) -> Iterator[tuple[Job, int, Reply]]:
         """Run ``jobs`` on the lanes, one at a time per lane, each on its own lane or on any of the
-        first ``lanes``; yield ``(tag, lane, status, value)`` as they finish."""
-        shared: deque[_Job] = deque()
-        own: dict[int, deque[_Job]] = defaultdict(deque)
+        first ``lanes``; yield ``(job, lane, reply)`` as they finish."""
+        shared: deque[Job] = deque()
+        own: dict[int, deque[Job]] = defaultdict(deque)
         for job in jobs:
-            (shared if job[1] is None else own[job[1]]).append(job)
-        running: dict[Future, tuple[Hashable, int]] = {}
+            (shared if job.lane is None else own[job.lane]).append(job)
+        running: dict[Future, tuple[Job, int]] = {}
 
         def feed(lane: int) -> None:
             queue = own[lane] if own[lane] else (shared if lane < lanes else None)
             if queue:
-                tag, _, kind, args, timeout, doing = queue.popleft()
-                running[self._lane(lane).submit(kind, args, timeout, doing)] = (tag, lane)
+                job = queue.popleft()
+                running[self._lane(lane).submit(job.request, job.timeout, job.doing)] = (job, lane)
 
         for lane in sorted(set(range(lanes)) | set(own)):
             feed(lane)
         while running:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
-                tag, lane = running.pop(future)
-                status, value = future.result()  # WorkerStartError ends the run: no kernel's fault
+                job, lane = running.pop(future)
+                reply = future.result()  # WorkerStartError ends the run: no kernel's fault
                 feed(lane)
-                yield tag, lane, status, value
+                yield job, lane, reply
 
     def _record(self, task: tuple[dict, dict], outcome: dict[str, Any]) -> MeasureResult:
         workload, candidate = task
-        record = self.cache.put({
-            "target": self.target_key,
-            "tvm": self.tvm_version,
-            "workload": workload,
-            "candidate": candidate,
-            **({"device": self.device} if self.device is not None else {}),
-            "runner": self.runner.describe(),
-            **outcome,
-        })
+        record = self.cache.put({**self.context.record_fields(), "workload": workload, "candidate": candidate,
+                                 "runner": self.runner.describe(), **outcome})
         return self._result(record, cached=False)
 
-    def _add_pass(self, result: MeasureResult, value: dict[str, Any]) -> MeasureResult:
+    def _add_pass(self, result: MeasureResult, timing: Timing) -> MeasureResult:
         """One more pass's timing of a kernel; the record keeps every pass's median."""
         record = dict(result.record)
-        record["pass_medians"] = [*(record.get("pass_medians") or [record["median"]]), value["median"]]
-        record["results"] = [*(record.get("results") or []), *value["results"]]
-        record["load_average"] = max(record.get("load_average") or 0.0, value["load_average"])
+        record["pass_medians"] = [*(record.get("pass_medians") or [record["median"]]), timing.median]
+        record["results"] = [*(record.get("results") or []), *timing.results]
+        record["load_average"] = max(record.get("load_average") or 0.0, timing.load_average)
         return self._result(self.cache.put(record), cached=False)
 
     @staticmethod

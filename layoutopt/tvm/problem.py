@@ -1,13 +1,13 @@
 """Turn a Relax model into a measured layout problem, ready for :func:`layoutopt.solve`.
 
-:func:`build_problem` extracts the layout graph (:func:`~layoutopt.tvm.extract.extract_layout_graph`),
-measures every distinct kernel (workload x candidate) and every distinct layout transform
-(logical shape x source layout x destination layout) once through a
-:class:`~layoutopt.tvm.measure.Measurer` (cached and resumable, locally or on an RPC device), and
-fills the costs, in seconds:
+:func:`build_problem` is the two steps in one call: :func:`~layoutopt.tvm.extract.extract_layout_graph`
+extracts the layout graph, and :func:`measure_graph` measures every distinct kernel (workload x
+candidate) and every distinct layout transform (logical shape x source layout x destination layout)
+of a layout graph once through a :class:`~layoutopt.tvm.measure.Measurer` (cached and resumable,
+locally or on an RPC device), and fills the costs, in seconds:
 
 * a target node's vector holds its candidates' measured kernel times (``inf`` where a kernel failed
-  to build, check or run; the reason is in ``meta["failures"]``);
+  to build, check or run; the reason is in ``meta.failures``);
 * multi-input, boundary, input and output nodes cost 0 in every layout: element-wise ops and concat
   move the same bytes whatever the layout, so only the transforms into their common layout differ
   (and those are on the edges);
@@ -15,6 +15,8 @@ fills the costs, in seconds:
   the producer's output layout under choice ``k`` to the consumer's input layout under choice ``l``:
   0 when equal, the measured ``layout_transform`` otherwise, ``inf`` when a block does not divide the
   channels or the transform failed.
+
+What the measurement found beside the costs is a :class:`MeasureMeta`.
 """
 
 from __future__ import annotations
@@ -22,21 +24,76 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from ..problem import Costs
-from .cache import task_key
+from .cache import CostContext, task_key
 from .extract import Candidates, extract_layout_graph
 from .graph import LayoutGraph
 from .kernels import layout_block, layout_transform_workload
-from .measure import Measurer, Runner
+from .measure import Measurer, MeasureResult, MeasureStats
+from .runner import Runner
 
-__all__ = ["build_problem", "kernel_tasks", "transform_edge_costs", "transform_tasks",
-           "transform_workload"]
+__all__ = ["MeasureFailure", "MeasureMeta", "build_problem", "kernel_tasks", "measure_graph",
+           "transform_edge_costs", "transform_tasks", "transform_workload"]
 
 _NO_CANDIDATE: dict[str, Any] = {}  # a layout transform has a single (empty) candidate
+
+
+@dataclass(frozen=True)
+class MeasureFailure:
+    """A kernel or transform that failed to build, check or run (its cost is ``inf``), and why."""
+
+    workload: dict[str, Any]
+    candidate: dict[str, Any]
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The failure as the JSON object ``meta["failures"]`` listed before this record."""
+        return {"workload": self.workload, "candidate": self.candidate, "error": self.error}
+
+
+@dataclass(frozen=True)
+class MeasureMeta:
+    """What measuring a layout graph found beside its costs (:func:`measure_graph`).
+
+    Attributes:
+        context: what the costs are valid for, and the key of their cost-cache records
+            (:class:`~layoutopt.tvm.cache.CostContext`): ``context.target`` is the target's JSON dict,
+            ``context.device`` the device the costs are for (None: this machine; ``"rpc:KEY"``).
+        stats: the measurement's counts and seconds (:class:`~layoutopt.tvm.measure.MeasureStats`).
+        failures: every distinct kernel and transform that failed (:class:`MeasureFailure`).
+        measured: the isolated cost in seconds of every kernel and transform measured, keyed by
+            :func:`~layoutopt.tvm.cache.task_key`.
+        seconds: wall seconds per step: ``"measure"``, and ``"extract"`` from :func:`build_problem`.
+
+    Example:
+        >>> from layoutopt.tvm.cache import CostContext
+        >>> meta = MeasureMeta(CostContext({"kind": "llvm", "mcpu": "znver3"}, "0.27.0.post1", 5))
+        >>> meta.context.target["mcpu"], meta.stats.measured, meta.to_json()["context"]["timing"]
+        ('znver3', 0, 'cold')
+    """
+
+    context: CostContext
+    stats: MeasureStats = field(default_factory=MeasureStats)
+    failures: tuple[MeasureFailure, ...] = ()
+    measured: Mapping[str, float] = field(default_factory=dict)
+    seconds: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "failures", tuple(self.failures))
+        object.__setattr__(self, "measured", MappingProxyType(dict(self.measured)))
+        object.__setattr__(self, "seconds", MappingProxyType(dict(self.seconds)))
+
+    def to_json(self) -> dict[str, Any]:
+        """The metadata as a JSON object (e.g. beside a benchmark's results)."""
+        return {"context": self.context.to_json(), "stats": self.stats.to_json(),
+                "failures": [failure.to_json() for failure in self.failures], "measured": dict(self.measured),
+                "seconds": dict(self.seconds)}
 
 
 def build_problem(
@@ -49,45 +106,25 @@ def build_problem(
     timeout: float = 60.0,
     check: bool = True,
     progress: bool | None = None,
-    prepared: bool = False,
     fuse: bool = True,
-    graph: LayoutGraph | None = None,
-) -> tuple[LayoutGraph, Costs, dict[str, Any]]:
+) -> tuple[LayoutGraph, Costs, MeasureMeta]:
     """Extract ``mod``'s layout graph and measure its costs; returns ``(graph, costs, meta)``.
 
     Args:
         mod: a Relax ``IRModule`` with static shapes (``from_onnx``, ``from_exported_program``,
-            :mod:`layoutopt.tvm.models`); :func:`~layoutopt.tvm.prepare` is applied unless
-            ``prepared``.
-        target: the CPU to measure for (see :func:`~layoutopt.tvm.resolve_target`).
+            :mod:`layoutopt.tvm.models`), which :func:`~layoutopt.tvm.prepare` normalises first.
+        target, cache, runner, timeout, check, progress: as :func:`measure_graph` takes them.
         candidates: channel blocks to try (default ``(4, 8, 16, 32, 64)``, plus ``C`` when ``C < 8``),
-            options ``{"blocks": [...], "orders": ["oc", "rows"]}``, or a function
+            options ``{"blocks": [...], "orders": ["oc", "rows"], "algorithms": [...]}``, or a function
             ``workload -> list of candidate dicts`` for conv2d/dense nodes (see
             :func:`~layoutopt.tvm.extract_layout_graph`).
-        cache: a ``.jsonl`` path or :class:`~layoutopt.tvm.cache.CostCache` keeping every
-            measurement; a rerun measures only what is missing. None: memory only.
-        runner: where kernels run: :class:`~layoutopt.tvm.measure.LocalRunner` (default) or
-            :class:`~layoutopt.tvm.measure.RPCRunner` for a device behind a TVM RPC tracker.
-        timeout: seconds one kernel may take to build, check and run before it counts as failed.
-        check: compare every kernel's output with numpy once (a wrong kernel counts as failed).
-        progress: show a progress bar with an ETA (None: when stderr is a terminal).
-        prepared: ``mod`` already went through :func:`~layoutopt.tvm.prepare`.
         fuse: measure each conv2d with the elementwise epilogue a fused build gives it (see
             :func:`~layoutopt.tvm.extract_layout_graph`); False for unfused builds.
-        graph: ``mod``'s layout graph, already extracted (e.g. to check it before measuring); it is
-            measured as it is (``candidates`` and ``fuse`` were its extraction's).
 
     Returns:
-        ``graph``: the :class:`~layoutopt.tvm.graph.LayoutGraph` (see
-        :func:`~layoutopt.tvm.extract_layout_graph`; node keys are binding names of ``graph.mod``, the
-        prepared module to rewrite);
-        ``costs``: a :class:`~layoutopt.Costs` of node vectors and edge matrices in seconds;
-        ``meta``: ``{"stats": measurement counts and seconds (see
-        :attr:`~layoutopt.tvm.measure.Measurer.stats`), "failures": [{"workload", "candidate",
-        "error"}], "target": target key, "tvm": TVM version, "device": the device the costs are for
-        (None: this machine; ``"rpc:KEY"``), "seconds": {"extract", "measure"},
-        "measured": {task key (:func:`~layoutopt.tvm.cache.task_key`): seconds} of every kernel and
-        transform}``.
+        ``graph``: the :class:`~layoutopt.tvm.graph.LayoutGraph` (node keys are binding names of
+        ``graph.mod``, the prepared module to rewrite); ``costs`` and ``meta`` as :func:`measure_graph`
+        returns them, ``meta.seconds`` with the extraction's too.
 
     Raises:
         ProblemError: a bad module, shape, target, runner or candidate set (before measuring).
@@ -99,23 +136,58 @@ def build_problem(
         graph, costs, meta = build_problem(models.residual(16, 8), candidates=[8, 16], cache="costs.jsonl")
         solution = layoutopt.solve(graph, costs)
         solution.labels["conv1"], solution.objective      # e.g. ('NCHW->NCHW', 7.3e-05): seconds
-        meta["stats"]     # {'requested': 20, 'cached': 0, 'retimed': 0, 'measured': 15, 'failed': 0, ...}
+        meta.stats     # MeasureStats(requested=20, cached=0, retimed=0, measured=15, failed=0, ...)
     """
     started = time.perf_counter()
-    if graph is None:
-        graph = extract_layout_graph(mod, candidates, prepared=prepared, fuse=fuse)
-    extracted = time.perf_counter()
-    kernels = kernel_tasks(graph)
-    transforms = transform_tasks(graph)
+    graph = extract_layout_graph(mod, candidates, fuse=fuse)
+    extract_seconds = time.perf_counter() - started
+    costs, meta = measure_graph(graph, target, cache, runner, timeout=timeout, check=check, progress=progress)
+    return graph, costs, replace(meta, seconds={"extract": extract_seconds, **meta.seconds})
+
+
+def measure_graph(
+    graph: LayoutGraph,
+    target: Any = "llvm",
+    cache: Any = None,
+    runner: Runner | None = None,
+    *,
+    timeout: float = 60.0,
+    check: bool = True,
+    progress: bool | None = None,
+) -> tuple[Costs, MeasureMeta]:
+    """Measure the costs of a layout graph's choices; returns ``(costs, meta)``.
+
+    Args:
+        graph: a layout graph (:func:`~layoutopt.tvm.extract_layout_graph`), measured as extracted.
+        target: the CPU to measure for (see :func:`~layoutopt.tvm.resolve_target`).
+        cache: a ``.jsonl`` path or :class:`~layoutopt.tvm.cache.CostCache` keeping every
+            measurement; a rerun measures only what is missing. None: memory only.
+        runner: where kernels run: :class:`~layoutopt.tvm.runner.LocalRunner` (default) or
+            :class:`~layoutopt.tvm.runner.RPCRunner` for a device behind a TVM RPC tracker.
+        timeout: seconds one kernel may take to build, check and run before it counts as failed.
+        check: compare every kernel's output with numpy once (a wrong kernel counts as failed).
+        progress: show a progress bar with an ETA (None: when stderr is a terminal).
+
+    Returns:
+        ``costs``: a :class:`~layoutopt.Costs` of node vectors and edge matrices in seconds;
+        ``meta``: a :class:`MeasureMeta`.
+
+    Raises:
+        ProblemError: a bad target, runner, workload or candidate (before measuring).
+
+    Example::
+
+        graph = extract_layout_graph(models.chain((16, 16)), [8, 16])
+        costs, meta = measure_graph(graph, cache="costs.jsonl")
+        meta.failures, meta.context.target     # (), {'kind': 'llvm', 'mcpu': 'znver4'}
+    """
+    started = time.perf_counter()
+    tasks = kernel_tasks(graph) + transform_tasks(graph)
     with Measurer(target=target, cache=cache, runner=runner, timeout=timeout, check=check,
                   progress=progress) as measurer:
-        results = measurer.measure(kernels + transforms, desc="measuring kernels and transforms")
-        stats = dict(measurer.stats)
-        target_key, tvm_version, device = measurer.target_key, measurer.tvm_version, measurer.device
+        results = measurer.measure(tasks, desc="measuring kernels and transforms")
     # results come in task order; key them by the tasks as extracted (the measurer normalises its copy)
-    tasks = kernels + transforms
     cost = {task_key(wl, candidate): r.cost for (wl, candidate), r in zip(tasks, results, strict=True)}
-
     node_costs: dict[Any, np.ndarray] = {}
     for node in graph.layout_nodes():
         if node.kind == "target":
@@ -123,20 +195,15 @@ def build_problem(
                                               for choice in node.choices])
         else:
             node_costs[node.name] = np.zeros(len(node.choices))
-    edge_costs = transform_edge_costs(graph, cost)
+    meta = MeasureMeta(measurer.context, measurer.stats, _failures(results), cost,
+                       {"measure": time.perf_counter() - started})
+    return Costs(node_costs, transform_edge_costs(graph, cost)), meta
 
-    failures = [{"workload": r.workload, "candidate": r.candidate, "error": r.error}
-                for r in dict((task_key(r.workload, r.candidate), r) for r in results).values() if not r.ok]
-    meta = {
-        "stats": stats,
-        "failures": failures,
-        "target": target_key,
-        "tvm": tvm_version,
-        "device": device,
-        "seconds": {"extract": extracted - started, "measure": time.perf_counter() - extracted},
-        "measured": cost,
-    }
-    return graph, Costs(node_costs, edge_costs), meta
+
+def _failures(results: Sequence[MeasureResult]) -> tuple[MeasureFailure, ...]:
+    """Every distinct (workload, candidate) that failed, in task order."""
+    distinct = {task_key(r.workload, r.candidate): r for r in results}
+    return tuple(MeasureFailure(r.workload, r.candidate, r.error) for r in distinct.values() if not r.ok)
 
 
 def kernel_tasks(graph: LayoutGraph) -> list[tuple[dict, dict]]:
@@ -201,7 +268,7 @@ def transform_edge_costs(graph: LayoutGraph,
 
     Example::
 
-        edges = transform_edge_costs(graph, meta["measured"])
+        edges = transform_edge_costs(graph, meta.measured)
     """
     return {(u, v): _edge_matrix(graph, u, v, transform_costs) for u, v in graph.edges}
 

@@ -52,6 +52,7 @@ from .check import Reference, first_divergence
 from .graph import LayoutGraph
 from .guard import baseline_builds, fastest_build, guard_rules
 from .memory import check_memory
+from .problem import MeasureMeta, measure_graph
 from .profile import KernelShapes, observe, profile_builds, time_breakdown
 from .result import TUNED, TuneResult, Variant, layer_table
 from .runner import Runner
@@ -172,12 +173,12 @@ class Extracted:
 @dataclass(frozen=True)
 class Measured:
     """The measured layout problem: ``costs`` in seconds and ``meta`` as
-    :func:`~layoutopt.tvm.build_problem` returns them; ``shapes``, the argument shapes of the measured
-    kernels, which in-network profiles are matched against."""
+    :func:`~layoutopt.tvm.problem.measure_graph` returns them; ``shapes``, the argument shapes of the
+    measured kernels, which in-network profiles are matched against."""
 
     extracted: Extracted
     costs: Costs
-    meta: dict[str, Any]
+    meta: MeasureMeta
     shapes: KernelShapes = field(repr=False, default_factory=KernelShapes)
 
 
@@ -259,25 +260,22 @@ def extract(mod, target: Any, runner: Runner, options: TuneOptions) -> Extracted
 
 
 def measure(extracted: Extracted, options: TuneOptions) -> Measured:
-    """Measure every kernel and layout transform of the graph (:func:`~layoutopt.tvm.build_problem`).
+    """Measure every kernel and layout transform of the graph (:func:`~layoutopt.tvm.problem.measure_graph`).
 
     Example::
 
         measured = measure(extracted, TuneOptions(cache="costs.jsonl"))
-        measured.meta["stats"]       # {'measured': ..., 'cached': ..., ...}
+        measured.meta.stats          # MeasureStats(requested=..., cached=..., measured=..., ...)
     """
-    from .problem import build_problem
-
     options.say("measuring kernels and layout transforms ...")
     with _stage(extracted.timings, "measure"):
-        _, costs, meta = build_problem(extracted.mod, target=extracted.target, cache=options.cache,
-                                       runner=extracted.runner, progress=bool(options.progress) or None,
-                                       prepared=True, graph=extracted.graph)
-    stats = meta["stats"]
-    options.say(f"kernels and transforms: {stats['measured']} measured, {stats['cached']} from the cost cache"
-                + (f", {stats['retimed']} from the cache timed again for the pass a killed run left out"
-                   if stats.get("retimed") else "")
-                + (f", {stats['failed']} failed" if stats["failed"] else ""))
+        costs, meta = measure_graph(extracted.graph, extracted.target, options.cache, extracted.runner,
+                                    progress=bool(options.progress) or None)
+    stats = meta.stats
+    options.say(f"kernels and transforms: {stats.measured} measured, {stats.cached} from the cost cache"
+                + (f", {stats.retimed} from the cache timed again for the pass a killed run left out"
+                   if stats.retimed else "")
+                + (f", {stats.failed} failed" if stats.failed else ""))
     return Measured(extracted, costs, meta, KernelShapes(extracted.target))
 
 
@@ -410,7 +408,7 @@ def calibrate(built: Built, options: TuneOptions) -> Built:
     solved, extracted = built.solved, built.solved.measured.extracted
     options.say("calibrating the costs with every build's in-network profile ...")
     with _stage(extracted.timings, "calibrate"):
-        calibration = Calibration(extracted.graph, solved.costs, solved.measured.meta["measured"])
+        calibration = Calibration(extracted.graph, solved.costs, solved.measured.meta.measured)
         builds = [built.tuned, *(v for v in built.baselines.values() if v.executable is not None)]
         _observe(calibration, builds, solved.measured)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 
 import numpy as np
@@ -10,10 +12,11 @@ import pytest
 pytest.importorskip("tvm")  # the tvm extra; CI installs it
 
 import layoutopt
-from layoutopt.tvm import CostCache, build_problem, models
+from layoutopt.tvm import CostCache, build_problem, extract_layout_graph, models, resolve_target
+from layoutopt.tvm._tvm import target_key
 from layoutopt.tvm.cache import record_cost
 from layoutopt.tvm.kernels import layout_transform_workload
-from layoutopt.tvm.problem import transform_tasks
+from layoutopt.tvm.problem import MeasureFailure, measure_graph, transform_tasks
 
 pytestmark = pytest.mark.tvm
 
@@ -33,7 +36,7 @@ def residual(cache_path):
 
 def transform_cost(cache_path, shape, src, dst, meta):
     workload = layout_transform_workload(shape, src, dst)
-    return record_cost(CostCache(cache_path).get(meta["target"], meta["tvm"], workload, {}))
+    return record_cost(CostCache(cache_path).get(meta.context, workload, {}))
 
 
 def test_costs_match_the_graph_and_are_positive_and_finite(residual):
@@ -47,13 +50,13 @@ def test_costs_match_the_graph_and_are_positive_and_finite(residual):
             assert vector.max() < 0.1  # seconds: a tiny conv takes microseconds
         else:
             assert np.all(vector == 0), node
-    assert meta["failures"] == [] and meta["stats"]["failed"] == 0
+    assert meta.failures == () and meta.stats.failed == 0
     assert graph.layout_node("add").kind == "multi" and graph.layout_node("conv1").workload["op"] == "conv2d"
     # conv1 and conv2 differ only by the residual add fused into conv2: measured as built
     assert graph.layout_node("conv1").workload["epilogue"] == ["bias", "relu"]
     assert graph.layout_node("conv2").workload["epilogue"] == ["bias", "add", "relu"]
     kernels = sum(len(node.choices) for node in graph.layout_nodes() if node.kind == "target")
-    assert meta["stats"]["requested"] == kernels + len(transform_tasks(graph))
+    assert meta.stats.requested == kernels + len(transform_tasks(graph))
 
 
 def test_edge_entries_are_zero_when_layouts_match_and_measured_transforms_otherwise(residual, cache_path):
@@ -82,7 +85,7 @@ def test_cache_hits_skip_measurement(residual, cache_path):
     graph, costs, _ = residual
     again_graph, again, meta = build_problem(models.residual(channels=16, size=8), candidates=BLOCKS,
                                              cache=cache_path)
-    assert meta["stats"]["measured"] == 0 and meta["stats"]["cached"] > 0
+    assert meta.stats.measured == 0 and meta.stats.cached > 0
     assert list(again_graph.nodes) == list(graph.nodes)
     for node in graph:
         assert np.array_equal(again.nodes[node], costs.nodes[node])
@@ -93,7 +96,7 @@ def test_cache_hits_skip_measurement(residual, cache_path):
 def test_concat_and_dense_head_are_measured_and_solvable(cache_path):
     for mod in (models.concat3((8, 16, 8), in_channels=8, size=8), models.dense_head(16, size=8, classes=16)):
         graph, costs, meta = build_problem(mod, candidates=BLOCKS, cache=cache_path)
-        assert meta["failures"] == []
+        assert meta.failures == ()
         targets = [node.name for node in graph.layout_nodes() if node.kind == "target"]
         for node in targets:
             assert np.isfinite(costs.nodes[node]).all() and (np.asarray(costs.nodes[node]) > 0).all(), node
@@ -130,14 +133,14 @@ def test_failed_measurement_is_infinite_and_reported(cache_path, tmp_path):
     cache = CostCache(tmp_path / "failed.jsonl")
     for record in CostCache(cache_path):
         cache.put(record)
-    cache.put({"target": meta["target"], "tvm": meta["tvm"], "workload": graph.layout_node("conv1").workload,
+    cache.put({**meta.context.record_fields(), "workload": graph.layout_node("conv1").workload,
                "candidate": failing, "median": None, "results": [], "error": "worker crashed (SIGSEGV)"})
     graph, costs, meta = build_problem(models.chain((16,), in_channels=8), candidates=BLOCKS, cache=cache)
     index = graph.layout_node("conv1").candidates.index(failing)
     assert costs.nodes["conv1"][index] == math.inf
     assert np.isfinite(np.delete(costs.nodes["conv1"], index)).all()
-    assert meta["failures"] == [{"workload": graph.layout_node("conv1").workload, "candidate": failing,
-                                 "error": "worker crashed (SIGSEGV)"}]
+    assert meta.failures == (MeasureFailure(graph.layout_node("conv1").workload, failing,
+                                            "worker crashed (SIGSEGV)"),)
     solution = layoutopt.solve(graph, costs)
     assert solution.status == "optimal" and solution.labels["conv1"] != "NCHW8c->NCHW16c"
 
@@ -154,3 +157,32 @@ def test_bad_inputs_raise_problem_errors_before_measuring(tmp_path):
 
         build_problem(tvm.IRModule({}))
     assert not (tmp_path / "c.jsonl").exists()  # nothing was measured
+
+
+def test_measure_graph_measures_a_graph_as_extracted_and_build_problem_is_extract_then_measure(residual,
+                                                                                              cache_path):
+    import inspect
+
+    graph, costs, meta = residual
+    again, measured = measure_graph(extract_layout_graph(models.residual(channels=16, size=8), BLOCKS),
+                                    cache=cache_path)
+    assert measured.stats.measured == 0 and measured.stats.requested == meta.stats.requested
+    assert all(np.array_equal(again.nodes[node], costs.nodes[node]) for node in graph)
+    assert all(np.array_equal(again.edges[edge], costs.edges[edge]) for edge in graph.edges)
+    assert dict(measured.measured) == dict(meta.measured) and measured.context == meta.context
+    assert set(measured.seconds) == {"measure"} and set(meta.seconds) == {"extract", "measure"}
+    # the one place the target travels: the JSON dict TVM resolved, which the records are keyed by
+    assert meta.context.target["kind"] == "llvm"
+    assert meta.context.target_key == target_key(resolve_target("llvm"))
+    # no flag lets one stage skip another's work: a graph is measured by measure_graph
+    assert not {"prepared", "graph"} & set(inspect.signature(build_problem).parameters)
+
+
+def test_the_measure_metadata_is_a_record_with_its_json(residual):
+    _, _, meta = residual
+    document = json.loads(json.dumps(meta.to_json()))
+    assert document["stats"] == meta.stats.to_json() and document["failures"] == []
+    assert document["context"]["target"] == dict(meta.context.target)
+    assert document["measured"] == dict(meta.measured)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        meta.stats = None

@@ -32,7 +32,7 @@ def assert_label_names_its_choice(labels, k, choice: Choice, node="node"):
         assert Candidate.from_label(label).to_json() == dict(choice.candidate), label
     graph = nx.DiGraph()
     graph.add_node(node, choices=list(labels))
-    assert parse_constraints(graph, pin={node: label})[0][3] == (k,), label
+    assert parse_constraints(graph, pin={node: label})[0].indices == (k,), label
 
 
 @st.composite

@@ -67,7 +67,7 @@ def test_the_solution_file_says_what_was_chosen_and_for_what(tuned):
     record = json.loads(path.read_text())
     assert record["format"] == "layoutopt-solution" and record["model"]["name"] == "chain"
     assert record["model"]["inputs"] == {"data": {"shape": [1, 4, 8, 8], "dtype": "float32"}}
-    assert record["target"] == json.loads(result.meta["target"])
+    assert record["target"] == result.meta.context.target
     assert set(record["versions"]) == {"tvm", "layoutopt", "schedules"}
     assert record["handed_back"]["name"] == result.chosen
     # how far its numbers are from the model's: against the float64 model, beside TVM's own float32 build

@@ -19,7 +19,8 @@ pytest.importorskip("tvm")
 from layoutopt import ProblemError
 from layoutopt.isolation import WorkerStartError
 from layoutopt.tvm.kernels import layout_transform_workload
-from layoutopt.tvm.measure import LocalRunner, Measurer, RPCRunner, parse_rpc_address
+from layoutopt.tvm.measure import Measurer
+from layoutopt.tvm.runner import LocalRunner, RPCRunner, parse_rpc_address
 
 pytestmark = pytest.mark.tvm
 
@@ -68,7 +69,7 @@ def test_costs_are_positive_finite_medians(tiny_conv, tmp_path):
         assert len(result.results) == 3 and min(result.results) <= result.cost <= max(result.results)
         assert result.record["check_error"] < 1e-5 and result.record["build_seconds"] > 0
         assert result.record["cpu_seconds"] > 0 and result.record["load_average"] >= 0
-    assert m.stats["measured"] == 3 and m.stats["failed"] == 0
+    assert m.stats.measured == 3 and m.stats.failed == 0
 
 
 def test_every_kernel_is_timed_once_per_pass_and_costs_its_fastest_pass(tiny_conv, tmp_path):
@@ -113,7 +114,7 @@ def test_kernels_are_compiled_ahead_on_every_worker_and_timed_alone_afterwards(t
     tasks = transforms(12)  # two libraries of up to 8 kernels
     with Measurer(runner=runner, progress=False, workers=2, passes=2) as m:
         results = m.measure(tasks)
-    assert all(r.ok for r in results) and m.stats["workers"] == 2 and m.stats["devices"] == 1
+    assert all(r.ok for r in results) and m.stats.workers == 2 and m.stats.devices == 1
     events = [json.loads(line) for line in log.read_text().splitlines()]
     exports = [e for e in events if e[0] == "export"]
     timings = [e for e in events if e[0] == "time"]
@@ -121,7 +122,7 @@ def test_kernels_are_compiled_ahead_on_every_worker_and_timed_alone_afterwards(t
     assert len(timings) == 2 * len(tasks) and len({pid for _, pid, _, _ in timings}) == 1  # one timed
     # never while compiling
     assert max(end for *_, end in exports) <= min(start for _, _, start, _ in timings)
-    assert m.stats["compile_seconds"] > 0 and m.stats["time_seconds"] > 0
+    assert m.stats.compile_seconds > 0 and m.stats.time_seconds > 0
 
 
 @dataclass
@@ -175,7 +176,7 @@ def test_cache_hits_skip_measurement(tiny_conv, tmp_path):
         again = second.measure(tasks + transforms(3)[2:])
         assert second.worker_starts == 1  # only the one new transform was run
     assert [r.cost for r in again[:3]] == [r.cost for r in measured] and all(r.cached for r in again[:3])
-    assert not again[3].cached and second.stats["cached"] == 3 and second.stats["measured"] == 1
+    assert not again[3].cached and second.stats.cached == 3 and second.stats.measured == 1
     with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False) as third:
         third.measure(tasks)
         assert third.worker_starts == 0  # a full cache never starts TVM's worker
@@ -190,14 +191,14 @@ def test_times_from_another_schedule_version_are_not_reused(tmp_path, monkeypatc
     monkeypatch.setattr(measure, "SCHEDULE_VERSION", measure.SCHEDULE_VERSION + 1)
     with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False) as new:
         (result,) = new.measure(tasks)
-    assert not result.cached and new.stats["measured"] == 1
+    assert not result.cached and new.stats.measured == 1
 
 
 def test_duplicates_are_measured_once(tmp_path):
     task = transforms(1)[0]
     with Measurer(runner=FAST, progress=False) as m:
         results = m.measure([task, task, (dict(reversed(list(task[0].items()))), {})])
-    assert m.stats == {**m.stats, "requested": 3, "measured": 1}
+    assert (m.stats.requested, m.stats.measured) == (3, 1)
     assert results[0] is results[1] is results[2]
 
 
@@ -214,7 +215,7 @@ def test_a_failing_kernel_is_recorded_as_inf_with_its_reason(runner, reason, tmp
     with Measurer(cache=path, runner=runner, progress=False) as m:
         results = m.measure(tasks)
     assert all(r.cost == math.inf and not r.ok and reason in r.error for r in results)
-    assert m.stats["failed"] == 2
+    assert m.stats.failed == 2
     stored = [json.loads(line) for line in path.read_text().splitlines()]
     assert [s["median"] for s in stored] == [None, None] and reason in stored[0]["error"]
     # the failure is remembered; the run goes on with a healthy runner, and retry_failed re-measures
@@ -238,7 +239,8 @@ def test_a_hanging_kernel_times_out_and_the_run_goes_on(tmp_path):
 RESUME_SCRIPT = textwrap.dedent(
     """
     import json, sys
-    from layoutopt.tvm.measure import LocalRunner, Measurer
+    from layoutopt.tvm.measure import Measurer
+    from layoutopt.tvm.runner import LocalRunner
     tasks = json.loads(sys.argv[2])
     runner = LocalRunner(repeat=2, min_repeat_ms=20, cold=False)  # slow enough to be killed midway
     with Measurer(cache=sys.argv[1], runner=runner, progress=False) as m:
@@ -267,9 +269,9 @@ def test_a_run_killed_with_sigkill_resumes_where_it_stopped(tmp_path):
     with Measurer(cache=path, runner=LocalRunner(repeat=2, min_repeat_ms=1, cold=False), progress=False) as m:
         results = m.measure(tasks)
     assert all(r.ok for r in results)
-    assert m.stats["measured"] == len(tasks) - done_before
+    assert m.stats.measured == len(tasks) - done_before
     # killed in the first pass: the kernels timed before the kill get their second pass now
-    assert m.stats["retimed"] == done_before and m.stats["cached"] == 0
+    assert m.stats.retimed == done_before and m.stats.cached == 0
     assert all(len(r.record["pass_medians"]) == 2 for r in results)
 
 
@@ -284,7 +286,8 @@ def test_a_kernel_cached_with_fewer_passes_is_timed_again_for_the_passes_it_lack
     lines = path.read_bytes().splitlines()
     with Measurer(cache=path, runner=FAST, progress=False, passes=2) as resumed:
         results = resumed.measure(tasks)
-        assert resumed.stats == {**resumed.stats, "retimed": 2, "cached": 1, "measured": 0, "failed": 0}
+        stats = resumed.stats
+        assert (stats.retimed, stats.cached, stats.measured, stats.failed) == (2, 1, 0, 0)
     for before, after in zip(first, results[:2], strict=True):
         passes = after.record["pass_medians"]
         assert len(passes) == 2 and passes[0] == before.cost and after.cost == min(passes)
@@ -296,11 +299,11 @@ def test_a_kernel_cached_with_fewer_passes_is_timed_again_for_the_passes_it_lack
     assert grown[: len(lines)] == lines and len(grown) == len(lines) + 2
     with Measurer(cache=path, runner=FAST, progress=False, passes=2) as again:
         assert [r.cost for r in again.measure(tasks)] == [r.cost for r in results]
-        assert again.stats["cached"] == 3 and again.stats["retimed"] == 0 and again.worker_starts == 0
+        assert again.stats.cached == 3 and again.stats.retimed == 0 and again.worker_starts == 0
     # fewer passes asked than cached: nothing to add
     with Measurer(cache=path, runner=FAST, progress=False, passes=1) as fewer:
         fewer.measure(tasks)
-        assert fewer.stats["cached"] == 3 and fewer.worker_starts == 0
+        assert fewer.stats.cached == 3 and fewer.worker_starts == 0
 
 
 class _Timings:
@@ -395,7 +398,7 @@ def test_a_worker_that_cannot_start_fails_the_run_instead_of_caching_failures(tm
 ORPHAN_SCRIPT = textwrap.dedent(
     """
     import sys, time
-    from layoutopt.tvm.measure import LocalRunner, Measurer
+    from layoutopt.tvm.measure import Measurer
     sys.path.insert(0, sys.argv[1])
     from test_measure import HangingRunner, transforms
     m = Measurer(runner=HangingRunner(), timeout=600, progress=False)

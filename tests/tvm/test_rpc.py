@@ -19,8 +19,9 @@ from layoutopt import ProblemError
 from layoutopt.cli import main
 from layoutopt.tvm import models, runner, tune_and_build
 from layoutopt.tvm.kernels import layout_transform_workload
-from layoutopt.tvm.measure import LocalRunner, Measurer, RPCRunner
+from layoutopt.tvm.measure import Measurer
 from layoutopt.tvm.profile import profile_builds
+from layoutopt.tvm.runner import LocalRunner, RPCRunner
 
 pytestmark = pytest.mark.tvm
 
@@ -45,7 +46,7 @@ def test_kernels_are_uploaded_checked_and_timed_on_a_farm_of_rpc_devices_in_para
         assert result.record["runner"] == f"RPC tracker {address} key {key!r}"
     # one worker per device, each holding its session for the whole run (a worker without a device of
     # its own would wait in the tracker's queue until the timeout), one of them also compiling
-    assert measurer.stats["devices"] == RPC_DEVICES and measurer.worker_starts == RPC_DEVICES
+    assert measurer.stats.devices == RPC_DEVICES and measurer.worker_starts == RPC_DEVICES
     # an explicit (cross) compiler links the library that is uploaded
     linked = RPCRunner(address, key, cc="g++", repeat=1, min_repeat_ms=1)
     with Measurer(runner=linked, progress=False) as measurer:
@@ -91,10 +92,11 @@ def test_tune_and_build_checks_times_and_hands_back_builds_for_the_device(rpc_tr
                             candidates={"blocks": [8, 16], "algorithms": ["direct"]}, baselines=(), repeat=2,
                             cache=tmp_path / "c.jsonl")
     assert result.ran_on == f"RPC tracker {address} key {key!r}" and target["mcpu"] in result.target
-    assert result.meta["stats"]["devices"] == RPC_DEVICES and target["mcpu"] in result.meta["target"]
-    # the reference (TVM's default build of the untouched model), the tuned build and b*'s members were
-    # all built for the target, exported, uploaded and run on the device, each uploaded once
-    assert len({id(executable) for executable, _ in loaded}) == len(exported) == 4
+    assert result.meta.stats.devices == RPC_DEVICES and result.meta.context.target["mcpu"] == target["mcpu"]
+    # the reference (TVM's default build of the untouched model, and the untouched model in float64: the
+    # check's truth), the tuned build and b*'s members were all built for the target, exported, uploaded
+    # and run on the device, each uploaded once
+    assert len({id(executable) for executable, _ in loaded}) == len(exported) == 5
     assert all("remote" in device for _, device in loaded)
     assert result.tuned.max_relative_error < 1e-4 and result.baselines["nchw16c"].max_relative_error < 1e-4
     assert result.tuned.measured > 0 and result.baselines["best_fixed"].measured > 0
@@ -131,10 +133,10 @@ def test_costs_measured_here_are_never_reused_for_a_device_nor_the_other_way(rpc
     here, device = LocalRunner(repeat=1, min_repeat_ms=1), RPCRunner(address, key, repeat=1, min_repeat_ms=1)
     with Measurer(cache=path, runner=here, progress=False, passes=1) as measurer:
         (local,) = measurer.measure(tasks)
-        assert measurer.stats["measured"] == 1 and "device" not in local.record
+        assert measurer.stats.measured == 1 and "device" not in local.record
     with Measurer(cache=path, runner=device, progress=False, passes=1) as measurer:  # same target, same task
         (remote,) = measurer.measure(tasks)
-        assert measurer.stats["measured"] == 1 and measurer.stats["cached"] == 0
+        assert measurer.stats.measured == 1 and measurer.stats.cached == 0
     assert remote.record["device"] == f"rpc:{key}" and remote.record["target"] == local.record["target"]
     for place, record in ((here, local.record), (device, remote.record)):  # each finds its own again
         with Measurer(cache=path, runner=place, progress=False, passes=1) as measurer:

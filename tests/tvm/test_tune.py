@@ -179,7 +179,7 @@ def test_a_rerun_with_the_cache_measures_nothing(tuned):
     again = tune_and_build(models.residual(channels=16, size=8), method="pbqp", cache=cache,
                            candidates=CANDIDATES, baselines=(), repeat=1)
     # the same measurements, from the cache (the calibrated solution may differ: profiles are noisy)
-    assert again.meta["stats"]["measured"] == 0
+    assert again.meta.stats.measured == 0
     for node, vector in result.isolated_costs.nodes.items():
         assert np.array_equal(again.isolated_costs.nodes[node], vector)
     assert again.timings["measure"] < result.timings["measure"]
