@@ -24,7 +24,7 @@ assignment is one already observed is the loop :func:`~layoutopt.tvm.tune_and_bu
 
 Example::
 
-    calibration = Calibration(graph, costs, meta["measured"])
+    calibration = Calibration(graph, costs, meta.measured)
     calibration.observe(observe(profile_calls(executable, inputs), graph, assignment, KernelShapes(target)))
     solution = layoutopt.solve(graph, calibration.costs())
 """

@@ -24,6 +24,7 @@ from .check import Reference
 from .graph import LayoutGraph
 from .kernels import describe_workload
 from .kernels.module import Fallback
+from .problem import MeasureMeta
 from .profile import Category, Observation
 from .timing import Noise, Ratio
 
@@ -112,7 +113,8 @@ class TuneResult:
         baselines: name -> :class:`Variant` for each baseline built.
         layers: per-layer table (:class:`Layer`), in graph order.
         timings: seconds spent per stage (prepare, measure, solve, apply, build, check, time).
-        meta: what :func:`~layoutopt.tvm.build_problem` returned alongside the costs.
+        meta: the measurement's :class:`~layoutopt.tvm.problem.MeasureMeta` (what a cost is valid for,
+            counts, failures, every measured task's cost).
         ran_on: where the builds were checked, timed and profiled (the runner's description).
         reference: what the builds' outputs were checked against (:class:`~layoutopt.tvm.check.Reference`:
             the untouched model in float64, and its float32 build's own error), None unchecked.
@@ -128,7 +130,7 @@ class TuneResult:
     baselines: dict[str, Variant] = field(default_factory=dict)
     layers: list[Layer] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
-    meta: Any = None
+    meta: MeasureMeta | None = None
     target: str = ""
     chosen: str = TUNED
     isolated_costs: Costs | None = None
