@@ -87,16 +87,25 @@ def export_before(revision: str, model: Path, shape: Sequence[int], directory: P
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", required=True, help="the revision the 'before' builds are made with")
+    parser.add_argument("--before", help="the revision the 'before' builds are made with (required unless "
+                        "--render)")
     parser.add_argument("--models", default=str(Path(tempfile.gettempdir()) / "layoutopt-models"))
     parser.add_argument("--repeat", type=int, default=20, help="profiled runs of each build (interleaved)")
     parser.add_argument("--rounds", type=int, default=15, help="side-by-side rounds of the whole networks")
     parser.add_argument("--output", default=str(RESULTS / "detector_ops.md"))
+    parser.add_argument("--render", action="store_true",
+                        help="only write the markdown again from the JSON beside --output")
     args = parser.parse_args(argv)
+    output = Path(args.output)
+    if args.render:
+        output.write_text("\n".join(markdown(json.loads(output.with_suffix(".json").read_text()))) + "\n")
+        return 0
 
     from layoutopt.tvm import import_tvm
     from layoutopt.tvm.profile import profile_builds
 
+    if not args.before:
+        parser.error("--before REV is required")
     tvm = import_tvm()
     threads = int(os.environ.setdefault("TVM_NUM_THREADS", "2"))
     model = MODELS[MODEL]
@@ -125,7 +134,6 @@ def main(argv: list[str] | None = None) -> int:
                   name: [[c.symbol, [list(s) for s in c.shapes], c.seconds] for c in calls]
                   for name, calls in profiles.items()},
               "onnxruntime_nodes": ort_nodes, "side_by_side": side.as_dict()}
-    output = Path(args.output)
     output.with_suffix(".json").write_text(json.dumps(report, indent=1))
     output.write_text("\n".join(markdown(report)) + "\n")
     print(output.read_text())
@@ -162,6 +170,18 @@ def matching_nodes(shapes: Sequence[Sequence[int]], nodes: list[dict]) -> list[d
     return found
 
 
+def matching_calls(shapes: Sequence[Sequence[int]], calls: list) -> list:
+    """The calls (taken from ``calls``: ``[symbol, shapes, seconds]``) whose first argument has the
+    logical shape of one of ``shapes``: in another build, the same op, fused otherwise or not at all."""
+    found = []
+    for shape in shapes:
+        match = next((c for c in calls if logical_shape(c[1][0]) == logical_shape(shape)), None)
+        if match is not None:
+            calls.remove(match)
+            found.append(match)
+    return found
+
+
 def markdown(report: dict) -> list[str]:
     """The report as markdown: per call running a ConvTranspose or a Resize, its in-network time in each
     build beside ONNX Runtime's nodes for the same op; then the layout transforms, the sum of the calls
@@ -188,7 +208,11 @@ def markdown(report: dict) -> list[str]:
         "ConvTranspose on TVM's generic legalization (zero insertion, unscheduled) and every resize a "
         "plain-NCHW boundary with layout transforms around it. *after*: ConvTranspose a target node on its "
         "blocked per-phase kernel, resizes following the blocked layout with a scheduled kernel. Both with "
-        "one fixed layout everywhere, so that only these ops differ. ms per call.",
+        "one fixed layout everywhere, so that only these ops differ. ms per call; a row is one call of "
+        "the *after* builds, beside the calls of each build and the ONNX Runtime nodes that run the same "
+        "ops (matched by their inputs' shapes): the neck's three 80x80 resizes run fused with their "
+        "concat in one call *after*, in three calls *before* (their concat apart), in three Resize nodes "
+        "in ONNX Runtime (its Concat apart).",
         "",
         "| call (ours, after) | input | " + " | ".join(builds) + " | ONNX Runtime nodes | ORT ms |",
         "|---|---|" + "---|" * len(builds) + "---|---|",
@@ -196,11 +220,13 @@ def markdown(report: dict) -> list[str]:
     for ort_op, op in OPS.items():
         nodes = [n for n in report["onnxruntime_nodes"] if n["op"] == ort_op]
         ours = {name: [c for c in calls if op in c[0]] for name, calls in profiles.items()}
+        remaining = {name: list(calls) for name, calls in ours.items()}
         total = 0.0
-        for index, (symbol, shapes, _) in enumerate(ours[builds[-1]]):
+        for symbol, shapes, _ in ours[builds[-1]]:
             matched = matching_nodes(shapes[:-1], nodes)
             total += sum(n["seconds"] for n in matched)
-            cells = [_ms(ours[name][index][2]) if index < len(ours[name]) else "-" for name in builds]
+            cells = [_ms(sum(c[2] for c in matching_calls(shapes[:-1], remaining[name])) or None)
+                     for name in builds]
             lines.append(f"| `{symbol}` | {logical_shape(shapes[0])} | " + " | ".join(cells) + " | "
                          + ", ".join(n["node"] for n in matched) + " | "
                          + _ms(sum(n["seconds"] for n in matched) if matched else None) + " |")

@@ -160,7 +160,7 @@ def _save(path: Path, nodes: list, x, inits: list, name: str) -> Path:
     import onnx
     from onnx import TensorProto, helper
 
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])
     model = helper.make_model(helper.make_graph(nodes, name, [x], [y], inits),
                               opset_imports=[helper.make_opsetid("", 13)])
     onnx.checker.check_model(model)

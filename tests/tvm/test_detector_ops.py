@@ -25,7 +25,9 @@ from layoutopt.tvm._tvm import import_tvm, resolve_target
 from layoutopt.tvm.apply import count_layout_transforms, expected_transforms, op_list
 from layoutopt.tvm.check import relative_error
 from layoutopt.tvm.kernels import FAMILIES, build_kernel, candidates, check_kernel, validate_workload
+from layoutopt.tvm.kernels.common import block_names
 from layoutopt.tvm.kernels.conv2d_transpose import transpose_reference
+from layoutopt.tvm.kernels.kernel import kernel_tensors
 from layoutopt.tvm.kernels.module import family_of_function
 from layoutopt.tvm.timing import run
 
@@ -123,7 +125,7 @@ def test_candidates_per_kind_of_transposed_conv():
         "NCHW8c->NCHW8c", "NCHW16c->NCHW16c", "NCHW->NCHW"]
     # 12 channels: no block of 8 or 16 divides them, the input stays NCHW (TVM's kernel)
     assert labels(transposed([1, 12, 8, 8], [12, 8, 2, 2])) == ["NCHW->NCHW"]
-    assert labels(transposed([1, 16, 8, 8], [8, 2, 2, 2], groups=8)) == ["NCHW->NCHW"]  # grouped
+    assert labels(transposed([1, 16, 8, 8], [16, 2, 2, 2], groups=8)) == ["NCHW->NCHW"]  # grouped
     dilated = validate_workload({**transposed([1, 16, 8, 8], [16, 8, 3, 3]), "dilation": [2, 2]})
     assert labels(dilated) == ["NCHW->NCHW"]
 
@@ -153,17 +155,19 @@ def test_bad_transposed_workloads_are_clear_errors(change, message):
         validate_workload({**transposed([1, 16, 4, 4], [16, 8, 2, 2]), **change})
 
 
-def test_the_transposed_kernel_is_scheduled_by_its_family(target):
+@pytest.mark.parametrize("candidate, algorithm", [
+    ({"in": "NCHW8c", "out": "NCHW8c"}, "direct"),
+    ({"in": "NCHW8c", "out": "NCHW16c", "algorithm": "gemm"}, "gemm"),
+])
+def test_each_transposed_kernel_is_scheduled_by_its_own_family(candidate, algorithm, target):
     tvm = import_tvm()
-    kernel = build_kernel(transposed([1, 16, 8, 8], [16, 16, 3, 3], padding=1, output_padding=1),
-                          {"in": "NCHW8c", "out": "NCHW8c"}, target)
-    script = kernel.module.script()
+    workload = transposed([1, 16, 8, 8], [16, 16, 3, 3], padding=1, output_padding=1,
+                          epilogue=("bias", "relu"))
+    script = build_kernel(workload, candidate, target).module.script()
     assert "T.parallel" in script and "T.vectorized" in script and "T.unroll" in script
-    func = kernel.module["kernel"]
-    sch = tvm.s_tir.Schedule(func)
-    from layoutopt.tvm.kernels.common import block_names
-
-    assert family_of_function(sch, block_names(sch)) is TRANSPOSED
+    with target:
+        sch = tvm.s_tir.Schedule(tvm.te.create_prim_func(kernel_tensors(tvm, workload, candidate)))
+    assert family_of_function(sch, block_names(sch)) is FAMILIES["conv2d_transpose", algorithm]
 
 
 # -- ConvTranspose: ONNX models ------------------------------------------------------------------------
@@ -185,6 +189,26 @@ def test_onnx_conv_transpose_is_a_target_node_and_its_blocked_build_matches(case
     assert any(choice.in_layout != "NCHW" for choice in node.choices)
     assert "relax.nn.conv2d_transpose" not in op_list(rewritten)  # it runs the blocked kernel
     assert untouched_error < 1e-5 and ort_error < 1e-5
+
+
+def test_the_profile_matches_a_transposed_conv_call_to_its_node_and_prices_it(tmp_path):
+    from layoutopt.problem import Costs
+    from layoutopt.tvm.profile import KernelShapes, observe, profile_calls, time_breakdown
+
+    path = conv_transpose_onnx(tmp_path / "deconv.onnx", kernel=4, pads=1, size=(6, 5))
+    graph = extract_layout_graph(load_model(path, [1, 3, 6, 5]), [8, 16])
+    assignment = fixed_layout_assignment(graph, "NCHW8c")
+    [name] = [n.name for n in graph.layout_nodes() if n.op == "relax.nn.conv2d_transpose"]
+    data = np.random.default_rng(0).standard_normal((1, 3, 6, 5)).astype("float32")
+    calls = profile_calls(build(apply_assignment(graph.mod, graph, assignment)), [data], repeat=1)
+    assert name in observe(calls, graph, assignment, KernelShapes()).kernels  # its in-network time
+    costs = Costs({n.name: np.full(len(n.choices), 1e-3 if n.kind == "target" else 0.0)
+                   for n in graph.layout_nodes()}, {edge: np.zeros((len(graph.nodes[edge[0]]["choices"]),
+                                                                  len(graph.nodes[edge[1]]["choices"])))
+                                                     for edge in graph.edges})
+    rows = {row.category: row for row in time_breakdown(calls, graph, costs, assignment)}
+    assert rows["conv2d_transpose"].predicted == 1e-3 and rows["conv2d_transpose"].calls == 1
+    assert rows["conv2d"].predicted == 1e-3  # the stem alone
 
 
 @pytest.mark.parametrize("choice", ["NCHW8c->NCHW1c", "NCHW4c->NCHW[oc_block=16]", "NCHW->NCHW"])
@@ -277,9 +301,10 @@ def test_a_blocked_resize_is_vectorised_along_the_channel_block_with_its_fused_a
         mod = relax.transform.FuseTIR()(relax.transform.FuseOps()(mod))
     [func] = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     sch = RESIZE.schedule(func, target)
-    script = sch.mod.script()
-    assert script.count("T.sblock(") == 1  # the resize inlined into the add: one pass
-    assert "T.parallel" in script and "T.vectorized(8)" in script
+    [name] = block_names(sch)  # the resize inlined into the add: one pass
+    *_, innermost = (sch.get(loop) for loop in sch.get_loops(sch.get_sblock(name)))
+    assert "T.parallel" in sch.mod.script()
+    assert innermost.kind == tvm.tirx.ForKind.VECTORIZED and int(innermost.extent) == 8  # the channel block
     data = np.random.default_rng(0).standard_normal((1, 2, 6, 5, 8)).astype("float32")
     other = np.random.default_rng(1).standard_normal((1, 2, 12, 10, 8)).astype("float32")
     ex = tvm.compile(sch.mod["main"].with_attr("global_symbol", "main"), target=target)

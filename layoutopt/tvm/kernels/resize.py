@@ -190,8 +190,9 @@ class Resize(KernelFamily):
             rounding_method=workload["rounding_method"])
 
     def schedule(self, func, target=None):
-        """The resize and the elementwise ops fused with it in one loop nest, parallel over its outer
-        axes, the innermost (a channel block, or a plain row) vectorised."""
+        """The resize and the ops ``FuseOps`` fused with it (the neck's add after it, an elementwise op
+        before, a concat of several resizes) in one loop nest, parallel over its outer axes, the
+        innermost (a channel block, or a plain row) vectorised."""
         sch = import_tvm().s_tir.Schedule(func)
         inline_into_last(sch, block_names(sch))
         return sch
