@@ -133,7 +133,8 @@ class TransposeGemm(Conv2dTranspose):
         c = te.reduce_axis((0, channels), name="c")
         columns = te.compute(
             (batch, blocks, height, width, out_block),
-            lambda n, k, y, x, b: te.sum(data[n, c // in_block, y, x, c % in_block] * weight[k, c, b], axis=c),
+            lambda n, k, y, x, b: te.sum(data[n, c // in_block, y, x, c % in_block] * weight[k, c, b],
+                                         axis=c),
             name=MAIN_BLOCKS[0],
             attrs={CANDIDATE_ANNOTATION: dict(candidate)},
         )

@@ -133,7 +133,8 @@ def candidates(workload: dict[str, Any], algorithms: Sequence[str] | None = None
     Example:
         >>> candidates({"op": "dense", "data": [1, 64], "weight": [24, 64], "dtype": "float32"})
         [{'in': 'NC', 'out': 'NC', 'weight': 'NK'}, {'in': 'NC', 'out': 'NC', 'weight': 'NK8n'}]
-        >>> wl = {"op": "conv2d_transpose", "data": [1, 16, 8, 8], "kernel": [16, 16, 4, 4], "strides": [2, 2]}
+        >>> wl = {"op": "conv2d_transpose", "data": [1, 16, 8, 8], "kernel": [16, 16, 4, 4],
+        ...       "strides": [2, 2]}
         >>> [c.get("algorithm", "direct") for c in candidates(wl, blocks=[16])]
         ['direct', 'direct', 'gemm']
     """
