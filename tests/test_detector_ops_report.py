@@ -34,8 +34,9 @@ def _report():
                       warmup=3, load_before=1.0, load_after=1.5, max_load=2.0, errors={"before": 1e-6},
                       reference="onnxruntime", stamp={}, versions={})
     return {"stamp": {"date": "D", "machine": "M", "threads": "T", "versions": "V"}, "before": "abc123",
-            "threads": 2, "repeat": 5, "load": [1.0, 1.5], "profiles": {"before": before, "after": after},
-            "onnxruntime_nodes": nodes, "side_by_side": side.as_dict()}
+            "threads": 2, "repeat": 5, "load": [1.0, 1.5],
+            "profiles": {"before": {"calls": before, "total": 0.2}, "after": {"calls": after, "total": 0.05}},
+            "onnxruntime_nodes": nodes, "onnxruntime_total": 0.002, "side_by_side": side.as_dict()}
 
 
 def test_calls_are_matched_across_builds_and_to_onnxruntime_by_their_inputs():
@@ -46,6 +47,7 @@ def test_calls_are_matched_across_builds_and_to_onnxruntime_by_their_inputs():
     row = next(line for line in lines if line.startswith("| `fused_conv2d_transpose"))
     assert "| 100.000 | 0.400 | ConvTranspose.0 | 0.500 |" in row
     assert "| layout transforms | | 0.500 | 0.000 | | |" in lines
+    assert "| sum of every call | | 200.000 | 50.000 | every node | 2.000 |" in lines
     assert any(line.startswith("| after | 105.000 | 0.48x") for line in lines)
 
 
