@@ -8,13 +8,15 @@ real ones), vectorised along the output block, the fused epilogue in the same pa
 
 Against the per-phase direct kernel (:mod:`.conv2d_transpose`) it multiplies no zero taps (a 3x3
 stride-2 kernel's phases padded to 2x2) and its GEMM has the better register tile, but it writes the
-``KH*KW`` columns of every input pixel and reads them back. Measured on znver3 (2 threads, a shared
-host: ratios within the same rounds), 64 -> 64 channels at 40x40: 3x3 stride 2 ran 2.3-2.7x faster
-as GEMM + col2im, 4x4 stride 2 1.7-2.0x; a 2x2 stride-2 kernel (24 channels at 80x80), where every
-output pixel takes one tap and the direct kernel is this GEMM with its col2im folded into the
-output's indexing, 4.5x slower. So it is a candidate only where the kernel overlaps itself (a kernel
-side larger than its stride), for ungrouped, undilated transposed convs, beside the direct ones: the
-solver picks.
+``KH*KW`` columns of every input pixel and reads them back. Measured cold on znver3
+(``benchmarks/results/transpose_algorithms.md``, a shared host: ratios within a workload), 64 -> 64
+channels at 40x40: the fastest GEMM + col2im ran 3.9x faster than the fastest direct kernel on 3x3
+stride 2, 1.4x on 4x4 stride 2, and 2.8x on 3x3 stride 2 from 128 channels at 20x20. Where the kernel
+is as large as its stride (PP-OCR's 2x2 stride-2 heads) each output pixel takes one tap and the direct
+kernel *is* this GEMM with its col2im folded into the output's indexing (a first version of this
+family with its column buffer ran 4.5x slower there, warm). So it is a candidate only where the
+kernel overlaps itself (a kernel side larger than its stride), for ungrouped, undilated transposed
+convs, beside the direct ones: the solver picks.
 
 Example:
     >>> wl = {"op": "conv2d_transpose", "data": [1, 64, 40, 40], "kernel": [64, 64, 3, 3],
