@@ -191,6 +191,20 @@ def test_onnx_conv_transpose_is_a_target_node_and_its_blocked_build_matches(case
     assert untouched_error < 1e-5 and ort_error < 1e-5
 
 
+def test_a_model_with_a_transposed_conv_is_tuned_end_to_end(tmp_path):
+    from layoutopt.tvm import tune_and_build
+
+    path = conv_transpose_onnx(tmp_path / "deconv.onnx", kernel=4, pads=1, size=(6, 5))
+    result = tune_and_build(load_model(path, [1, 3, 6, 5]), method="pbqp", candidates=[8, 16],
+                            cache=tmp_path / "costs.jsonl", baselines=(), repeat=1, calibrate=0)
+    [name] = [n.name for n in result.graph.layout_nodes() if n.op == "relax.nn.conv2d_transpose"]
+    assert result.meta["stats"]["failed"] == 0  # every kernel measured, GEMM + col2im included
+    algorithms = {c.record.algorithm for c in result.graph.layout_node(name).choices}
+    assert algorithms == {"direct", "gemm"}
+    assert result.tuned.max_relative_error < 1e-4  # against the untouched model in float64
+    assert result.tuned.transforms == expected_transforms(result.graph, result.solution.assignment)
+
+
 def test_the_profile_matches_a_transposed_conv_call_to_its_node_and_prices_it(tmp_path):
     from layoutopt.problem import Costs
     from layoutopt.tvm.profile import KernelShapes, observe, profile_calls, time_breakdown
