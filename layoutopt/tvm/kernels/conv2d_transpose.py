@@ -27,6 +27,9 @@ Candidates (``"in"``/``"out"`` layouts, ``NCHW{b}c``; ``dilation`` 1):
 - ``{"in": "NCHW", "out": "NCHW"}``: TVM's own legalization (zero insertion, generic schedule), the
   only kernel of other grouped or dilated ones.
 
+Where the kernel overlaps itself (3x3 or 4x4 with stride 2), GEMM + col2im
+(:mod:`.conv2d_transpose_gemm`, ``"algorithm": "gemm"``) is a choice beside these, and measured faster.
+
 The workload (:func:`~.workload.validate_workload`) holds the weight as Relax and ONNX do, IOHW:
 ``{"op": "conv2d_transpose", "data": [N,C,H,W], "kernel": [C, O/groups, KH, KW], "strides": [s,s],
 "padding": [top,left,bottom,right], "output_padding": [oh,ow], "dilation": [1,1], "groups": g}``,
