@@ -7,8 +7,10 @@ the layout model of :mod:`layoutopt.tvm` (the one extraction costs):
   (:mod:`layoutopt.tvm.kernels`) in the chosen ``(in, out)`` layouts (data ``NCHW{ic}c``, output
   ``NCHW{oc}c``), its constant weight re-laid out at compile time (numpy), the candidate (algorithm,
   schedule knobs) carried on the kernel's main block to the scheduler;
-* **layout-following ops** (unary elementwise, per-channel constant bias/scale, pooling) run in
-  whatever layout their input arrives in, their per-channel constants repacked to match;
+* a **conv2d_transpose** likewise runs its kernel family's per-phase blocked kernel
+  (:mod:`layoutopt.tvm.kernels.conv2d_transpose`), or TVM's own for ``NCHW``;
+* **layout-following ops** (unary elementwise, per-channel constant bias/scale, pooling, resizes)
+  run in whatever layout their input arrives in, their per-channel constants repacked to match;
 * a **multi-input op** (add, concat...) runs in its chosen common layout, every input converted to it;
 * everything else (reshape, softmax, the function's outputs, unknown ops) gets plain ``NCHW``.
 
@@ -44,9 +46,11 @@ from .ops import (
     CONCAT_OPS,
     GATHER_OPS,
     POOL_OPS,
+    RESIZE_OPS,
     SLICE_OPS,
     SPLIT_OPS,
     channel_permutation,
+    conv2d_transpose_workload,
     conv2d_workload,
     dense_workload,
     is_tensor_constant,
@@ -199,6 +203,8 @@ class _Rewriter:
             self.used.add(name)
             if op == "relax.nn.conv2d":
                 return self.conv2d(var, value, choice)
+            if op == "relax.nn.conv2d_transpose":
+                return self.conv2d_transpose(var, value, choice)
             if op in BINARY_OPS or op in CONCAT_OPS:
                 return self.common_layout(var, value, choice["out"])
             if op in SPLIT_OPS:
@@ -232,6 +238,13 @@ class _Rewriter:
             call = pool(args[0], list(attrs.pool_size), list(attrs.strides), list(attrs.padding),
                         list(attrs.dilation), bool(attrs.ceil_mode), bool(attrs.count_include_pad),
                         layout=layout, out_layout=layout)
+        elif op in RESIZE_OPS and layout != NCHW:  # topi's resize2d takes NCHW{b}c
+            attrs = value.attrs
+            call = self.relax.op.image.resize2d(
+                args[0], args[1], roi=[float(r) for r in attrs.roi], layout=layout, method=str(attrs.method),
+                coordinate_transformation_mode=str(attrs.coordinate_transformation_mode),
+                rounding_method=str(attrs.rounding_method), cubic_alpha=float(attrs.cubic_alpha),
+                cubic_exclude=int(attrs.cubic_exclude), extrapolation_value=float(attrs.extrapolation_value))
         else:
             call = self.relax.Call(value.op, args, value.attrs, value.ty_args)
         self.emit(var, call, layout)
@@ -314,11 +327,7 @@ class _Rewriter:
                 f"(this one is {attrs.data_layout}/{attrs.kernel_layout})"
             )
         workload = conv2d_workload(call)
-        try:
-            kernels = family(workload, candidate)
-            kernels.validate_candidate(workload, candidate)
-        except ProblemError as exc:
-            raise ProblemError(f"node {name!r}: {exc}") from None
+        kernels = _kernel_family(name, workload, candidate)
         data = self.value(call.args[0], in_layout)
         weight = call.args[1]
         if is_tensor_constant(weight):
@@ -343,6 +352,29 @@ class _Rewriter:
         new = self.bb.call_te(lambda d, w: kernels.compute(tvm, [d, w], workload, candidate), data, weight,
                               primfunc_name_hint=hint)
         self.emit(var, new, out_layout)
+
+    def conv2d_transpose(self, var, call, candidate: dict[str, Any]) -> None:
+        """A conv2d_transpose -> the chosen kernel (its family's compute, as measured), weight packed
+        here; ``NCHW``: TVM's own, as extracted and measured."""
+        if candidate["in"] == NCHW:
+            return self.boundary(var, call)
+        attrs = call.attrs
+        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != (NCHW, "IOHW", NCHW):
+            raise ProblemError(f"node {var.name!r}: only an NCHW/IOHW conv2d_transpose can take another "
+                               f"kernel (this one is {attrs.data_layout}/{attrs.kernel_layout})")
+        weight = call.args[1]
+        if not is_tensor_constant(weight):
+            raise ProblemError(f"node {var.name!r}: kernel {candidate} needs a constant weight "
+                               "(bind the weights: prepare(mod, params))")
+        workload = conv2d_transpose_workload(call)
+        kernels = _kernel_family(var.name, workload, candidate)
+        packed = kernels.pack_weight(workload, candidate, weight.value.numpy())
+        tvm = self.tvm
+        hint = "depthwise_conv2d_transpose_NCHWc" if workload["groups"] > 1 else "conv2d_transpose_NCHWc"
+        data = self.value(call.args[0], candidate["in"])
+        new = self.bb.call_te(lambda d, w: kernels.compute(tvm, [d, w], workload, candidate), data,
+                              self.relax.const(packed, str(packed.dtype)), primfunc_name_hint=hint)
+        self.emit(var, new, candidate["out"])
 
     def dense(self, var, call, candidate: dict[str, Any]) -> None:
         """``matmul(x, W)`` by a constant ``(K, N)`` weight -> the measured dense kernel of the candidate
@@ -402,6 +434,17 @@ class _Rewriter:
         if isinstance(value, relax.Var) and value not in self.outputs:
             value = self.bb.emit_output(value, name_hint=expr.name if isinstance(expr, relax.Var) else "")
         return value
+
+
+def _kernel_family(name: str, workload: dict[str, Any], candidate: dict[str, Any]):
+    """The kernel family computing node ``name``'s chosen ``candidate``, checked; ProblemError naming
+    the node otherwise."""
+    try:
+        kernels = family(workload, candidate)
+        kernels.validate_candidate(workload, candidate)
+    except ProblemError as exc:
+        raise ProblemError(f"node {name!r}: {exc}") from None
+    return kernels
 
 
 def _normalise_choices(choices: Mapping[Hashable, Any]) -> dict[str, dict[str, Any]]:

@@ -7,12 +7,13 @@ a ``networkx.DiGraph`` following the layout model of :mod:`layoutopt.tvm` (the o
 
 1. **target** ops choose ``(in, out)`` layouts: conv2d (candidates from
    :func:`~layoutopt.tvm.kernels.conv2d_candidates`; grouped and depthwise ones fixed ``NCHW``, as
-   the rewrite blocks ``groups=1`` only) and dense (``matmul`` by a constant 2-D weight; its
-   candidates are packed weight layouts).
+   the rewrite blocks ``groups=1`` only), conv2d_transpose (ONNX ConvTranspose: blocked per-phase
+   kernels, :mod:`~layoutopt.tvm.kernels.conv2d_transpose`) and dense (``matmul`` by a constant 2-D
+   weight; its candidates are packed weight layouts).
 2. **layout-following** ops are not nodes: unary elementwise ops, binary elementwise ops with a
-   per-channel or scalar constant (bias, folded batch norm), max/avg pooling, and means (max, sums)
-   over height and width that keep their dimensions (squeeze-excite's global pool). They run in the
-   layout their input arrives in.
+   per-channel or scalar constant (bias, folded batch norm), max/avg pooling, nearest and bilinear
+   resizes, and means (max, sums) over height and width that keep their dimensions (squeeze-excite's
+   global pool). They run in the layout their input arrives in.
 3. **multi**-input ops (binary elementwise ops of two computed tensors, concat) are nodes whose
    choices are one common layout for all inputs and the output: ``NCHW{b}c`` for blocks ``b``
    dividing every input's channels, and ``NCHW``.
@@ -51,6 +52,7 @@ from .kernels import (
     conv2d_candidates,
     dense_candidates,
 )
+from .kernels import candidates as kernel_candidates
 from .normalise import main_function, prepare
 from .ops import (
     BINARY_OPS,
@@ -58,6 +60,7 @@ from .ops import (
     SLICE_OPS,
     SPLIT_OPS,
     channel_split_sections,
+    conv2d_transpose_workload,
     conv2d_workload,
     dense_workload,
     is_tensor_constant,
@@ -397,7 +400,7 @@ class _Extractor:
             if step is not None:
                 self.extend_epilogue(var, [carrier], step)
             return
-        if op == "relax.nn.conv2d" and self.conv2d(name, value):
+        if op in ("relax.nn.conv2d", "relax.nn.conv2d_transpose") and self.conv2d(name, value, op):
             self.chains[var] = (name, [])
         elif op == "relax.matmul" and self.dense(name, value):
             pass
@@ -412,21 +415,27 @@ class _Extractor:
         return [v for arg in call.args for v in self.data_vars(arg)]
 
     # -- node classes ---------------------------------------------------------------------------
-    def conv2d(self, name: str, call) -> bool:
+    def conv2d(self, name: str, call, op: str = "relax.nn.conv2d") -> bool:
+        """A conv2d, or (``op``) a conv2d_transpose, whose weight is a constant: a target node."""
         attrs = call.attrs
         data, weight = call.args[0], call.args[1]
-        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
+        transposed = op == "relax.nn.conv2d_transpose"
+        kernel_layout = "IOHW" if transposed else "OIHW"
+        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", kernel_layout, "NCHW"):
             return False
         if not self.is_data(data) or not self.is_weight(weight):
             return False  # a weight computed at run time is not a kernel we can pack
-        self.shape(data, f"input of conv2d {name!r}")  # a clear error for dynamic shapes
-        self.shape(weight, f"weight of conv2d {name!r}")
-        workload = conv2d_workload(call)
+        what = op.rsplit(".", 1)[-1]
+        self.shape(data, f"input of {what} {name!r}")  # a clear error for dynamic shapes
+        self.shape(weight, f"weight of {what} {name!r}")
+        workload = conv2d_transpose_workload(call) if transposed else conv2d_workload(call)
         if self.candidates:
             cands = self.candidates(workload)
+        elif transposed:
+            cands = kernel_candidates(workload, self.conv_options["algorithms"], blocks=self.blocks)
         else:
             cands = conv2d_candidates(workload, blocks=self.blocks, **self.conv_options)
-        self.add_node(name, "target", name, "relax.nn.conv2d", workload, self.checked(name, cands))
+        self.add_node(name, "target", name, op, workload, self.checked(name, cands))
         self.connect(name, [data])
         return True
 

@@ -17,12 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ProblemError
 from ._tvm import import_tvm
-from .kernels import NCHW
+from .kernels import NCHW, validate_workload
 
-__all__ = ["BINARY_OPS", "CONCAT_OPS", "GATHER_OPS", "POOL_OPS", "SLICE_OPS", "SPATIAL_REDUCE_OPS",
-           "SPLIT_OPS", "UNARY_OPS", "channel_permutation", "channel_split_sections", "conv2d_workload",
-           "dense_workload", "is_tensor_constant", "layout_carrier", "slice_ranges", "static_shape"]
+__all__ = ["BINARY_OPS", "CONCAT_OPS", "GATHER_OPS", "POOL_OPS", "RESIZE_OPS", "SLICE_OPS",
+           "SPATIAL_REDUCE_OPS", "SPLIT_OPS", "UNARY_OPS", "channel_permutation", "channel_split_sections",
+           "conv2d_transpose_workload", "conv2d_workload", "dense_workload", "is_tensor_constant",
+           "layout_carrier", "resize_workload", "slice_ranges", "static_shape"]
 
 #: unary elementwise ops: any layout, same layout out
 UNARY_OPS = frozenset({
@@ -41,6 +43,9 @@ BINARY_OPS = frozenset({
 POOL_OPS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d"})
 #: ops that combine several computed tensors in one common layout
 CONCAT_OPS = frozenset({"relax.concat"})
+#: resizes: re-emitted with ``layout=`` the input's layout, where the blocked kernel covers their
+#: method and mode (:mod:`layoutopt.tvm.kernels.resize`)
+RESIZE_OPS = frozenset({"relax.image.resize2d"})
 
 #: ops that split one computed tensor along channels into a tuple, in one common layout
 SPLIT_OPS = frozenset({"relax.split"})
@@ -94,6 +99,8 @@ def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None =
     * a unary elementwise op (:data:`UNARY_OPS`) of a 4-D tensor returning one 4-D tensor (dropout's
       tuple output is not: a boundary);
     * max/avg pooling declared ``NCHW`` in and out (an ``NHWC`` pool is a boundary);
+    * an ``NCHW`` resize whose method and mode the blocked kernel covers (:func:`resize_workload`
+      validates; a cubic resize is a boundary);
     * a binary elementwise op (:data:`BINARY_OPS`) of ONE computed 4-D tensor and one per-channel or
       scalar constant, in either order (``add(bias, x)`` as well as ``add(x, bias)``);
     * a mean, max or sum over height and width of a 4-D tensor keeping its dimensions
@@ -119,7 +126,7 @@ def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None =
         ranges = slice_ranges(call)
         spatial = ranges is not None and all(axis in (2, 3) for axis, *_ in ranges)
         return call.args[0] if spatial and is_data(call.args[0]) else None
-    if op not in UNARY_OPS and op not in POOL_OPS and op not in BINARY_OPS:
+    if op not in UNARY_OPS and op not in POOL_OPS and op not in BINARY_OPS and op not in RESIZE_OPS:
         return None
     args = list(call.args)
     if op in BINARY_OPS:
@@ -137,6 +144,8 @@ def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None =
     if shape is None or len(shape) != 4 or out_shape is None or len(out_shape) != 4:
         return None  # e.g. dropout returns a tuple
     if op in POOL_OPS and (str(call.attrs.layout), str(call.attrs.out_layout)) != (NCHW, NCHW):
+        return None
+    if op in RESIZE_OPS and not _blocked_resize(call):
         return None
     return args[0]
 
@@ -225,6 +234,18 @@ def slice_ranges(call) -> list[tuple[int, int, int, int]] | None:
     return ranges
 
 
+def _blocked_resize(call) -> bool:
+    """An NCHW ``resize2d`` of the input's dtype that the blocked resize kernel covers."""
+    out_dtype = str(call.attrs.out_dtype or "")
+    if str(call.attrs.layout) != NCHW or out_dtype not in ("", "void", str(call.args[0].ty.dtype)):
+        return False
+    try:
+        validate_workload(resize_workload(call))
+    except (ProblemError, TypeError, ValueError):  # a cubic resize, a computed size...
+        return False
+    return True
+
+
 def per_channel(const, channels: int) -> bool:
     """True for a constant that broadcasts along channels only: scalar, ``(C,1,1)``, ``(1,C,1,1)``."""
     shape = tuple(int(s) for s in const.value.shape)
@@ -250,6 +271,40 @@ def conv2d_workload(call) -> dict[str, Any]:
         "strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
         "dilation": [int(d) for d in attrs.dilation], "groups": int(attrs.groups),
         "dtype": str(call.args[0].ty.dtype),
+    }
+
+
+def conv2d_transpose_workload(call) -> dict[str, Any]:
+    """The kernel workload of an NCHW/IOHW ``relax.nn.conv2d_transpose`` call with static shapes,
+    without epilogue (see :mod:`layoutopt.tvm.kernels.conv2d_transpose`).
+
+    Example::
+
+        conv2d_transpose_workload(call)   # {'op': 'conv2d_transpose', 'data': [1, 24, 80, 80], ...}
+    """
+    attrs = call.attrs
+    return {
+        "op": "conv2d_transpose", "data": static_shape(call.args[0]), "kernel": static_shape(call.args[1]),
+        "strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
+        "output_padding": [int(p) for p in attrs.output_padding],
+        "dilation": [int(d) for d in attrs.dilation], "groups": int(attrs.groups),
+        "dtype": str(call.args[0].ty.dtype),
+    }
+
+
+def resize_workload(call) -> dict[str, Any]:
+    """The workload of a ``relax.image.resize2d`` call in NCHW (see :mod:`layoutopt.tvm.kernels.resize`).
+
+    Example::
+
+        resize_workload(call)   # {'op': 'resize2d', 'data': [1, 96, 10, 10], 'size': [20, 20], ...}
+    """
+    attrs = call.attrs
+    return {
+        "op": "resize2d", "data": static_shape(call.args[0]), "size": static_shape(call)[2:],
+        "method": str(attrs.method),
+        "coordinate_transformation_mode": str(attrs.coordinate_transformation_mode),
+        "rounding_method": str(attrs.rounding_method), "dtype": str(call.args[0].ty.dtype),
     }
 
 

@@ -40,13 +40,17 @@ __all__ = ["OTHER", "Call", "Category", "KernelShapes", "Observation", "call_cat
 #: (category, substrings of a call's symbol), first match wins: a fused function is named after its
 #: ops (``fused_conv2d_NCHWc_add_relu``), and the anchor op comes first in these rules
 _CATEGORY_RULES = (
+    ("conv2d_transpose", ("conv2d_transpose",)),
     ("conv2d", ("conv2d",)),
     ("dense", ("matmul", "dense")),
     ("layout_transform", ("layout_transform",)),
     ("pool", ("pool", "mean")),
     ("concat", ("concat",)),
+    ("resize", ("resize",)),
     ("vm builtins", ("vm.builtin",)),
 )
+#: the categories of the target nodes' kernels (a workload's op is its category)
+_KERNEL_CATEGORIES = ("conv2d", "conv2d_transpose", "dense")
 #: the category of every call no rule names
 OTHER = "other (elementwise, reshape...)"
 
@@ -165,7 +169,7 @@ def time_breakdown(calls: Sequence[Call], graph: LayoutGraph, costs: Any,
                    assignment: Mapping[Hashable, int]) -> list[Category]:
     """Predicted vs in-network time per category of op, for the build of ``assignment``.
 
-    Predicted: the chosen kernels' costs (conv2d, dense), the transforms on the edges
+    Predicted: the chosen kernels' costs (conv2d, conv2d_transpose, dense), the transforms on the edges
     (layout_transform) and, once calibrated in the network, the concats; the other categories are
     outside the layout problem (``None``).
 
@@ -179,7 +183,7 @@ def time_breakdown(calls: Sequence[Call], graph: LayoutGraph, costs: Any,
     for node in graph.layout_nodes():
         op = node.workload.get("op")
         cost = float(problem.node_costs[index[node.name]][assignment[node.name]])
-        if (node.kind == "target" and op in ("conv2d", "dense")) or (op == "concat" and cost > 0):
+        if (node.kind == "target" and op in _KERNEL_CATEGORIES) or (op == "concat" and cost > 0):
             predicted[op] += cost  # a concat is costed once calibrated in the network
     for producer, consumer in graph.edges:
         edge = problem.edge(index[producer], index[consumer])
@@ -261,7 +265,7 @@ def _layer_times(calls: Sequence[Call], graph: LayoutGraph, assignment: Mapping[
                  shapes: KernelShapes) -> dict[Hashable, float]:
     """In-network seconds of each conv2d/dense layer of the build of ``assignment``."""
     remaining = [(call, Counter(call.shapes)) for call in calls
-                 if call_category(call.symbol) in ("conv2d", "dense")]
+                 if call_category(call.symbol) in _KERNEL_CATEGORIES]
     layers = [(name, shapes(graph.layout_node(name).workload, graph.choice(name, assignment[name]).candidate))
               for name in nx.topological_sort(graph) if graph.layout_node(name).kind == "target"]
     times: dict[Hashable, float] = {}

@@ -142,3 +142,71 @@ def unsupported_op_onnx(path: Path) -> Path:
     graph = helper.make_graph(nodes, "lstm", [x], [y], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(path))
     return path
+
+
+def _stem(rng, inits: list, channels: int, size: tuple[int, int]):
+    """The input ``x`` (1x3xHxW) and a 3x3 conv + bias + relu to ``channels``: a blocked producer."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = (rng.standard_normal((channels, 3, 3, 3)) * 0.3).astype("float32")
+    inits += [numpy_helper.from_array(weight, "w0"),
+              numpy_helper.from_array((rng.standard_normal(channels) * 0.1).astype("float32"), "b0")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, *size])
+    return x, [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], name="stem", pads=[1, 1, 1, 1]),
+               helper.make_node("Relu", ["c0"], ["r0"], name="stem_relu")]
+
+
+def _save(path: Path, nodes: list, x, inits: list, name: str) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])
+    model = helper.make_model(helper.make_graph(nodes, name, [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def conv_transpose_onnx(path: Path, channels: int = 8, out_channels: int = 16, size: tuple[int, int] = (7, 5),
+                        kernel: int = 2, stride: int = 2, pads: int = 0, output_padding: int = 0,
+                        group: int = 1, seed: int = 0) -> Path:
+    """stem conv (3 -> ``channels``) + relu -> ConvTranspose (``kernel``, ``stride``, ``pads``,
+    ``output_padding``, ``group``) + bias -> Sigmoid: output ``y``, as a detector's head upsamples."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits: list = []
+    x, nodes = _stem(rng, inits, channels, size)
+    weight = rng.standard_normal((channels, out_channels // group, kernel, kernel)) * 0.3
+    inits += [numpy_helper.from_array(weight.astype("float32"), "wt"),
+              numpy_helper.from_array((rng.standard_normal(out_channels) * 0.1).astype("float32"), "bt")]
+    nodes += [helper.make_node("ConvTranspose", ["r0", "wt", "bt"], ["up"], name="deconv",
+                               kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pads] * 4,
+                               output_padding=[output_padding] * 2, group=group),
+              helper.make_node("Sigmoid", ["up"], ["y"], name="head")]
+    return _save(path, nodes, x, inits, "conv_transpose")
+
+
+def resize_onnx(path: Path, mode: str, coordinate_mode: str, nearest_mode: str = "round_prefer_floor",
+                scales: tuple[float, float] | None = (2.0, 2.0), sizes: tuple[int, int] | None = None,
+                channels: int = 16, size: tuple[int, int] = (5, 7), seed: int = 0) -> Path:
+    """stem conv (3 -> ``channels``) + relu -> Resize (``mode``, ``coordinate_mode``, ``nearest_mode``;
+    by integer ``scales`` or to static ``sizes``) -> 1x1 conv: output ``y``, as an FPN neck upsamples."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits: list = []
+    x, nodes = _stem(rng, inits, channels, size)
+    head = (rng.standard_normal((channels, channels, 1, 1)) * 0.3).astype("float32")
+    inits.append(numpy_helper.from_array(head, "w1"))
+    if sizes is not None:
+        inits.append(numpy_helper.from_array(np.array([1, channels, *sizes], "int64"), "sizes"))
+        resize_inputs = ["r0", "", "", "sizes"]
+    else:
+        inits.append(numpy_helper.from_array(np.array([1.0, 1.0, *scales], "float32"), "scales"))
+        resize_inputs = ["r0", "", "scales"]
+    nodes += [helper.make_node("Resize", resize_inputs, ["up"], name="upsample", mode=mode,
+                               coordinate_transformation_mode=coordinate_mode, nearest_mode=nearest_mode),
+              helper.make_node("Conv", ["up", "w1"], ["y"], name="head")]
+    return _save(path, nodes, x, inits, "resize")

@@ -22,12 +22,27 @@ pytestmark = pytest.mark.tvm
 
 DIRECT, WINOGRAD, GEMM = (FAMILIES["conv2d", algorithm] for algorithm in ("direct", "winograd", "gemm"))
 DENSE, TRANSFORM = FAMILIES["dense", "direct"], FAMILIES["layout_transform", "direct"]
+TRANSPOSED, RESIZE = FAMILIES["conv2d_transpose", "direct"], FAMILIES["resize2d", "direct"]
+TRANSPOSED_GEMM = FAMILIES["conv2d_transpose", "gemm"]
 
 
 def conv(data, kernel, padding=1, strides=1, groups=1, epilogue=("bias", "add", "relu")):
     return kernels.validate_workload({
         "op": "conv2d", "data": list(data), "kernel": list(kernel), "strides": [strides] * 2,
         "padding": [padding] * 4, "dilation": [1, 1], "groups": groups, "epilogue": list(epilogue)})
+
+
+def transposed(data, kernel, strides=2, padding=0, output_padding=0, groups=1, epilogue=("bias", "relu")):
+    return kernels.validate_workload({
+        "op": "conv2d_transpose", "data": list(data), "kernel": list(kernel), "strides": [strides] * 2,
+        "padding": [padding] * 4, "output_padding": [output_padding] * 2, "groups": groups,
+        "epilogue": list(epilogue)})
+
+
+def resize(data, size, method="linear", mode="half_pixel", rounding=""):
+    return kernels.validate_workload({
+        "op": "resize2d", "data": list(data), "size": list(size), "method": method,
+        "coordinate_transformation_mode": mode, "rounding_method": rounding})
 
 
 BLOCKS = [8, 16]
@@ -60,6 +75,19 @@ CASES = {
     "dense-packed": (DENSE, kernels.validate_workload({"op": "dense", "data": [1, 32], "weight": [24, 32]}),
                      {"in": "NC", "out": "NC", "weight": "NK8n"}, {}),
     "transform": (TRANSFORM, kernels.layout_transform_workload([1, 24, 5, 5], "NCHW8c", "NCHW"), {}, {}),
+    "transposed-blocked": (TRANSPOSED, transposed([1, 16, 5, 7], [16, 8, 3, 3], padding=1, output_padding=1),
+                           {"in": "NCHW16c", "out": "NCHW8c"}, {"blocks": BLOCKS}),
+    "transposed-padded": (TRANSPOSED, transposed([1, 8, 7, 5], [8, 1, 2, 2]),
+                          {"in": "NCHW8c", "out": "NCHW", "oc_block": 8}, {"blocks": BLOCKS}),
+    "transposed-gemm": (TRANSPOSED_GEMM, transposed([1, 8, 7, 5], [8, 16, 3, 3], padding=1, output_padding=1,
+                                                    epilogue=("bias", "add", "relu")),
+                        {"in": "NCHW8c", "out": "NCHW16c", "algorithm": "gemm"}, {"blocks": BLOCKS}),
+    "transposed-depthwise": (TRANSPOSED, transposed([1, 16, 5, 5], [16, 1, 4, 4], padding=1, groups=16),
+                             {"in": "NCHW8c", "out": "NCHW8c"}, {"blocks": BLOCKS}),
+    "resize-nearest": (RESIZE, resize([1, 16, 5, 7], [10, 14], "nearest_neighbor", "asymmetric", "floor"),
+                       {"in": "NCHW8c", "out": "NCHW8c"}, {"blocks": BLOCKS}),
+    "resize-linear": (RESIZE, resize([1, 16, 7, 5], [11, 13]), {"in": "NCHW16c", "out": "NCHW16c"},
+                      {"blocks": BLOCKS}),
 }
 
 

@@ -139,3 +139,19 @@ def finish_register_tile(sch, tile, owo, outer: tuple, ocb, owi) -> None:
     sch.vectorize(sch.get_loops(tile)[-1])
     sch.vectorize(ocb)
     sch.unroll(owi)
+
+
+def inline_into_last(sch, names: Sequence[str]) -> None:
+    """Injective blocks run one after another (a padded output's unpack, a fused epilogue): each
+    inlined into the next, the last parallel and vectorised, so that the chain makes one pass over
+    the data; a block that cannot be inlined is scheduled on its own."""
+    names = list(names)
+    for name in names[:-1]:
+        block = sch.get_sblock(name)
+        try:
+            sch.compute_inline(block)
+        except import_tvm().s_tir.ScheduleError:
+            if is_spatial(sch, block):
+                parallel_vectorize(sch, block)
+    if names:
+        parallel_vectorize(sch, sch.get_sblock(names[-1]))

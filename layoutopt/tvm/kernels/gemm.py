@@ -23,7 +23,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,7 @@ from .convolution import BlockedConv2dAlgorithm, blocked_weight
 from .isa import gemm_register_tile
 from .workload import DEFAULT_BLOCKS, conv2d_output_shape, layout_block
 
-__all__ = ["ALGORITHM", "FAMILY", "MAIN_BLOCKS", "ORDERS", "Gemm", "weight_transform"]
+__all__ = ["ALGORITHM", "FAMILY", "MAIN_BLOCKS", "ORDERS", "Gemm", "schedule_gemm", "weight_transform"]
 
 #: the candidates' ``"algorithm"`` value
 ALGORITHM = "gemm"
@@ -133,35 +133,45 @@ class Gemm(BlockedConv2dAlgorithm):
         written from the tile, vectorised along the output block.
         """
         sch = import_tvm().s_tir.Schedule(func)
-        conv = _main_block(sch)
-        candidate = annotated_candidate(sch, conv) or {}
-        rows_outer = candidate.get("order", ORDERS[0]) == "rows"
-        _, out_outer, out_h, out_w, out_block = (int(d) for d in sch.get(conv).writes[0].source.shape)
-        rows, columns, blocks = gemm_register_tile(out_h, out_w, out_outer, out_block, target)
-        in_block = next(int(r.source.shape[4]) for r in sch.get(conv).reads if len(r.source.shape) == 5)
-        n, ko, y, x, ki, c = sch.get_loops(conv)
-        koo, koi = sch.split(ko, [None, blocks])
-        yo, yi = sch.split(y, [None, rows])
-        xo, xi = sch.split(x, [None, columns])
-        # (c outer, c inner) by the input block: the data index (c // ib, c % ib) becomes two loop
-        # variables; one loop over c would compute a division per reduction step
-        co, ci = sch.split(c, [None, in_block])
-        outer = (n, yo, koo) if rows_outer else (n, koo, yo)
-        sch.reorder(*outer, xo, co, ci, koi, yi, xi, ki)
-        # the fused epilogue (bias, relu, residual add) is finished per register tile. Unlike the direct
-        # kernel's, also for blocks wider than a vector: with bias + add + relu, 1x1 convs at 56x56 ran
-        # 1.4-1.9x faster so, at 14x14 1.1x, and at 7x7 0.93-1.05x (one thread, AVX-512)
-        epilogue = [name for name in block_names(sch) if name not in MAIN_BLOCKS]
-        tile, epilogue = register_tile_output(sch, conv, epilogue)
-        sch.reverse_compute_at(tile, xo)
-        sch.parallel(sch.fuse(*outer))
-        sch.vectorize(sch.get_loops(tile)[-1])
-        for loop in (koi, yi, xi):
-            sch.unroll(loop)
-        sch.vectorize(ki)
-        schedule_epilogue(sch, epilogue, set())
-        sch.decompose_reduction(conv, co)
+        schedule_gemm(sch, _main_block(sch), target, lambda sch, names: schedule_epilogue(sch, names, set()))
         return sch
+
+
+def schedule_gemm(sch, conv, target: Any, finish: Callable[[Any, list[str]], None]) -> None:
+    """Schedule the GEMM block ``conv`` of ``sch`` (loops ``(n, ko, y, x, ki | c)``, input
+    ``(N, C/ib, H, W, ib)``, output vectorised along its block ``ki``; its candidate's ``"order"`` on
+    its annotation) as :meth:`Gemm.schedule` describes; the blocks after it that the register tile
+    cannot finish go to ``finish(sch, names)`` (:func:`~.common.schedule_epilogue`: each on its
+    own; :func:`~.common.inline_into_last`: one pass).
+    """
+    main = sch.get(conv).name_hint
+    candidate = annotated_candidate(sch, conv) or {}
+    rows_outer = candidate.get("order", ORDERS[0]) == "rows"
+    _, out_outer, out_h, out_w, out_block = (int(d) for d in sch.get(conv).writes[0].source.shape)
+    rows, columns, blocks = gemm_register_tile(out_h, out_w, out_outer, out_block, target)
+    in_block = next(int(r.source.shape[4]) for r in sch.get(conv).reads if len(r.source.shape) == 5)
+    n, ko, y, x, ki, c = sch.get_loops(conv)
+    koo, koi = sch.split(ko, [None, blocks])
+    yo, yi = sch.split(y, [None, rows])
+    xo, xi = sch.split(x, [None, columns])
+    # (c outer, c inner) by the input block: the data index (c // ib, c % ib) becomes two loop
+    # variables; one loop over c would compute a division per reduction step
+    co, ci = sch.split(c, [None, in_block])
+    outer = (n, yo, koo) if rows_outer else (n, koo, yo)
+    sch.reorder(*outer, xo, co, ci, koi, yi, xi, ki)
+    # the fused epilogue (bias, relu, residual add) is finished per register tile. Unlike the direct
+    # kernel's, also for blocks wider than a vector: with bias + add + relu, 1x1 convs at 56x56 ran
+    # 1.4-1.9x faster so, at 14x14 1.1x, and at 7x7 0.93-1.05x (one thread, AVX-512)
+    epilogue = [name for name in block_names(sch) if name != main]
+    tile, epilogue = register_tile_output(sch, conv, epilogue)
+    sch.reverse_compute_at(tile, xo)
+    sch.parallel(sch.fuse(*outer))
+    sch.vectorize(sch.get_loops(tile)[-1])
+    for loop in (koi, yi, xi):
+        sch.unroll(loop)
+    sch.vectorize(ki)
+    finish(sch, epilogue)
+    sch.decompose_reduction(conv, co)
 
 
 def _main_block(sch):

@@ -9,6 +9,8 @@ Example:
     <kernel family conv2d/winograd>
     >>> sorted(algorithm for op, algorithm in FAMILIES if op == "conv2d")
     ['direct', 'gemm', 'winograd']
+    >>> sorted(algorithm for op, algorithm in FAMILIES if op == "conv2d_transpose")
+    ['direct', 'gemm']
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from functools import cache
 from typing import Any
 
 from ...errors import ProblemError
-from . import conv2d, dense, gemm, transform, winograd
+from . import conv2d, conv2d_transpose, conv2d_transpose_gemm, dense, gemm, resize, transform, winograd
 from .candidate import DIRECT, algorithm_of
 from .family import KernelFamily
 from .padded import PaddedKernels
@@ -34,6 +36,9 @@ FAMILIES: dict[tuple[str, str], KernelFamily] = {found.key: found for found in (
     gemm.FAMILY,
     dense.FAMILY,
     transform.FAMILY,
+    conv2d_transpose.FAMILY,
+    conv2d_transpose_gemm.FAMILY,
+    resize.FAMILY,
 )}
 
 #: the conv2d algorithms whose kernels are choices unless asked otherwise: all of them (each only
@@ -119,14 +124,27 @@ def dense_candidates(workload: dict[str, Any], **options: Any) -> list[dict[str,
     return FAMILIES["dense", DIRECT].candidates(validate_workload(workload), **options)
 
 
-def candidates(workload: dict[str, Any], **options: Any) -> list[dict[str, Any]]:
-    """Candidates of any workload kind (layout transforms have the single candidate ``{}``).
+def candidates(workload: dict[str, Any], algorithms: Sequence[str] | None = None,
+               **options: Any) -> list[dict[str, Any]]:
+    """Candidates of any workload kind (layout transforms have the single candidate ``{}``): a conv2d's
+    by :func:`conv2d_candidates`, another op's from each of its families that applies, the direct
+    one's first, each of the others only if named in ``algorithms`` (None: every one).
 
     Example:
         >>> candidates({"op": "dense", "data": [1, 64], "weight": [24, 64], "dtype": "float32"})
         [{'in': 'NC', 'out': 'NC', 'weight': 'NK'}, {'in': 'NC', 'out': 'NC', 'weight': 'NK8n'}]
+        >>> wl = {"op": "conv2d_transpose", "data": [1, 16, 8, 8], "kernel": [16, 16, 4, 4],
+        ...       "strides": [2, 2]}
+        >>> [c.get("algorithm", "direct") for c in candidates(wl, blocks=[16])]
+        ['direct', 'direct', 'gemm']
     """
     workload = validate_workload(workload)
     if workload["op"] == "conv2d":
-        return conv2d_candidates(workload, **options)
-    return FAMILIES[workload["op"], DIRECT].candidates(workload, **options)
+        return conv2d_candidates(workload, **({} if algorithms is None else {"algorithms": algorithms}),
+                                 **options)
+    found = FAMILIES[workload["op"], DIRECT].candidates(workload, **options)
+    for (op, algorithm), kernels in FAMILIES.items():
+        wanted = algorithms is None or algorithm in algorithms
+        if op == workload["op"] and algorithm != DIRECT and wanted and kernels.applies(workload):
+            found += kernels.candidates(workload, **options)
+    return found

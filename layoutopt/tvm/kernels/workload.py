@@ -6,6 +6,12 @@ stays plain data:
 - conv2d: ``{"op": "conv2d", "data": [N,C,H,W], "kernel": [O,C/groups,KH,KW], "strides": [sh,sw],
   "padding": [top,left,bottom,right], "dilation": [dh,dw], "groups": g, "dtype": "float32"}``, with
   an optional ``"epilogue"`` (:data:`EPILOGUE_STEPS`) that ``FuseOps`` fuses into the kernel;
+- conv2d_transpose: ``{"op": "conv2d_transpose", "data": [N,C,H,W], "kernel": [C,O/groups,KH,KW]`` (IOHW,
+  as Relax and ONNX hold it), ``"strides"``, ``"padding"``, ``"dilation"``, ``"groups"`` as conv2d,
+  ``"output_padding": [oh,ow]}``, and an optional ``"epilogue"``;
+- resize2d: ``{"op": "resize2d", "data": [N,C,H,W], "size": [OH,OW], "method": "nearest_neighbor" |
+  "linear", "coordinate_transformation_mode": ..., "rounding_method": ...}`` (the attributes of
+  ``relax.image.resize2d``; see :mod:`.resize`);
 - dense: ``{"op": "dense", "data": [M,K], "weight": [N,K], "dtype": "float32"}``;
 - layout_transform: ``{"op": "layout_transform", "shape": [N,C,H,W], "src": "NCHW16c", "dst": "NCHW8c",
   "dtype": "float32"}``.
@@ -35,8 +41,12 @@ __all__ = [
     "MIN_VECTOR_BLOCK",
     "NCHW",
     "PADDED_BLOCKS",
+    "RESIZE_METHODS",
+    "RESIZE_MODES",
+    "RESIZE_ROUNDING",
     "channel_blocks",
     "conv2d_output_shape",
+    "conv2d_transpose_output_shape",
     "dense_weight_block",
     "describe_workload",
     "epilogue_shapes",
@@ -66,6 +76,14 @@ MIN_VECTOR_BLOCK = 8
 #: output blocks a kernel on padded output channels computes in (see :mod:`.padded`): one AVX2 or one
 #: AVX-512 vector of float32 (a wider block pads more filters for no better register use)
 PADDED_BLOCKS = (8, 16)
+
+#: resize2d methods with blocked kernels (:mod:`.resize`); cubic resizes stay plain-NCHW boundaries
+RESIZE_METHODS = ("nearest_neighbor", "linear")
+#: resize2d coordinate transformation modes covered (``tf_crop_and_resize``, with its region of
+#: interest, is not)
+RESIZE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn")
+#: rounding methods of a nearest-neighbour resize2d (``""``: topi's default for the mode)
+RESIZE_ROUNDING = ("", "round", "round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 _BLOCKED = re.compile(r"^NCHW([1-9][0-9]*)c$")
 _DENSE_WEIGHT = re.compile(r"^NK(?:([1-9][0-9]*)n)?$")
@@ -241,16 +259,29 @@ def _dtype(workload: dict[str, Any]) -> str:
     return dtype
 
 
-def _validate_conv2d(workload: dict[str, Any]) -> dict[str, Any]:
-    data = _ints(workload["data"], 4, "conv2d 'data' shape [N,C,H,W]", 1)
-    kernel = _ints(workload["kernel"], 4, "conv2d 'kernel' shape [O,C/groups,KH,KW]", 1)
-    strides = _ints(workload.get("strides", [1, 1]), 2, "conv2d 'strides'", 1)
+def _window(workload: dict[str, Any], op: str) -> tuple[list[int], list[int], list[int], int]:
+    """``(strides, padding, dilation, groups)`` of a conv2d or conv2d_transpose workload."""
+    strides = _ints(workload.get("strides", [1, 1]), 2, f"{op} 'strides'", 1)
     padding = list(workload.get("padding", [0, 0, 0, 0]))
     if len(padding) == 2:
         padding = padding * 2
-    padding = _ints(padding, 4, "conv2d 'padding' [top,left,bottom,right]", 0)
-    dilation = _ints(workload.get("dilation", [1, 1]), 2, "conv2d 'dilation'", 1)
-    groups = int(workload.get("groups", 1))
+    padding = _ints(padding, 4, f"{op} 'padding' [top,left,bottom,right]", 0)
+    dilation = _ints(workload.get("dilation", [1, 1]), 2, f"{op} 'dilation'", 1)
+    return strides, padding, dilation, int(workload.get("groups", 1))
+
+
+def _epilogue(workload: dict[str, Any], op: str) -> list[str]:
+    epilogue = list(workload.get("epilogue") or [])
+    unknown = [step for step in epilogue if step not in EPILOGUE_STEPS]
+    if unknown:
+        raise ProblemError(f"{op} epilogue steps {unknown} are not among {list(EPILOGUE_STEPS)}")
+    return epilogue
+
+
+def _validate_conv2d(workload: dict[str, Any]) -> dict[str, Any]:
+    data = _ints(workload["data"], 4, "conv2d 'data' shape [N,C,H,W]", 1)
+    kernel = _ints(workload["kernel"], 4, "conv2d 'kernel' shape [O,C/groups,KH,KW]", 1)
+    strides, padding, dilation, groups = _window(workload, "conv2d")
     channels, out_channels = data[1], kernel[0]
     if groups < 1 or channels % groups or out_channels % groups:
         raise ProblemError(
@@ -275,11 +306,36 @@ def _validate_conv2d(workload: dict[str, Any]) -> dict[str, Any]:
         raise ProblemError(
             f"conv2d workload {workload!r} has an empty output {out}: kernel larger than padded input"
         )
-    epilogue = list(workload.get("epilogue") or [])
-    unknown = [step for step in epilogue if step not in EPILOGUE_STEPS]
-    if unknown:
-        raise ProblemError(f"conv2d epilogue steps {unknown} are not among {list(EPILOGUE_STEPS)}")
+    epilogue = _epilogue(workload, "conv2d")
     if epilogue:  # absent when empty, so plain convolutions keep their cache keys
+        normal["epilogue"] = epilogue
+    return normal
+
+
+def _validate_conv2d_transpose(workload: dict[str, Any]) -> dict[str, Any]:
+    data = _ints(workload["data"], 4, "conv2d_transpose 'data' shape [N,C,H,W]", 1)
+    kernel = _ints(workload["kernel"], 4, "conv2d_transpose 'kernel' shape [C,O/groups,KH,KW]", 1)
+    strides, padding, dilation, groups = _window(workload, "conv2d_transpose")
+    output_padding = _ints(workload.get("output_padding", [0, 0]), 2, "conv2d_transpose 'output_padding'", 0)
+    channels = data[1]
+    if groups < 1 or channels % groups:
+        raise ProblemError(f"conv2d_transpose groups={groups} must divide the {channels} input channels")
+    if kernel[0] != channels:
+        raise ProblemError(f"conv2d_transpose kernel {kernel} (IOHW) expects {kernel[0]} input channels, "
+                           f"data {data} has {channels}")
+    if any(pad >= max(stride, dil) for pad, stride, dil in zip(output_padding, strides, dilation,
+                                                               strict=True)):
+        raise ProblemError(f"conv2d_transpose output_padding {output_padding} must be below the strides "
+                           f"{strides} (or the dilation)")
+    normal = {"op": "conv2d_transpose", "data": data, "kernel": kernel, "strides": strides,
+              "padding": padding, "output_padding": output_padding, "dilation": dilation, "groups": groups,
+              "dtype": _dtype(workload)}
+    out = conv2d_transpose_output_shape(normal)
+    if out[2] < 1 or out[3] < 1:
+        raise ProblemError(f"conv2d_transpose workload {workload!r} has an empty output {out}: padding "
+                           "larger than the output")
+    epilogue = _epilogue(workload, "conv2d_transpose")
+    if epilogue:
         normal["epilogue"] = epilogue
     return normal
 
@@ -302,10 +358,30 @@ def _validate_layout_transform(workload: dict[str, Any]) -> dict[str, Any]:
     return {"op": "layout_transform", "shape": shape, "src": src, "dst": dst, "dtype": _dtype(workload)}
 
 
+def _validate_resize2d(workload: dict[str, Any]) -> dict[str, Any]:
+    data = _ints(workload["data"], 4, "resize2d 'data' shape [N,C,H,W]", 1)
+    size = _ints(workload["size"], 2, "resize2d 'size' [OH,OW]", 1)
+    method = workload.get("method", "linear")
+    mode = workload.get("coordinate_transformation_mode", "half_pixel")
+    rounding = workload.get("rounding_method", "") if method == "nearest_neighbor" else ""
+    for value, known, what in ((method, RESIZE_METHODS, "method"),
+                               (mode, RESIZE_MODES, "coordinate_transformation_mode"),
+                               (rounding, RESIZE_ROUNDING, "rounding_method")):
+        if value not in known:
+            raise ProblemError(f"resize2d {what} {value!r} is not among {list(known)}")
+    if mode == "align_corners" and min(size) < 2:
+        raise ProblemError(f"resize2d to {size} with align_corners: the output needs 2 or more rows and "
+                           "columns")
+    return {"op": "resize2d", "data": data, "size": size, "method": method,
+            "coordinate_transformation_mode": mode, "rounding_method": rounding, "dtype": _dtype(workload)}
+
+
 _VALIDATORS = {
     "conv2d": _validate_conv2d,
+    "conv2d_transpose": _validate_conv2d_transpose,
     "dense": _validate_dense,
     "layout_transform": _validate_layout_transform,
+    "resize2d": _validate_resize2d,
 }
 
 
@@ -324,6 +400,25 @@ def conv2d_output_shape(workload: dict[str, Any]) -> tuple[int, int, int, int]:
     out_h = (h + top + bottom - dh * (kh - 1) - 1) // sh + 1
     out_w = (w + left + right - dw * (kw - 1) - 1) // sw + 1
     return (n, o, out_h, out_w)
+
+
+def conv2d_transpose_output_shape(workload: dict[str, Any]) -> tuple[int, int, int, int]:
+    """Logical NCHW output shape of a conv2d_transpose workload (IOHW kernel).
+
+    Example:
+        >>> conv2d_transpose_output_shape({"data": [1, 24, 80, 80], "kernel": [24, 24, 2, 2],
+        ...     "strides": [2, 2], "padding": [0, 0, 0, 0], "output_padding": [0, 0], "dilation": [1, 1],
+        ...     "groups": 1})
+        (1, 24, 160, 160)
+    """
+    n, _, h, w = workload["data"]
+    _, per_group, kh, kw = workload["kernel"]
+    (sh, sw), (dh, dw) = workload["strides"], workload["dilation"]
+    top, left, bottom, right = workload["padding"]
+    oph, opw = workload["output_padding"]
+    out_h = (h - 1) * sh - top - bottom + dh * (kh - 1) + 1 + oph
+    out_w = (w - 1) * sw - left - right + dw * (kw - 1) + 1 + opw
+    return (n, per_group * workload["groups"], out_h, out_w)
 
 
 def is_depthwise(workload: dict[str, Any]) -> bool:
@@ -373,6 +468,13 @@ def describe_workload(workload: dict[str, Any] | None) -> str:
         stride = workload.get("strides", [1, 1])[0]
         groups = workload.get("groups", 1)
         text = f"{kh}x{kw} {c}->{o} @{h}x{w}" + (f" s{stride}" if stride != 1 else "")
+        return text + (f" g{groups}" if groups != 1 else "")
+    if workload.get("op") == "conv2d_transpose":
+        _, c, h, w = workload["data"]
+        _, per_group, kh, kw = workload["kernel"]
+        groups = workload.get("groups", 1)
+        stride = workload.get("strides", [1, 1])[0]
+        text = f"transposed {kh}x{kw} {c}->{per_group * groups} @{h}x{w} s{stride}"
         return text + (f" g{groups}" if groups != 1 else "")
     if workload.get("op") == "dense":
         return f"dense {workload['data'][1]}->{workload['weight'][0]}"
