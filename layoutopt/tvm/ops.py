@@ -4,9 +4,15 @@ The one classification extraction (:mod:`layoutopt.tvm.extract`) and the rewrite
 (:mod:`layoutopt.tvm.apply`) both use, so that the layout graph costs exactly the program the
 rewrite emits.
 
-Example::
-
-    layout_carrier(relu_call, "relax.nn.relu")   # the Var relu reads: relu runs in its layout
+Example:
+    >>> from layoutopt.tvm import models
+    >>> calls = {b.var.name: b.value for b in models.chain()["main"].body.blocks[0].bindings}
+    >>> layout_carrier(calls["conv1_relu"], "relax.nn.relu").name   # relu runs in its input's layout
+    'conv1_bias'
+    >>> layout_carrier(calls["conv1_bias"], "relax.add").name       # so does + a per-channel bias
+    'conv1'
+    >>> layout_carrier(calls["conv1"], "relax.nn.conv2d") is None   # a conv chooses its own
+    True
 """
 
 from __future__ import annotations
@@ -60,10 +66,13 @@ def is_tensor_constant(expr) -> bool:
     plain numbers some ops take as arguments (``R.clip(x, 0, 6)``'s bounds, as the ONNX frontend
     writes HardSigmoid and Clip): those hold a Python number, not a tensor, and have no layout.
 
-    Example::
-
-        is_tensor_constant(relax.const(np.ones((1, 8, 1, 1), "float32")))   # True
-        is_tensor_constant(relax.op.clip(x, 0, 6).args[1])                  # False: an IntImm
+    Example:
+        >>> from tvm import relax
+        >>> is_tensor_constant(relax.const(np.ones((1, 8, 1, 1), "float32")))
+        True
+        >>> x = relax.Var("x", relax.TensorType((1, 8, 4, 4), "float32"))
+        >>> is_tensor_constant(relax.op.clip(x, 0, 6).args[1])      # an IntImm
+        False
     """
     tvm = import_tvm()
     return isinstance(expr, tvm.ir.expr.Constant) and isinstance(expr.ty, tvm.relax.TensorType)
@@ -84,9 +93,11 @@ def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None =
     ``is_data(var)`` tells computed tensors from other Vars (extraction's unbound weights); default:
     every Var is data.
 
-    Example::
-
-        layout_carrier(relu_call, "relax.nn.relu")   # the Var relu reads
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> calls = {b.var.name: b.value for b in models.chain()["main"].body.blocks[0].bindings}
+        >>> layout_carrier(calls["conv1_relu"], "relax.nn.relu").name   # the Var relu reads
+        'conv1_bias'
     """
     tvm = import_tvm()
     relax = tvm.relax
@@ -128,9 +139,12 @@ def conv2d_workload(call) -> dict[str, Any]:
     """The kernel workload (:mod:`layoutopt.tvm.kernels.workload`) of an NCHW/OIHW ``relax.nn.conv2d``
     call with static shapes, without epilogue.
 
-    Example::
-
-        conv2d_workload(call)   # {'op': 'conv2d', 'data': [1, 64, 56, 56], 'kernel': [64, 64, 3, 3], ...}
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> conv1 = models.chain()["main"].body.blocks[0].bindings[0]
+        >>> conv1.var.name, conv2d_workload(conv1.value)
+        ('conv1', {'op': 'conv2d', 'data': [1, 8, 8, 8], 'kernel': [16, 8, 3, 3], 'strides': [1, 1],
+                   'padding': [1, 1, 1, 1], 'dilation': [1, 1], 'groups': 1, 'dtype': 'float32'})
     """
     attrs = call.attrs
     return {
@@ -144,9 +158,11 @@ def conv2d_workload(call) -> dict[str, Any]:
 def dense_workload(call) -> dict[str, Any]:
     """The dense workload of a ``relax.matmul(x, W)`` call by a 2-D ``(K, N)`` weight (held ``(N, K)``).
 
-    Example::
-
-        dense_workload(call)    # {'op': 'dense', 'data': [1, 2048], 'weight': [1000, 2048], ...}
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> calls = {b.var.name: b.value for b in models.dense_head()["main"].body.blocks[0].bindings}
+        >>> dense_workload(calls["dense"])     # relax.matmul(flatten, W) with W of shape (256, 10)
+        {'op': 'dense', 'data': [1, 256], 'weight': [10, 256], 'dtype': 'float32'}
     """
     data, weight = static_shape(call.args[0]), static_shape(call.args[1])
     return {"op": "dense", "data": data, "weight": [weight[1], weight[0]],
