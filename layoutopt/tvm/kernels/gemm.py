@@ -83,11 +83,17 @@ class Gemm(BlockedConv2dAlgorithm):
         (output blocks of 8 or more: the GEMM is vectorised along them), once per loop order in
         ``orders`` (the default order has no ``"order"`` key); none where it does not apply.
 
-        Example::
-
-            FAMILY.candidates(wl, blocks=[16, 32])
-            # [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'gemm'}, ...,
-            #  {'in': 'NCHW32c', 'out': 'NCHW32c', 'algorithm': 'gemm'}]
+        Example:
+            >>> wl = {"op": "conv2d", "data": [1, 32, 7, 7], "kernel": [64, 32, 1, 1], "strides": [1, 1],
+            ...       "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+            >>> for candidate in FAMILY.candidates(wl, blocks=[16, 32]):
+            ...     print(candidate)
+            {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'gemm'}
+            {'in': 'NCHW16c', 'out': 'NCHW32c', 'algorithm': 'gemm'}
+            {'in': 'NCHW32c', 'out': 'NCHW16c', 'algorithm': 'gemm'}
+            {'in': 'NCHW32c', 'out': 'NCHW32c', 'algorithm': 'gemm'}
+            >>> FAMILY.candidates({**wl, "kernel": [64, 32, 3, 3], "padding": [1, 1, 1, 1]})   # not 1x1
+            []
         """
         return self.blocked_candidates(workload, blocks, orders)
 

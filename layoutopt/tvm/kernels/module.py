@@ -11,12 +11,19 @@ A kernel's schedule knobs ride on its main block (:data:`~layoutopt.tvm.kernels.
 set by the family's compute): each function is scheduled with its own knobs, in fused builds and
 unfused ones alike.
 
-Example::
-
-    with target:
-        mod = relax.transform.LegalizeOps()(mod)
-    mod = schedule_module(mod, target)
-    executable = tvm.compile(mod, target=target)
+Example:
+    >>> import numpy as np, tvm
+    >>> from tvm import relax
+    >>> from layoutopt.tvm import models, resolve_target
+    >>> target = resolve_target("llvm")
+    >>> with target:
+    ...     mod = relax.transform.LegalizeOps()(models.chain())
+    >>> scheduled = schedule_module(mod, target)
+    >>> vm = relax.VirtualMachine(tvm.compile(scheduled, target=target), tvm.cpu())
+    >>> untouched = relax.VirtualMachine(tvm.compile(models.chain(), target=target), tvm.cpu())
+    >>> x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 8, 8, 8)).astype("float32"))
+    >>> np.allclose(vm["main"](x).numpy(), untouched["main"](x).numpy(), atol=1e-5)
+    True
 """
 
 from __future__ import annotations
@@ -216,12 +223,16 @@ def schedule_module(mod, target: Any = None):
     epilogue finished per tile when the output block is one vector wide, after the conv otherwise.
     Call it after ``relax.transform.LegalizeOps`` and before the lowering passes.
 
-    Example::
-
-        with target:
-            mod = relax.transform.LegalizeOps(customize_legalize_map=...)(mod)
-        mod = schedule_module(mod, target)
-        executable = tvm.compile(mod, target=target)
+    Example:
+        >>> from tvm import relax
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> target = resolve_target("llvm")
+        >>> with target:
+        ...     mod = relax.transform.LegalizeOps()(models.chain())
+        >>> scheduled = schedule_module(mod, target)
+        >>> sorted((gvar.name_hint, bool(func.attrs.get("tirx.is_scheduled")))
+        ...        for gvar, func in scheduled.functions_items() if gvar.name_hint != "main")
+        [('add', True), ('conv2d', True), ('conv2d1', True), ('relu', True)]
     """
     tvm = import_tvm()
     target = resolve_target(target)
@@ -245,9 +256,14 @@ def schedule_module(mod, target: Any = None):
 def ScheduleModule(target: Any = None):
     """:func:`schedule_module` as a TVM module pass, to put in a ``tvm.transform.Sequential``.
 
-    Example::
-
-        seq = tvm.transform.Sequential([relax.transform.LegalizeOps(), ScheduleModule(target)])
+    Example:
+        >>> import tvm
+        >>> from tvm import relax
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> target = resolve_target("llvm")
+        >>> seq = tvm.transform.Sequential([relax.transform.LegalizeOps(), ScheduleModule(target)])
+        >>> with target:
+        ...     executable = tvm.compile(seq(models.chain()), target=target)
     """
     tvm = import_tvm()
     return tvm.transform.module_pass(

@@ -62,9 +62,17 @@ class PaddedKernels(Conv2dFamily):
     packing of data and epilogue operands are every conv2d family's; its weight, compute and
     schedule the inner family's on the padded workload, then the NCHW unpack.
 
-    Example::
-
-        PaddedKernels(conv2d.FAMILY).pack_weight(wl, {"in": "NCHW16c", "out": "NCHW", "oc_block": 16}, w)
+    Example:
+        >>> from layoutopt.tvm.kernels import conv2d
+        >>> wl = {"op": "conv2d", "data": [1, 32, 8, 8], "kernel": [12, 32, 3, 3], "strides": [1, 1],
+        ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+        >>> padded = PaddedKernels(conv2d.FAMILY)
+        >>> padded, padded.applies(wl)
+        (<kernel family conv2d/direct on padded output channels>, True)
+        >>> weight = padded.pack_weight(wl, {"in": "NCHW16c", "out": "NCHW", "oc_block": 8},
+        ...                             np.ones((12, 32, 3, 3), "float32"))
+        >>> weight.shape, weight[:, :, :, :, :, 4:].any(axis=(1, 2, 3, 4, 5))   # filters 12-15: zero
+        ((2, 2, 3, 3, 16, 8), array([ True, False]))
     """
 
     inner: Conv2dFamily

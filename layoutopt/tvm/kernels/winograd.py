@@ -108,9 +108,17 @@ def transform_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     (alpha, 3): ``Y = A^T [(G g G^T) * (B^T d B)] A``. TVM's matrices (those behind
     ``topi.nn.winograd_transform_matrices``), computed in float64.
 
-    Example::
+    Example:
+        F(2x2, 3x3): a 4x4 input tile ``d`` and a 3x3 weight ``g`` give the 2x2 valid correlation.
 
-        A, B, G = transform_matrices(2)      # A.shape == (4, 2)
+        >>> A, B, G = transform_matrices(2)
+        >>> A.shape, B.shape, G.shape
+        ((4, 2), (4, 4), (4, 3))
+        >>> rng = np.random.default_rng(0)
+        >>> d, g = rng.standard_normal((4, 4)), rng.standard_normal((3, 3))
+        >>> Y = A.T @ ((G @ g @ G.T) * (B.T @ d @ B)) @ A
+        >>> np.allclose(Y, [[np.sum(d[i:i + 3, j:j + 3] * g) for j in range(2)] for i in range(2)])
+        True
     """
     import_tvm()
     from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
@@ -474,9 +482,11 @@ def group_rows(tiles_h: int, tiles_w: int, alpha: int, channels: int, out_channe
     with register-tile groups, 14.8 ms with row groups; 128 -> 128 at 112x112: 17.3 and 11.1 ms
     (one thread, AVX-512).
 
-    Example::
-
-        group_rows(28, 28, 6, 128, 128, 1)     # 1: rows of 28 tiles, 516 KB each
+    Example:
+        >>> group_rows(14, 14, 6, 32, 32, 1)       # a 147 KB weight: groups of one register tile
+        0
+        >>> group_rows(28, 28, 6, 128, 128, 1)     # 2.4 MB: groups of 1 row of 28 tiles (516 KB each)
+        1
     """
     if alpha * alpha * channels * out_channels * 4 <= GROUP_WEIGHT_BYTES:
         return 0
