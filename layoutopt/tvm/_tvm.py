@@ -80,7 +80,7 @@ def without_scope_saving_lines() -> Iterator[None]:
         >>> import io
         >>> from contextlib import redirect_stderr
         >>> with redirect_stderr(io.StringIO()) as stderr, without_scope_saving_lines():
-        ...     _ = os.write(2, b"[12:00:00] /src/runtime/vm/executable.cc:1: Warning: Scope Saving: global\\n")
+        ...     _ = os.write(2, b"[12:00:00] /src/vm/executable.cc:1: Warning: Scope Saving: global\\n")
         ...     _ = os.write(2, b"a real warning\\n")    # e.g. executable.export_library("model.so")
         >>> stderr.getvalue()
         'a real warning\\n'
@@ -131,8 +131,8 @@ def resolve_target(target: Any = None):
         >>> resolve_target("cuda")
         Traceback (most recent call last):
         ...
-        layoutopt.errors.ProblemError: target 'cuda': layoutopt.tvm measures CPU kernels and needs kind 'llvm',
-        not 'cuda'
+        layoutopt.errors.ProblemError: target 'cuda': layoutopt.tvm measures CPU kernels and needs kind
+        'llvm', not 'cuda'
     """
     tvm = import_tvm()
     if isinstance(target, tvm.target.Target):
