@@ -451,7 +451,7 @@ def apply_solution(mod, graph: LayoutGraph, solution):
     Example:
         >>> import layoutopt
         >>> from layoutopt.tvm import build_problem, models
-        >>> graph, costs, meta = build_problem(models.chain(), cache="costs.jsonl")    # measures
+        >>> graph, costs, meta = build_problem(models.chain((8, 8)), cache="costs.jsonl")   # measures
         >>> new_mod = apply_solution(graph.mod, graph, layoutopt.solve(graph, costs))
         >>> op_list(new_mod).count("relax.call_tir")     # both convs run a blocked kernel
         2
