@@ -1,10 +1,18 @@
 """What a tune hands back: :class:`TuneResult`, its builds (:class:`Variant`) and layers (:class:`Layer`).
 
-Example::
-
-    result = tune_and_build(models.default_model())
-    print(result.summary())
-    result.tuned.measured, result.baselines["best_fixed"].versus_tuned.median, result.chosen
+Example:
+    >>> from layoutopt.tvm import models, tune_and_build
+    >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", calibrate=0)
+    >>> [variant.name for variant in result.variants()]
+    ['layoutopt', 'greedy', 'nchw8c', 'nchw16c', 'winograd_nchw8c', 'winograd_nchw16c', 'best_fixed',
+     'winograd_fixed']
+    >>> b_star = result.baselines["best_fixed"]     # b*'s latency over the tuned build's, round by round
+    >>> b_star.versus_tuned.median == result.speedup("best_fixed"), b_star.versus_tuned.rounds >= 30
+    (True, True)
+    >>> result.tuned.predicted == result.solution.objective, result.tuned.max_relative_error < 1e-4
+    (True, True)
+    >>> [(layer.node, layer.choice == result.solution.labels[layer.node]) for layer in result.layers]
+    [('conv1', True), ('conv2', True), ...]
 """
 
 from __future__ import annotations
@@ -107,7 +115,8 @@ class TuneResult:
         tuned: the tuned :class:`Variant` (predicted and measured latency, transforms, error).
         baselines: name -> :class:`Variant` for each baseline built.
         layers: per-layer table (:class:`Layer`), in graph order.
-        timings: seconds spent per stage (prepare, measure, solve, apply, build, check, time).
+        timings: seconds spent per stage (prepare, check rewrite, reference, measure, solve, build,
+            each baseline's build, calibrate, time, profile).
         meta: what :func:`~layoutopt.tvm.build_problem` returned alongside the costs.
         ran_on: where the builds were checked, timed and profiled (the runner's description).
         reference: what the builds' outputs were checked against (:class:`~layoutopt.tvm.check.Reference`:
@@ -142,10 +151,16 @@ class TuneResult:
         loads the library back, for ``relax.VirtualMachine``;
         :func:`~layoutopt.tvm.deploy.build_from_solution` rebuilds it with no measurement.
 
-        Example::
-
-            library, solution = result.export("model.so", model="model.onnx")
-            vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+        Example:
+            >>> import numpy as np, tvm
+            >>> from layoutopt.tvm import models, tune_and_build
+            >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", calibrate=0)
+            >>> library, solution = result.export("chain.so", model="chain")
+            >>> library.name, solution.name
+            ('chain.so', 'chain.solution.json')
+            >>> vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+            >>> vm["main"](tvm.runtime.tensor(np.ones((1, 8, 8, 8), "float32"))).numpy().shape
+            (1, 8, 8, 8)
         """
         from .deploy import export
 
@@ -215,10 +230,15 @@ def layer_table(graph: LayoutGraph, problem: Problem, assignment: Mapping[Hashab
     Target and multi-input ops always have a row; boundary and output nodes only when a transform
     feeds them.
 
-    Example::
+    Example:
+        The layers of NCHW16c everywhere, priced with a tune's costs:
 
-        layers = layer_table(result.graph, Problem.from_graph(result.graph, result.costs),
-                             result.solution.assignment)
+        >>> from layoutopt.tvm import fixed_layout_assignment, models, tune_and_build
+        >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", calibrate=0)
+        >>> layers = layer_table(result.graph, Problem.from_graph(result.graph, result.costs),
+        ...                      fixed_layout_assignment(result.graph, "NCHW16c"))
+        >>> [(layer.node, layer.choice, layer.transforms_in) for layer in layers]   # 16 does not divide 8
+        [('conv1', 'NCHW8c->NCHW8c', 1), ('conv2', 'NCHW8c->NCHW8c', 0), ('output:gv', 'NCHW', 1)]
     """
     index = {node: i for i, node in enumerate(problem.nodes)}
     layers = []
