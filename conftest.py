@@ -4,13 +4,14 @@ The examples of ``layoutopt.tvm`` need TVM and those of the toulbar2 back-end ne
 without them the modules are not collected at all (importing ``layoutopt.tvm`` would raise), and
 with them their examples carry the ``tvm`` marker like the TVM tests (``-m "not tvm"`` skips both).
 
-The examples run in one scratch directory for the whole session, so that they write what a user's
-script would (``cache="costs.jsonl"``, ``"model.so"``, ``"report/"``) without touching the checkout,
-and share one cost cache: the first example that tunes measures the tiny model's kernels, the others
-find them cached.
+Each example runs in a directory of its own, so that it writes what a user's script would
+(``"model.so"``, ``"report/"``) without touching the checkout or another example's files; and the
+examples share one cost cache, ``costs.jsonl`` there: the first example that measures the tiny model's
+kernels pays for it, the others find them cached.
 """
 
 import importlib.util
+import shutil
 
 import pytest
 
@@ -20,6 +21,9 @@ if importlib.util.find_spec("tvm") is None:
 if importlib.util.find_spec("pytoulbar2") is None:
     collect_ignore_glob.append("layoutopt/solvers/toulbar2.py")
 
+#: the cost cache the examples name (``cache="costs.jsonl"``)
+EXAMPLES_COST_CACHE = "costs.jsonl"
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -28,11 +32,20 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def _examples_directory(tmp_path_factory):
-    return tmp_path_factory.mktemp("examples")
+def _examples_cost_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("examples") / EXAMPLES_COST_CACHE
 
 
 @pytest.fixture(autouse=True)
-def _examples_run_in_a_scratch_directory(request, monkeypatch):
-    if isinstance(request.node, pytest.DoctestItem):
-        monkeypatch.chdir(request.getfixturevalue("_examples_directory"))
+def _example_in_its_own_directory(request, monkeypatch, tmp_path):
+    if not isinstance(request.node, pytest.DoctestItem):
+        yield
+        return
+    shared = request.getfixturevalue("_examples_cost_cache")
+    own = tmp_path / EXAMPLES_COST_CACHE
+    if shared.exists():
+        shutil.copyfile(shared, own)
+    monkeypatch.chdir(tmp_path)
+    yield
+    if own.exists():  # what this example measured, for the next ones (examples run one at a time)
+        shutil.copyfile(own, shared)

@@ -23,7 +23,7 @@ In full:
     >>> import numpy as np, tvm
     >>> from layoutopt.tvm import models, tune_and_build
     >>> mod = models.chain((8, 8))
-    >>> result = tune_and_build(mod, cache="costs.jsonl", calibrate=0)
+    >>> result = tune_and_build(mod, cache="costs.jsonl", guard=False, baselines=(), calibrate=0)   # quick
     >>> library, solution = result.export("model.so")          # model.so + model.solution.json
     >>> executable, module = build_from_solution(mod, solution)  # later: no measurement
     >>> lib = tvm.runtime.load_module("model.so")              # on the device: TVM's runtime only

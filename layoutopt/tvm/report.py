@@ -6,7 +6,8 @@ marked where transforms were placed.
 
 Example:
     >>> from layoutopt.tvm import models, tune_and_build
-    >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", calibrate=0)
+    >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False,
+    ...                         baselines=("nchw16c",), calibrate=0)   # quick: one baseline, not calibrated
     >>> paths = write_report(result, "report")
     >>> sorted(str(path) for path in paths.values())
     ['report/report.md', 'report/report.png']

@@ -82,10 +82,11 @@ def tune_and_build(
         A :class:`TuneResult`.
 
     Example:
-        Pins and forbids, and no in-network calibration (a quicker tune):
+        Pins and forbids, direct kernels only and no in-network calibration (a quicker tune):
 
         >>> from layoutopt.tvm import models
         >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", calibrate=0,
+        ...                         candidates={"algorithms": ["direct"]},
         ...                         pin={"conv1": "NCHW8c->NCHW8c"}, forbid=["conv2=NCHW->NCHW"])
         >>> result.solution.labels["conv1"], result.solution.labels["conv2"] != "NCHW->NCHW"
         ('NCHW8c->NCHW8c', True)
