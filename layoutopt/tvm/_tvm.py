@@ -47,8 +47,8 @@ def one_blas_thread() -> Iterator[None]:
     """Run numpy's BLAS on one thread while TVM code is timed in this process.
 
     numpy's multi-threaded BLAS keeps its threads alive beside TVM's thread pool; on a 2-core
-    CPU, end-to-end ResNet-50 timings measured 8-20 % slower with them than without (TVM build
-    timed four times each way, interleaved). The measuring worker sets the same limit at start.
+    CPU, end-to-end ResNet-50 timings measured slower with them than without (TVM build timed
+    several times each way, interleaved). The measuring worker sets the same limit at start.
 
     Example:
         >>> from threadpoolctl import threadpool_info
@@ -116,7 +116,8 @@ def resolve_target(target: Any = None):
     Accepted: ``None`` or ``"llvm"`` (host CPU), a dict such as ``{"kind": "llvm", "mcpu": "znver4"}``,
     its JSON text, the legacy CLI form ``"llvm -mcpu=znver4 -num-cores=2"`` (TVM 0.27 no longer parses
     it), or a ``Target``. Without ``mcpu`` the host CPU is used: plain ``"llvm"`` emits no AVX and
-    makes kernels ~7x slower, and ``mcpu=native`` is silently ignored by LLVM, so it is replaced too.
+    makes kernels several times slower, and ``mcpu=native`` is silently ignored by LLVM, so it is
+    replaced too.
 
     Raises :class:`~layoutopt.ProblemError` for non-CPU kinds, unknown CPUs and unparsable text.
 

@@ -122,8 +122,8 @@ def fold_elementwise_constants(mod):
 
     ``FoldBatchnormToConv2D`` and ``DecomposeOpsForInference`` leave up to eight per batch norm (the
     scale ``gamma / sqrt(var + eps)`` into the weights, the shift into a bias), and ``FoldConstant``
-    compiles and runs each one as a kernel of its own: 39.8 s for the 53 batch norms of a ResNet-50
-    written in ONNX (``benchmarks/onnx_written.py``, width 4), where numpy takes milliseconds. Ops it
+    compiles and runs each one as a kernel of its own: tens of seconds for the 53 batch norms of a
+    ResNet-50 written in ONNX (``benchmarks/onnx_written.py``), where numpy takes milliseconds. Ops it
     does not know, non-float results (integer division and overflow follow TVM's rules, not numpy's)
     and results without the call's static shape are left to ``FoldConstant``.
 

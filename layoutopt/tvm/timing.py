@@ -252,8 +252,8 @@ def compare_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray],
     it. The ratio is then final, settled or not (a tie within the noise). Every build is timed in
     every round, so that each build's samples, its median and its ratios all come from the same rounds:
     a median taken from other rounds than its neighbour's is not a comparison (a ResNet-50 build once
-    printed 50.1 ms beside a baseline's 37.7 ms, its ratio to it 1.03x, because the extra rounds had
-    been added to one side only).
+    printed a median a third above a baseline's beside a ratio to it of 1.03x, because the extra
+    rounds had been added to one side only).
 
     Example:
         >>> from layoutopt.tvm import apply_layouts, build, models

@@ -9,8 +9,8 @@ registers hold. The weight is packed ``(O/ob, I, ob)`` (:func:`weight_transform`
 direct kernel's ``OIHW{ib}i{ob}o`` for a 1x1 kernel); the fused epilogue (bias, residual add,
 relu) is finished in the register tile.
 
-Measured (``benchmarks/results/algorithms.md``): ResNet-50's 1x1 layers ran 1.0-1.3x faster than the
-best direct kernel, most at 56x56 and 28x28; numerically the same as the direct kernel.
+How it compares with the direct kernel on ResNet-50's 1x1 layers, per ISA, in time and in error:
+``benchmarks/results/algorithms.md`` and ``algorithms_error.md``.
 
 Example:
     >>> wl = {"op": "conv2d", "data": [1, 64, 56, 56], "kernel": [256, 64, 1, 1], "strides": [1, 1],

@@ -1,8 +1,8 @@
 """Schedule every function of a legalized Relax module: each kernel by its family, and the module pass.
 
-Relax's CPU pipeline schedules nothing (an unscheduled conv is ~100x slower) and MetaSchedule
-segfaults in apache-tvm 0.27, so each PrimFunc gets a hand-written schedule here: a function holding
-a registered kernel family's main block (:attr:`~.family.KernelFamily.main_blocks`, among
+Relax's CPU pipeline schedules nothing (an unscheduled conv runs orders of magnitude slower) and
+MetaSchedule segfaults in apache-tvm 0.27, so each PrimFunc gets a hand-written schedule here: a
+function holding a registered kernel family's main block (:attr:`~.family.KernelFamily.main_blocks`, among
 :data:`~.registry.FAMILIES`; a fused function keeps the blocks of the functions it fused, so a conv
 fused with its epilogue is found by its conv block) gets that family's schedule, and everything
 else the generic CPU schedule (parallel outer loops, vectorised inner loop, pads inlined).
@@ -109,9 +109,9 @@ def schedule_concat(sch, names: Sequence[str]) -> Any:
     concat along the innermost axis).
 
     TOPI's concat picks each element's input through a chain of ``if_then_else`` as long as the list
-    of inputs, and the generic schedule wrote every follower to its own buffer: DenseNet-201's 98
-    concats of up to 48 inputs took 14.5 ms of a 50.9 ms build. The largest, 48 NCHW16c inputs at
-    14x14 with its batch norm and relu, went from 0.297 to 0.054 ms.
+    of inputs, and the generic schedule wrote every follower to its own buffer: on DenseNet-201, whose
+    concats take up to 48 inputs, that cost a good share of the build's time
+    (``benchmarks/results/e2e-notes.md``, eighth pass, has the times before and after).
     """
     concats = [name for name in names if name.startswith("T_concat")]
     if len(concats) != 1:
@@ -171,9 +171,9 @@ def schedule_reduction(sch, block) -> None:
     """A reduction outside the kernels (pooling, mean...): parallel over its leading spatial loops
     and, when its innermost spatial loop runs along the output's contiguous axis (the channel block of
     an NCHWc pool), that loop moved inside the reduction and vectorised: one vector accumulator per
-    output position instead of one scalar per channel. Avg-pool 3x3 on Inception-v3's 35x35x288 map in
-    NCHW16c went from 0.64 to 0.085 ms, 17x17x768 in NCHW32c from 0.39 to 0.044 ms (max-pools, which
-    LLVM vectorised already, kept their times)."""
+    output position instead of one scalar per channel: several times faster on Inception-v3's blocked
+    avg-pools (``benchmarks/results/e2e-notes.md``, eighth pass; max-pools, which LLVM vectorised
+    already, kept their times)."""
     iter_vars = sch.get(block).iter_vars
     loops = sch.get_loops(block)
     kinds = [int(v.iter_type) for v in iter_vars]

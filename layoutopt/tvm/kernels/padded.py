@@ -2,8 +2,9 @@
 
 SSD's class heads have 324 and 486 output channels (81 classes times 4 or 6 anchors). No block of 8
 or more divides them, so they could only run as plain NCHW direct convs, vectorised along the rows:
-50.9 ms of the 190 ms of SSD-ResNet50-512 went to one of them (3x3 1024->324 at 32x32, 120
-GFLOP/s, a third of what the blocked kernels sustain). A candidate with ``"oc_block": b`` instead
+a quarter of SSD-ResNet50-512's time went to one of them (3x3 1024->324 at 32x32), at a third of
+what the blocked kernels sustain (``benchmarks/results/e2e-notes.md``, sixth pass, before and
+after). A candidate with ``"oc_block": b`` instead
 runs a blocked family's kernel (direct or Winograd) on the weight zero-padded to ``ceil(O/b)*b``
 filters and writes the first ``O`` channels out as plain NCHW, in one more stage of the same
 PrimFunc (``unpack_channels``); the conv's fused epilogue (bias, relu...) then runs on the NCHW
