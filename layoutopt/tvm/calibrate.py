@@ -148,8 +148,11 @@ def calibrated_solution(calibration: Calibration, rounds: int,
     bound (still valid) and says so in its ``message``.
 
     Example:
+        As :func:`~layoutopt.tvm.tune_and_build` does: the baselines' builds observed first, then
+        layoutopt's own.
+
         >>> import layoutopt
-        >>> from layoutopt.tvm import apply_assignment, build, build_problem, models
+        >>> from layoutopt.tvm import apply_assignment, build, build_problem, fixed_layout_assignment, models
         >>> from layoutopt.tvm.profile import KernelShapes, observe, profile_calls
         >>> from layoutopt.tvm.timing import random_inputs
         >>> graph, costs, meta = build_problem(models.chain((8, 8)), cache="costs.jsonl")
@@ -159,11 +162,12 @@ def calibrated_solution(calibration: Calibration, rounds: int,
         ...                           random_inputs(graph.mod))
         ...     calibration.observe(observe(calls, graph, assignment, KernelShapes("llvm")))
         ...     profiled.append(assignment)
-        >>> build_and_observe(layoutopt.solve(graph, costs).assignment)     # the first solution's build
+        >>> build_and_observe(fixed_layout_assignment(graph, "NCHW8c"))      # a baseline's build
+        >>> build_and_observe(layoutopt.solve(graph, costs).assignment)     # the first solution's
         >>> solution, calibrated = calibrated_solution(calibration, 2, build_and_observe,
         ...                                            lambda costs: layoutopt.solve(graph, costs),
-        ...                                            own=lambda: profiled)
-        >>> calibration.observed(solution.assignment), 1 <= len(profiled) <= 3
+        ...                                            own=lambda: profiled[1:])    # not the baseline's
+        >>> calibration.observed(solution.assignment), 2 <= len(profiled) <= 4
         (True, True)
     """
     for built in range(rounds + 1):

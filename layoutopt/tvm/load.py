@@ -57,24 +57,14 @@ def load_model(
             TVM's frontend cannot import (naming the node and its op, in one line).
 
     Example:
-        A model that computes its output's shape from its input's, as exporters write a dynamic batch:
+        >>> load_model()["main"].params[0].ty          # no file: the embedded default model
+        R.Tensor((1, 3, 56, 56), dtype="float32")
+        >>> load_model("resnet50.onnx", [1, 3, 224, 224])
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: model file 'resnet50.onnx' does not exist
 
-        >>> import onnx
-        >>> onnx.save(onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 13]>
-        ...     flatten (float[N, 4, 2, 2] x) => (float[N, 16] y)
-        ...             <int64[1] zero = {0}, int64[1] one = {1}, int64[1] rest = {16}> {
-        ...         shape = Shape(x)
-        ...         batch = Slice(shape, zero, one)
-        ...         target = Concat<axis = 0>(batch, rest)
-        ...         y = Reshape(x, target)
-        ...     }'''), "flatten.onnx")
-        >>> print(load_model("flatten.onnx", [1, 4, 2, 2]).script())
-        # from tvm.script import ir as I
-        ...
-            def main(x: R.Tensor((1, 4, 2, 2), dtype="float32")) -> R.Tensor((1, 16), dtype="float32"):
-                ...
-                    gv: R.Tensor((1, 16), dtype="float32") = R.reshape(x, R.shape([1, 16]))
-        ...
+        A model that computes shapes at run time: :func:`fold_shapes`' example.
     """
     if path is None:
         from .models import default_model
@@ -175,6 +165,14 @@ def fold_shapes(model, shapes: Mapping[str, Sequence[int]], where: str = "the mo
         ...     }''')
         >>> [node.op_type for node in fold_shapes(model, {"x": [1, 4, 2, 2]}).graph.node]
         ['Reshape']
+        >>> onnx.save(model, "flatten.onnx")      # load_model folds it before TVM's frontend reads it
+        >>> print(load_model("flatten.onnx", [1, 4, 2, 2]).script())
+        # from tvm.script import ir as I
+        ...
+            def main(x: R.Tensor((1, 4, 2, 2), dtype="float32")) -> R.Tensor((1, 16), dtype="float32"):
+                ...
+                    gv: R.Tensor((1, 16), dtype="float32") = R.reshape(x, R.shape([1, 16]))
+        ...
     """
     try:
         import onnxslim

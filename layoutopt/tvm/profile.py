@@ -277,10 +277,11 @@ def observe(calls: Sequence[Call], graph: LayoutGraph, assignment: Mapping[Hasha
     transforms the edges imply; a concat by its inputs' and output's shapes in its chosen layout.
 
     Example:
-        >>> from layoutopt.tvm import apply_assignment, build, build_problem, fixed_layout_assignment, models
+        >>> import layoutopt
+        >>> from layoutopt.tvm import apply_assignment, build, build_problem, models
         >>> from layoutopt.tvm.timing import random_inputs
         >>> graph, costs, meta = build_problem(models.chain((8, 8)), cache="costs.jsonl")
-        >>> assignment = fixed_layout_assignment(graph, "NCHW8c")
+        >>> assignment = layoutopt.solve(graph, costs).assignment
         >>> executable = build(apply_assignment(graph.mod, graph, assignment))
         >>> observation = observe(profile_calls(executable, random_inputs(graph.mod)), graph, assignment,
         ...                       KernelShapes("llvm"))

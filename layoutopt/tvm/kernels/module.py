@@ -224,15 +224,18 @@ def schedule_module(mod, target: Any = None):
     Call it after ``relax.transform.LegalizeOps`` and before the lowering passes.
 
     Example:
+        A classifier head: its conv and dense by their families, the pool and the rest generically.
+
         >>> from tvm import relax
         >>> from layoutopt.tvm import models, resolve_target
-        >>> target = resolve_target("llvm")
+        >>> target = resolve_target({"kind": "llvm", "mcpu": "znver3"})
         >>> with target:
-        ...     mod = relax.transform.LegalizeOps()(models.chain())
-        >>> scheduled = schedule_module(mod, target)
+        ...     legalized = relax.transform.LegalizeOps()(models.dense_head())
+        >>> scheduled = schedule_module(legalized, target)
         >>> sorted((gvar.name_hint, bool(func.attrs.get("tirx.is_scheduled")))
         ...        for gvar, func in scheduled.functions_items() if gvar.name_hint != "main")
-        [('add', True), ('conv2d', True), ('conv2d1', True), ('relu', True)]
+        [('add', True), ('add1', True), ('conv2d', True), ('matmul', True), ('max_pool2d', True),
+         ('relu', True), ('reshape', True)]
     """
     tvm = import_tvm()
     target = resolve_target(target)
