@@ -37,15 +37,16 @@ def _examples_cost_cache(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _example_in_its_own_directory(request, monkeypatch, tmp_path):
-    if not isinstance(request.node, pytest.DoctestItem):
+def _example_in_its_own_directory(request):
+    if not isinstance(request.node, pytest.DoctestItem):  # tests make their own directories
         yield
         return
+    directory = request.getfixturevalue("tmp_path")
     shared = request.getfixturevalue("_examples_cost_cache")
-    own = tmp_path / EXAMPLES_COST_CACHE
+    own = directory / EXAMPLES_COST_CACHE
     if shared.exists():
         shutil.copyfile(shared, own)
-    monkeypatch.chdir(tmp_path)
+    request.getfixturevalue("monkeypatch").chdir(directory)
     yield
     if own.exists():  # what this example measured, for the next ones (examples run one at a time)
         shutil.copyfile(own, shared)

@@ -23,7 +23,8 @@ In full:
     >>> import numpy as np, tvm
     >>> from layoutopt.tvm import models, tune_and_build
     >>> mod = models.chain((8, 8))
-    >>> result = tune_and_build(mod, cache="costs.jsonl", guard=False, baselines=(), calibrate=0)   # quick
+    >>> result = tune_and_build(mod, cache="costs.jsonl", guard=False, baselines=(), calibrate=0,
+    ...                         check=False)     # quick: the tuned build alone, unchecked
     >>> library, solution = result.export("model.so")          # model.so + model.solution.json
     >>> executable, module = build_from_solution(mod, solution)  # later: no measurement
     >>> lib = tvm.runtime.load_module("model.so")              # on the device: TVM's runtime only
@@ -291,7 +292,7 @@ class SolutionFile:
     Example:
         >>> from layoutopt.tvm import models, tune_and_build
         >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
-        ...                         calibrate=0)    # quick: the tuned build alone, not calibrated
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
         >>> solution = SolutionFile.from_result(result, model="chain")
         >>> solution.handed_back.name, solution.inputs["data"].shape
         ('layoutopt', (1, 8, 8, 8))
@@ -367,7 +368,7 @@ class SolutionFile:
         Example:
             >>> from layoutopt.tvm import models, tune_and_build
             >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
-            ...                         calibrate=0)    # quick: the tuned build alone, not calibrated
+            ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
             >>> record = SolutionFile.from_result(result, model="chain")
             >>> record.model, record.handed_back.name, record.layers[0].layer
             ('chain', 'layoutopt', 'conv1')
@@ -469,7 +470,7 @@ def save_solution(result, path: str | Path, model: str | None = None) -> Path:
     Example:
         >>> from layoutopt.tvm import models, tune_and_build
         >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
-        ...                         calibrate=0)    # quick: the tuned build alone, not calibrated
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
         >>> save_solution(result, "chain.solution.json", model="chain")
         PosixPath('chain.solution.json')
         >>> import json
@@ -500,7 +501,7 @@ def load_solution(path: str | Path | Mapping[str, Any] | SolutionFile) -> Soluti
     Example:
         >>> from layoutopt.tvm import models, tune_and_build
         >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
-        ...                         calibrate=0)    # quick: the tuned build alone, not calibrated
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
         >>> solution = load_solution(save_solution(result, "chain.solution.json"))
         >>> solution.target == json.loads(result.meta["target"]), len(solution.layers)
         (True, 2)
@@ -614,7 +615,7 @@ def build_from_solution(mod, solution: str | Path | Mapping[str, Any] | Solution
     Example:
         >>> from layoutopt.tvm import models, tune_and_build
         >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
-        ...                         calibrate=0)    # quick: the tuned build alone, not calibrated
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
         >>> path = save_solution(result, "chain.solution.json")
         >>> executable, module = build_from_solution(models.chain((8, 8), seed=1), path)   # other weights
         >>> build_from_solution(models.chain((16, 16)), path)
@@ -689,7 +690,7 @@ def export(result, library: str | Path, solution: str | Path | None = None,
     Example:
         >>> from layoutopt.tvm import models, tune_and_build
         >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
-        ...                         calibrate=0)    # quick: the tuned build alone, not calibrated
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
         >>> export(result, "out/chain.so", model="chain")
         (PosixPath('out/chain.so'), PosixPath('out/chain.solution.json'))
     """

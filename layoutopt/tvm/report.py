@@ -7,7 +7,7 @@ marked where transforms were placed.
 Example:
     >>> from layoutopt.tvm import models, tune_and_build
     >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False,
-    ...                         baselines=("nchw16c",), calibrate=0)   # quick: one baseline, not calibrated
+    ...                         baselines=("nchw16c",), calibrate=0, check=False)   # quick: one baseline
     >>> paths = write_report(result, "report")
     >>> sorted(str(path) for path in paths.values())
     ['report/report.md', 'report/report.png']
@@ -59,7 +59,7 @@ def breakdown_markdown(result: TuneResult, builds: Sequence[str] | None = None) 
     Example:
         >>> from layoutopt.tvm import models, tune_and_build
         >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
-        ...                         calibrate=0)    # quick: the tuned build alone, not calibrated
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
         >>> print(breakdown_markdown(result, ["layoutopt"]))
         | op | layoutopt predicted (ms) | layoutopt in network (ms) | calls |
         |---|---|---|---|
@@ -116,7 +116,7 @@ def handed_back_layers(result: TuneResult) -> list[Layer]:
     Example:
         >>> from layoutopt.tvm import models, tune_and_build
         >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
-        ...                         calibrate=0)    # quick: the tuned build alone, not calibrated
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
         >>> layers = handed_back_layers(result)     # the tuned build's, here
         >>> layers == result.layers, [(layer.node, layer.kind) for layer in layers][:2]
         (True, [('conv1', 'target'), ('conv2', 'target')])
@@ -191,7 +191,7 @@ def write_report(result: TuneResult, directory: str | Path, name: str = "report"
     Example:
         >>> from layoutopt.tvm import models, tune_and_build
         >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
-        ...                         calibrate=0)    # quick: the tuned build alone, not calibrated
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
         >>> paths = write_report(result, "out", model="chain")
         >>> paths
         {'markdown': PosixPath('out/report.md'), 'plot': PosixPath('out/report.png')}

@@ -155,7 +155,7 @@ class TuneResult:
             >>> import numpy as np, tvm
             >>> from layoutopt.tvm import models, tune_and_build
             >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
-            ...                         calibrate=0)    # quick: the tuned build alone, not calibrated
+            ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
             >>> library, solution = result.export("chain.so", model="chain")
             >>> library.name, solution.name
             ('chain.so', 'chain.solution.json')
@@ -236,7 +236,7 @@ def layer_table(graph: LayoutGraph, problem: Problem, assignment: Mapping[Hashab
 
         >>> from layoutopt.tvm import fixed_layout_assignment, models, tune_and_build
         >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
-        ...                         calibrate=0)    # quick: the tuned build alone, not calibrated
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
         >>> layers = layer_table(result.graph, Problem.from_graph(result.graph, result.costs),
         ...                      fixed_layout_assignment(result.graph, "NCHW16c"))
         >>> [(layer.node, layer.choice, layer.transforms_in) for layer in layers]   # 16 does not divide 8

@@ -19,7 +19,7 @@ Example:
     >>> from layoutopt.tvm import models, resolve_target
     >>> from layoutopt.tvm.runner import LocalRunner
     >>> from layoutopt.tvm.stages import TuneOptions, extract, measure, solve
-    >>> options = TuneOptions(method="dp", cache="costs.jsonl")
+    >>> options = TuneOptions(method="dp", cache="costs.jsonl", check=False)   # quick: outputs unchecked
     >>> extracted = extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), options)
     >>> solved = solve(measure(extracted, options), options)
     >>> solved.solution.status, list(solved.solution.labels)
@@ -271,7 +271,7 @@ def measure(extracted: Extracted, options: TuneOptions) -> Measured:
     Example:
         >>> from layoutopt.tvm import models, resolve_target
         >>> from layoutopt.tvm.runner import LocalRunner
-        >>> options = TuneOptions(cache="costs.jsonl")
+        >>> options = TuneOptions(cache="costs.jsonl", check=False)
         >>> measured = measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), options),
         ...                    options)
         >>> stats = measured.meta["stats"]        # conv1 and conv2 have the same workload: measured once
@@ -302,7 +302,7 @@ def solve(measured: Measured, options: TuneOptions, costs: Costs | None = None) 
     Example:
         >>> from layoutopt.tvm import models, resolve_target
         >>> from layoutopt.tvm.runner import LocalRunner
-        >>> options = TuneOptions(cache="costs.jsonl", pin={"conv1": "NCHW8c->NCHW8c"})
+        >>> options = TuneOptions(cache="costs.jsonl", check=False, pin={"conv1": "NCHW8c->NCHW8c"})
         >>> measured = measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), options),
         ...                    options)
         >>> solved = solve(measured, options)
@@ -370,12 +370,12 @@ def build_variants(solved: Solved, options: TuneOptions) -> Built:
     Example:
         >>> from layoutopt.tvm import models, resolve_target
         >>> from layoutopt.tvm.runner import LocalRunner
-        >>> options = TuneOptions(cache="costs.jsonl", baselines=("nchw16c",), guard=False)
+        >>> options = TuneOptions(cache="costs.jsonl", baselines=("nchw16c",), guard=False, check=False)
         >>> solved = solve(measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(),
         ...                                options), options), options)
         >>> built = build_variants(solved, options)
-        >>> built.tuned.max_relative_error < 1e-4, list(built.baselines)
-        (True, ['nchw16c'])
+        >>> list(built.baselines), built.tuned.max_relative_error     # unchecked: no error to say
+        (['nchw16c'], None)
         >>> built.tuned.predicted <= built.baselines["nchw16c"].predicted     # the solution is optimal
         True
     """
@@ -431,7 +431,8 @@ def calibrate(built: Built, options: TuneOptions) -> Built:
     Example:
         >>> from layoutopt.tvm import models, resolve_target
         >>> from layoutopt.tvm.runner import LocalRunner
-        >>> options = TuneOptions(cache="costs.jsonl", baselines=("nchw16c",), guard=False, calibrate=1)
+        >>> options = TuneOptions(cache="costs.jsonl", baselines=("nchw16c",), guard=False, calibrate=1,
+        ...                       check=False)
         >>> solved = solve(measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(),
         ...                                options), options), options)
         >>> built = build_variants(solved, options)
@@ -493,7 +494,7 @@ def time_variants(built: Built, options: TuneOptions) -> Timed:
         >>> from layoutopt.tvm import models, resolve_target
         >>> from layoutopt.tvm.runner import LocalRunner
         >>> options = TuneOptions(cache="costs.jsonl", candidates={"algorithms": ["direct"]}, baselines=(),
-        ...                       calibrate=0, repeat=10)
+        ...                       calibrate=0, check=False, repeat=10)
         >>> solved = solve(measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(),
         ...                                options), options), options)
         >>> timed = time_variants(build_variants(solved, options), options)
@@ -534,7 +535,8 @@ def profile(timed: Timed, options: TuneOptions) -> Timed:
     Example:
         >>> from layoutopt.tvm import models, resolve_target
         >>> from layoutopt.tvm.runner import LocalRunner
-        >>> options = TuneOptions(cache="costs.jsonl", baselines=(), guard=False, calibrate=0, repeat=3)
+        >>> options = TuneOptions(cache="costs.jsonl", baselines=(), guard=False, calibrate=0, check=False,
+        ...                       repeat=3)
         >>> solved = solve(measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(),
         ...                                options), options), options)
         >>> profiled = profile(time_variants(build_variants(solved, options), options), options)
@@ -570,7 +572,7 @@ def choose(timed: Timed, options: TuneOptions) -> TuneResult:
         >>> from layoutopt.tvm import models, resolve_target
         >>> from layoutopt.tvm.runner import LocalRunner
         >>> options = TuneOptions(cache="costs.jsonl", candidates={"algorithms": ["direct"]}, baselines=(),
-        ...                       calibrate=0, repeat=10, pin={"conv1": "NCHW->NCHW"})
+        ...                       calibrate=0, check=False, repeat=10, pin={"conv1": "NCHW->NCHW"})
         >>> extracted = extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), options)
         >>> built = build_variants(solve(measure(extracted, options), options), options)
         >>> result = choose(profile(time_variants(built, options), options), options)
