@@ -7,7 +7,8 @@ with them their examples carry the ``tvm`` marker like the TVM tests (``-m "not 
 Each example runs in a directory of its own, so that it writes what a user's script would
 (``"model.so"``, ``"report/"``) without touching the checkout or another example's files; and the
 examples share one cost cache, ``costs.jsonl`` there: the first example that measures the tiny model's
-kernels pays for it, the others find them cached.
+kernels pays for it, the others find them cached. The examples that measure kernels or tune a model
+(a few seconds each) carry the ``slow`` marker, as the tests that tune do: ``-m "not slow"`` skips them.
 """
 
 import importlib.util
@@ -23,12 +24,17 @@ if importlib.util.find_spec("pytoulbar2") is None:
 
 #: the cost cache the examples name (``cache="costs.jsonl"``)
 EXAMPLES_COST_CACHE = "costs.jsonl"
+#: calls by which an example measures kernels (or reads them from the cache) and builds on them
+_MEASURING_CALLS = ("tune_and_build(", "build_problem(", "measure(")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.startswith("layoutopt/tvm/"):
             item.add_marker(pytest.mark.tvm)
+        if isinstance(item, pytest.DoctestItem) and any(
+                call in example.source for example in item.dtest.examples for call in _MEASURING_CALLS):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
