@@ -2,8 +2,8 @@
 and the reductions, RN's loop, back-propagation and ``pbqp``'s ICM as numba functions over them.
 
 Why compiled: in Python each reduction cost a few numpy calls on tiny arrays, and ``pbqp`` spent
-40-130 ms per 1000 nodes in that overhead. Here a reduction is a few loops over at most a few
-hundred numbers.
+most of its time in that overhead (``benchmarks/results/core.md`` has its times now). Here a
+reduction is a few loops over at most a few hundred numbers.
 
 Representation (every choice index is the problem's original one):
 

@@ -22,8 +22,8 @@ The plan, in order:
    a random assignment's expected cost (:func:`bound_share` under :data:`LOOSE_BOUND_SHARE`: dense
    random costs, which the first phase never proves), it starts at once instead of after the first
    phase.
-   Neither schedule wins every instance: on random K=16 graphs at 5 s the two-phase one ended better
-   on 35 of 40, worse on 5 (by up to 0.9 %). The better answer and the higher bound win, so ``auto``
+   Neither schedule wins every instance (on random K=16 graphs at 5 s the two-phase one ended better
+   on most, worse on some). The better answer and the higher bound win, so ``auto``
    does at least as well as either alone; a proof by auto's own search stops the child at once (the
    child's proof ends nothing early: it waits for auto's search).
 4. When the engine's integer scaling cannot represent the costs finely enough for a proof within
@@ -209,14 +209,24 @@ class SecondSearch:
     the whole problem, as ``method="toulbar2"`` runs it, in a forked process on another CPU, until
     the same deadline.
 
-    The whole problem, not auto's kernel: on random K=16 graphs toulbar2 ended up to 1.3 % worse on
-    the kernel the reductions leave than on the graph itself (its own preprocessing does better on
-    the original edges), so only the same call makes auto at least as good as toulbar2 alone.
+    The whole problem, not auto's kernel: on random K=16 graphs toulbar2 ended worse on the kernel
+    the reductions leave than on the graph itself (its own preprocessing does better on the original
+    edges), so only the same call makes auto at least as good as toulbar2 alone
+    (``benchmarks/results/core.md`` compares the two).
 
-    Example::
-
-        second = SecondSearch.start(problem, deadline)  # None: no limit, no free CPU or no fork
-        result = second.merge(own_result, problem, deadline, stats) if second else own_result
+    Example:
+        >>> import networkx as nx
+        >>> costs = {"nodes": {0: [1, 2], 1: [3, 1], 2: [0, 4]},
+        ...          "edges": {(0, 1): [[0, 5], [5, 0]], (1, 2): [[0, 1], [1, 0]]}}
+        >>> problem = Problem.from_graph(nx.path_graph(3), costs)
+        >>> SecondSearch.start(problem, Deadline(None)) is None     # no time limit: no race
+        True
+        >>> deadline = Deadline(2.0)
+        >>> second = SecondSearch.start(problem, deadline)      # None without a free CPU or os.fork
+        >>> own = SolverResult([1, 1, 0], "optimal", 4.0)       # auto's own search proved it
+        >>> result = second.merge(own, problem, deadline, {}) if second else own    # the child stopped
+        >>> result.assignment, result.status
+        ([1, 1, 0], 'optimal')
     """
 
     def __init__(self, pid: int, connection) -> None:

@@ -5,13 +5,17 @@ Needs the ``tvm`` extra: ``pip install 'layoutopt[tvm]'``.
 Importing this package is cheap: TVM itself is imported only when a function that needs it runs.
 Public names are resolved lazily from the submodules listed in ``_LAZY``.
 
-Example::
+Example:
+    >>> import layoutopt
+    >>> from layoutopt.tvm import build_problem, models
+    >>> graph, costs, meta = build_problem(models.chain((8, 8)), cache="costs.jsonl")   # measures
+    >>> len(graph.nodes["conv1"]["choices"]) == len(costs.nodes["conv1"])     # seconds per kernel
+    True
+    >>> solution = layoutopt.solve(graph, costs)
+    >>> solution.status, list(solution.labels)
+    ('optimal', ['data', 'conv1', 'conv2', 'output:gv'])
 
-    from layoutopt.tvm import Measurer, conv2d_candidates
-    workload = {"op": "conv2d", "data": [1, 64, 56, 56], "kernel": [64, 64, 3, 3], "strides": [1, 1],
-                "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
-    with Measurer(target="llvm", cache="costs.jsonl") as measurer:
-        results = measurer.measure([(workload, c) for c in conv2d_candidates(workload)])
+    :func:`tune_and_build` goes on to build, check, time and profile the chosen kernels.
 """
 
 from __future__ import annotations

@@ -28,10 +28,10 @@ def import_tvm():
 
     Sets ``TVM_NUM_THREADS`` to the number of usable cores first, unless the user set it.
 
-    Example::
-
-        tvm = import_tvm()
-        tvm.__version__     # '0.27.0.post1'
+    Example:
+        >>> tvm = import_tvm()
+        >>> tvm.__name__, "TVM_NUM_THREADS" in os.environ
+        ('tvm', True)
     """
     if "TVM_NUM_THREADS" not in os.environ:
         os.environ["TVM_NUM_THREADS"] = str(usable_cores())
@@ -47,13 +47,14 @@ def one_blas_thread() -> Iterator[None]:
     """Run numpy's BLAS on one thread while TVM code is timed in this process.
 
     numpy's multi-threaded BLAS keeps its threads alive beside TVM's thread pool; on a 2-core
-    CPU, end-to-end ResNet-50 timings measured 8-20 % slower with them than without (TVM build
-    timed four times each way, interleaved). The measuring worker sets the same limit at start.
+    CPU, end-to-end ResNet-50 timings measured slower with them than without (TVM build timed
+    several times each way, interleaved). The measuring worker sets the same limit at start.
 
-    Example::
-
-        with one_blas_thread():
-            seconds = vm.time_evaluator("main", tvm.cpu())(*args).mean
+    Example:
+        >>> from threadpoolctl import threadpool_info
+        >>> with one_blas_thread():     # e.g. around vm.time_evaluator("main", tvm.cpu())(*args)
+        ...     {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+        {1}
     """
     from threadpoolctl import threadpool_limits
 
@@ -75,10 +76,14 @@ def without_scope_saving_lines() -> Iterator[None]:
     temporary file meanwhile; every other line written there (a real warning or error) is written
     on to ``sys.stderr`` when the block ends.
 
-    Example::
-
-        with without_scope_saving_lines():
-            executable.export_library("model.so")
+    Example:
+        >>> import io
+        >>> from contextlib import redirect_stderr
+        >>> with redirect_stderr(io.StringIO()) as stderr, without_scope_saving_lines():
+        ...     _ = os.write(2, b"[12:00:00] /src/vm/executable.cc:1: Warning: Scope Saving: global\\n")
+        ...     _ = os.write(2, b"a real warning\\n")    # e.g. executable.export_library("model.so")
+        >>> stderr.getvalue()
+        'a real warning\\n'
     """
     sys.stderr.flush()
     try:
@@ -111,13 +116,24 @@ def resolve_target(target: Any = None):
     Accepted: ``None`` or ``"llvm"`` (host CPU), a dict such as ``{"kind": "llvm", "mcpu": "znver4"}``,
     its JSON text, the legacy CLI form ``"llvm -mcpu=znver4 -num-cores=2"`` (TVM 0.27 no longer parses
     it), or a ``Target``. Without ``mcpu`` the host CPU is used: plain ``"llvm"`` emits no AVX and
-    makes kernels ~7x slower, and ``mcpu=native`` is silently ignored by LLVM, so it is replaced too.
+    makes kernels several times slower, and ``mcpu=native`` is silently ignored by LLVM, so it is
+    replaced too.
 
     Raises :class:`~layoutopt.ProblemError` for non-CPU kinds, unknown CPUs and unparsable text.
 
-    Example::
-
-        resolve_target("llvm")          # Target {"kind": "llvm", "mcpu": "znver4", ...}
+    Example:
+        >>> resolve_target({"kind": "llvm", "mcpu": "znver3"})
+        {"kind":"llvm","tag":"","keys":["cpu"],"mcpu":"znver3"}
+        >>> resolve_target("llvm -mcpu=znver3 -num-cores=2")
+        {"kind":"llvm","tag":"","keys":["cpu"],"num-cores":2,"mcpu":"znver3"}
+        >>> tvm = import_tvm()
+        >>> resolve_target("llvm").attrs["mcpu"] == tvm.target.codegen.llvm_get_system_cpu()
+        True
+        >>> resolve_target("cuda")
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: target 'cuda': layoutopt.tvm measures CPU kernels and needs kind
+        'llvm', not 'cuda'
     """
     tvm = import_tvm()
     if isinstance(target, tvm.target.Target):

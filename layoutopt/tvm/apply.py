@@ -22,13 +22,19 @@ original program (structurally equal).
 :func:`layoutopt.tvm.builder.build` then legalizes, fuses, schedules every kernel and lowers for the
 Relax VM.
 
-Example::
-
-    import numpy as np, tvm
-    from layoutopt.tvm import ApplyLayouts, build
-    mod = ApplyLayouts({"conv1": ("NCHW", "NCHW16c"), "conv2": ("NCHW16c", "NCHW16c")})(mod)
-    vm = tvm.relax.VirtualMachine(build(mod, "llvm"), tvm.cpu())
-    out = vm["main"](tvm.runtime.tensor(np.zeros((1, 3, 32, 32), "float32")))
+Example:
+    >>> import numpy as np, tvm
+    >>> from layoutopt.tvm import build, models
+    >>> mod = models.chain()        # conv1 (8 -> 16 channels) -> conv2 (16 -> 16), each + bias, relu
+    >>> tuned = ApplyLayouts({"conv1": "NCHW8c->NCHW16c", "conv2": "NCHW16c->NCHW16c"})(mod)
+    >>> op_list(tuned)    # NCHW -> NCHW8c, conv1, bias, relu, conv2, bias, relu, NCHW16c -> NCHW
+    ['relax.layout_transform', 'relax.call_tir', 'relax.add', 'relax.nn.relu', 'relax.call_tir', 'relax.add',
+     'relax.nn.relu', 'relax.layout_transform']
+    >>> vm = tvm.relax.VirtualMachine(build(tuned, "llvm"), tvm.cpu())
+    >>> untouched = tvm.relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    >>> x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 8, 8, 8)).astype("float32"))
+    >>> np.allclose(vm["main"](x).numpy(), untouched["main"](x).numpy(), atol=1e-5)
+    True
 """
 
 from __future__ import annotations
@@ -470,9 +476,14 @@ def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True, pro
         or dense given another kernel calls that kernel's compute (``call_tir``), which carries the
         candidate (algorithm, schedule knobs) to :func:`build`'s scheduler on its main block.
 
-    Example::
-
-        new_mod = apply_layouts(mod, {"conv1": "NCHW8c->NCHW16c"})
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> new_mod = apply_layouts(models.chain(), {"conv1": "NCHW8c->NCHW16c"})
+        >>> op_list(new_mod)      # conv2 stays NCHW: conv1's output goes back to it
+        ['relax.layout_transform', 'relax.call_tir', 'relax.add', 'relax.nn.relu', 'relax.layout_transform',
+         'relax.nn.conv2d', 'relax.add', 'relax.nn.relu']
+        >>> tvm = import_tvm()       # all NCHW: the program itself
+        >>> tvm.ir.assert_structural_equal(apply_layouts(models.chain(), {"conv1": "NCHW"}), models.chain())
     """
     tvm = import_tvm()
     normalised = _normalise_choices(choices)
@@ -492,11 +503,13 @@ def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True, pro
 def ApplyLayouts(choices: Mapping[Hashable, Any], strict: bool = True):
     """A Relax module pass applying layout ``choices`` (see :func:`apply_layouts`).
 
-    Example::
-
-        seq = tvm.transform.Sequential([ApplyLayouts({"conv1": "NCHW16c->NCHW16c"}),
-                                        tvm.relax.transform.FoldConstant()])
-        mod = seq(mod)
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> tvm = import_tvm()
+        >>> seq = tvm.transform.Sequential([ApplyLayouts({"conv1": "NCHW8c->NCHW16c"}),
+        ...                                 tvm.relax.transform.FoldConstant()])
+        >>> count_layout_transforms(seq(models.chain()))
+        2
     """
     tvm = import_tvm()
     _normalise_choices(choices)  # fail early, at pass creation
@@ -512,10 +525,14 @@ def apply_assignment(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int]
     """Apply an assignment of choice indices of the layout graph extracted from ``mod`` (its
     ``graph.mod``): each target and multi-input node gets its chosen candidate.
 
-    Example::
-
-        graph, costs, meta = layoutopt.tvm.build_problem(mod)
-        new_mod = apply_assignment(graph.mod, graph, layoutopt.solve(graph, costs).assignment)
+    Example:
+        >>> from layoutopt.tvm import extract_layout_graph, fixed_layout_assignment, models
+        >>> graph = extract_layout_graph(models.chain())
+        >>> assignment = fixed_layout_assignment(graph, "NCHW16c")   # NCHW8c in where 16 does not divide
+        >>> graph.decisions(assignment)
+        {'conv1': {'in': 'NCHW8c', 'out': 'NCHW16c'}, 'conv2': {'in': 'NCHW16c', 'out': 'NCHW16c'}}
+        >>> count_layout_transforms(apply_assignment(graph.mod, graph, assignment))
+        2
     """
     if not assignment:
         raise ProblemError("the assignment is empty: nothing to apply")
@@ -526,10 +543,14 @@ def apply_solution(mod, graph: LayoutGraph, solution):
     """Apply a :class:`~layoutopt.Solution` of the layout graph extracted from ``mod`` (see
     :func:`apply_assignment`).
 
-    Example::
-
-        graph, costs, meta = layoutopt.tvm.build_problem(mod)
-        new_mod = apply_solution(graph.mod, graph, layoutopt.solve(graph, costs))
+    Example:
+        >>> import layoutopt
+        >>> from layoutopt.tvm import build_problem, models
+        >>> graph, costs, meta = build_problem(models.chain((8, 8)), cache="costs.jsonl")   # measures
+        >>> solution = layoutopt.solve(graph, costs)
+        >>> new_mod = apply_solution(graph.mod, graph, solution)
+        >>> count_layout_transforms(new_mod) == expected_transforms(graph, solution.assignment)
+        True
     """
     if not solution.assignment:
         raise ProblemError(f"the solution has no assignment (status {solution.status!r}): nothing to apply")
@@ -542,9 +563,15 @@ def expected_transforms(graph: LayoutGraph, assignment: Mapping[Hashable, int]) 
     One per (value, destination layout) pair whose producer's out layout differs from a consumer's
     in layout, read off the edges' values: what :func:`apply_assignment` inserts.
 
-    Example::
-
-        expected_transforms(graph, solution.assignment) == count_layout_transforms(new_mod)
+    Example:
+        >>> from layoutopt.tvm import extract_layout_graph, fixed_layout_assignment, models
+        >>> graph = extract_layout_graph(models.residual())
+        >>> assignment = fixed_layout_assignment(graph, "NCHW8c")
+        >>> assignment["add"] = graph.nodes["add"]["choices"].index("NCHW16c")
+        >>> expected_transforms(graph, assignment)   # the input, conv0 and conv2 into the add, the output
+        4
+        >>> count_layout_transforms(apply_assignment(graph.mod, graph, assignment))
+        4
     """
     needed = set()
     for producer, consumer in graph.edges:
@@ -559,9 +586,10 @@ def expected_transforms(graph: LayoutGraph, assignment: Mapping[Hashable, int]) 
 def count_layout_transforms(mod) -> int:
     """Number of ``relax.layout_transform`` calls in ``mod["main"]``.
 
-    Example::
-
-        count_layout_transforms(apply_layouts(mod, {"conv1": "NCHW16c->NCHW16c"}))   # 2
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> count_layout_transforms(apply_layouts(models.chain(), {"conv2": "NCHW16c->NCHW16c"}))   # in, out
+        2
     """
     return sum(1 for op in op_list(mod) if op == "relax.layout_transform")
 

@@ -10,10 +10,15 @@ problem: ``default`` (TVM's unscheduled default build) and the :data:`COMPOSITES
 faster of ``nchw8c`` and ``nchw16c``: the best single fixed layout on the host, and the guard the
 tuned build must beat to be handed back).
 
-Example::
-
-    from layoutopt.baselines import solve_baseline
-    solve_baseline("nchw16c", graph, costs).objective      # predicted seconds of NCHW16c everywhere
+Example:
+    >>> from layoutopt.baselines import solve_baseline
+    >>> from layoutopt.tvm import build_problem, models
+    >>> graph, costs, meta = build_problem(models.chain((8, 8)), cache="costs.jsonl")   # measures
+    >>> fixed = solve_baseline("nchw16c", graph, costs)
+    >>> fixed.objective > 0, fixed.status       # predicted seconds of NCHW16c everywhere
+    (True, 'feasible')
+    >>> fixed.objective >= solve_baseline("nchw16c_tuned", graph, costs).objective
+    True
 """
 
 from __future__ import annotations
@@ -60,10 +65,15 @@ def fixed_layout_assignment(
     measured ``problem``, the cheapest. ``prefer``: algorithms (e.g. ``("winograd",)``) taken
     instead wherever a node offers one in the same layouts (the cheapest measured among them).
 
-    Example::
-
-        assignment = fixed_layout_assignment(graph, "NCHW16c")
-        layoutopt.evaluate(graph, costs, assignment)
+    Example:
+        >>> from layoutopt.tvm import extract_layout_graph, models
+        >>> graph = extract_layout_graph(models.chain())    # conv1: 8 -> 16 channels, conv2: 16 -> 16
+        >>> def labels(assignment):
+        ...     return {node: graph.nodes[node]["choices"][k] for node, k in assignment.items()}
+        >>> labels(fixed_layout_assignment(graph, "NCHW16c"))
+        {'data': 'NCHW', 'conv1': 'NCHW8c->NCHW16c', 'conv2': 'NCHW16c->NCHW16c', 'output:gv': 'NCHW'}
+        >>> labels(fixed_layout_assignment(graph, "NCHW16c", prefer=("winograd",)))["conv2"]
+        'NCHW16c->NCHW16c[algorithm=winograd,tile=2]'
     """
     target_block = layout_block(layout) or 1
 

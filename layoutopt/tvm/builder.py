@@ -5,11 +5,13 @@ kernel (:func:`layoutopt.tvm.kernels.schedule_module`) and lowers for the Relax 
 first step alone, and :func:`check_rewrite` runs the rewrite and that step on a fixed layout, in seconds,
 before a kernel is measured.
 
-Example::
-
-    from layoutopt.tvm import apply_layouts, build
-    ex = build(apply_layouts(mod, {"conv1": "NCHW16c->NCHW16c"}), "llvm")
-    vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
+Example:
+    >>> import numpy as np, tvm
+    >>> from layoutopt.tvm import apply_layouts, models
+    >>> executable = build(apply_layouts(models.chain(), {"conv2": "NCHW16c->NCHW16c"}), "llvm")
+    >>> vm = tvm.relax.VirtualMachine(executable, tvm.cpu())
+    >>> vm["main"](tvm.runtime.tensor(np.zeros((1, 8, 8, 8), "float32"))).numpy().shape
+    (1, 16, 8, 8)
 """
 
 from __future__ import annotations
@@ -60,9 +62,12 @@ def legalize(mod, target=None):
     Raises :class:`~layoutopt.ProblemError` naming an op that no legalization covers (the VM could
     not run it, and :func:`build` would fail at code generation).
 
-    Example::
-
-        legalize(apply_layouts(mod, choices), "llvm")     # seconds, where build takes tens of seconds
+    Example:
+        >>> from layoutopt.tvm import apply_layouts, models
+        >>> legalized = legalize(apply_layouts(models.chain(), {"conv2": "NCHW16c->NCHW16c"}), "llvm")
+        >>> sorted(gvar.name_hint for gvar, _ in legalized.functions_items())
+        ['add', 'add1', 'conv2d', 'conv2d_NCHWc', 'main', 'relu', 'relu1', 'te_layout_transform',
+         'te_layout_transform1']
     """
     tvm = import_tvm()
     target = resolve_target(target)
@@ -91,10 +96,10 @@ def check_rewrite(mod, graph: LayoutGraph, target=None, layout: str = "NCHW16c")
 
     Raises :class:`~layoutopt.ProblemError` saying which step failed and why.
 
-    Example::
-
-        graph = extract_layout_graph(mod)
-        check_rewrite(graph.mod, graph, "llvm")
+    Example:
+        >>> from layoutopt.tvm import extract_layout_graph, models
+        >>> graph = extract_layout_graph(models.residual())
+        >>> check_rewrite(graph.mod, graph, "llvm")       # fine: nothing raised
     """
     from .baselines import fixed_layout_assignment
 
@@ -121,10 +126,14 @@ def build(mod, target=None, fuse: bool = True):
     Returns a ``tvm.runtime.Executable`` for ``tvm.relax.VirtualMachine`` (:func:`compile_module` also
     says which functions no schedule rule covered).
 
-    Example::
-
-        ex = build(apply_layouts(mod, choices), "llvm")
-        vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
+    Example:
+        >>> import numpy as np, tvm
+        >>> from layoutopt.tvm import models
+        >>> x = tvm.runtime.tensor(np.ones((1, 8, 8, 8), "float32"))
+        >>> fused = tvm.relax.VirtualMachine(build(models.chain(), "llvm"), tvm.cpu())
+        >>> unfused = tvm.relax.VirtualMachine(build(models.chain(), "llvm", fuse=False), tvm.cpu())
+        >>> np.allclose(fused["main"](x).numpy(), unfused["main"](x).numpy(), atol=1e-5)
+        True
     """
     return compile_module(mod, target, fuse).executable
 
@@ -141,10 +150,11 @@ class Compiled:
 def compile_module(mod, target=None, fuse: bool = True) -> Compiled:
     """:func:`build`, keeping what the scheduler said: which functions run unscheduled or serial.
 
-    Example::
-
-        compiled = compile_module(apply_layouts(mod, choices), "llvm")
-        compiled.fallbacks      # () when every function got a parallel schedule
+    Example:
+        >>> from layoutopt.tvm import apply_layouts, models
+        >>> compiled = compile_module(apply_layouts(models.chain(), {"conv1": "NCHW8c->NCHW8c"}), "llvm")
+        >>> compiled.fallbacks      # every function got a parallel schedule
+        ()
     """
     tvm = import_tvm()
     from tvm.relax.backend.cpu_generic import pipeline as cpu

@@ -1,8 +1,9 @@
 """Costs as the network runs them: calibrate the isolated kernel measurements with in-network profiles.
 
-A kernel timed alone, warm, and chosen as the minimum over many noisy candidates is not the kernel
-the network runs: in the network its weights and inputs come from memory other layers used, and the
-minimum of ~30 noisy timings is biased low (the winner's curse). Every build that
+A kernel timed alone (cold, by default, as :class:`~layoutopt.tvm.runner.Runner` explains) and
+chosen as the minimum over many noisy candidates is not the kernel the network runs: in the network
+its weights and inputs come from memory other layers used, and the minimum of ~30 noisy timings is
+biased low (the winner's curse). Every build that
 :func:`~layoutopt.tvm.tune_and_build` profiles (:mod:`layoutopt.tvm.profile`: each call timed where
 it runs) tells, for each layer, what its chosen kernel really costs there, and for each inserted
 transform what it costs. :class:`Calibration` gathers those observations; :meth:`Calibration.costs`
@@ -22,11 +23,21 @@ Solving again with the calibrated costs, building, profiling and repeating until
 assignment is one already observed is the loop :func:`~layoutopt.tvm.tune_and_build` runs
 (``calibrate=``): its prediction is then an in-network measurement, checked by the next profile.
 
-Example::
-
-    calibration = Calibration(graph, costs, meta.measured)
-    calibration.observe(observe(profile_calls(executable, inputs), graph, assignment, KernelShapes(target)))
-    solution = layoutopt.solve(graph, calibration.costs())
+Example:
+    >>> import layoutopt
+    >>> from layoutopt.tvm import apply_assignment, build, build_problem, models
+    >>> from layoutopt.tvm.profile import KernelShapes, observe, profile_calls
+    >>> from layoutopt.tvm.timing import random_inputs
+    >>> graph, costs, meta = build_problem(models.chain((8, 8)), cache="costs.jsonl")
+    >>> assignment = layoutopt.solve(graph, costs).assignment
+    >>> calls = profile_calls(build(apply_assignment(graph.mod, graph, assignment)), random_inputs(graph.mod))
+    >>> calibration = Calibration(graph, costs, meta.measured)
+    >>> calibration.observe(observe(calls, graph, assignment, KernelShapes("llvm")))
+    >>> calibrated = calibration.costs()        # conv1's chosen kernel costs what it took in the network
+    >>> chosen = assignment["conv1"]
+    >>> float(calibrated.nodes["conv1"][chosen]) == calibration.kernels["conv1", chosen][0]
+    True
+    >>> solution = layoutopt.solve(graph, calibrated)
 """
 
 from __future__ import annotations
@@ -136,10 +147,28 @@ def calibrated_solution(calibration: Calibration, rounds: int,
     measurement, not an extrapolation. The solution is ``feasible``, keeps the solver's lower
     bound (still valid) and says so in its ``message``.
 
-    Example::
+    Example:
+        As :func:`~layoutopt.tvm.tune_and_build` does: the baselines' builds observed first, then
+        layoutopt's own.
 
-        solution, costs = calibrated_solution(calibration, 2, build_and_observe,
-                                              lambda costs: layoutopt.solve(graph, costs), own)
+        >>> import layoutopt
+        >>> from layoutopt.tvm import apply_assignment, build, build_problem, fixed_layout_assignment, models
+        >>> from layoutopt.tvm.profile import KernelShapes, observe, profile_calls
+        >>> from layoutopt.tvm.timing import random_inputs
+        >>> graph, costs, meta = build_problem(models.chain((8, 8)), cache="costs.jsonl")
+        >>> calibration, profiled = Calibration(graph, costs, meta.measured), []
+        >>> def build_and_observe(assignment):
+        ...     calls = profile_calls(build(apply_assignment(graph.mod, graph, assignment)),
+        ...                           random_inputs(graph.mod))
+        ...     calibration.observe(observe(calls, graph, assignment, KernelShapes("llvm")))
+        ...     profiled.append(assignment)
+        >>> build_and_observe(fixed_layout_assignment(graph, "NCHW8c"))      # a baseline's build
+        >>> build_and_observe(layoutopt.solve(graph, costs).assignment)     # the first solution's
+        >>> solution, calibrated = calibrated_solution(calibration, 2, build_and_observe,
+        ...                                            lambda costs: layoutopt.solve(graph, costs),
+        ...                                            own=lambda: profiled[1:])    # not the baseline's
+        >>> calibration.observed(solution.assignment), 2 <= len(profiled) <= 4
+        (True, True)
     """
     for built in range(rounds + 1):
         costs = calibration.costs()

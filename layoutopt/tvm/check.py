@@ -10,19 +10,27 @@ the meaning.
 
 Why not the float32 default build as the reference: on a model whose branches cancel
 (``y = conv_a(x) - conv_b(x)`` with nearly equal weights) float32 rounding leaves the default build
-itself 0.28 away from the truth (relative to ``max|truth|``), and a correct tuned build 0.17 away from
-the default build: a check against the default build calls that a rewrite bug.
+itself far from the truth (tenths of ``max|truth|``), and a correct tuned build as far from the
+default build: a check against the default build calls that a rewrite bug
+(``tests/tvm/test_check.py`` builds such a model).
 
 Non-finite values: an output that is NaN or inf where the truth is finite is an error of ``inf`` (the
 build fails). A model whose untouched float32 build already gives NaN/inf on the check's input cannot
 be checked on it: :class:`Reference` refuses it, saying so.
 
-Example::
-
-    reference = Reference.of(mod, inputs, target)
-    verdict = reference.judge(run(executable, inputs))
-    verdict.passed, verdict.error, reference.untouched_error
-    first_divergence(mod, graph, assignment, target, inputs)  # on a failure: where it starts
+Example:
+    >>> from layoutopt.tvm import apply_layouts, build, models
+    >>> from layoutopt.tvm.timing import random_inputs, run
+    >>> mod = models.chain()
+    >>> inputs = random_inputs(mod)
+    >>> reference = Reference.of(mod, inputs, "llvm")
+    >>> reference.kind, reference.untouched_error < 1e-5, reference.bounds     # float32 rounding is tiny
+    ('float64', True, (0.0001,))
+    >>> verdict = reference.judge(run(build(apply_layouts(mod, {"conv2": "NCHW16c"})), inputs))
+    >>> verdict.passed, verdict.error < 1e-5
+    (True, True)
+    >>> reference.judge([np.full((1, 16, 8, 8), np.nan, "float32")]).describe("broken")
+    'the broken build is off by NaN/inf where the reference is finite, above its bound 0.0001'
 """
 
 from __future__ import annotations
@@ -153,10 +161,12 @@ class Reference:
         Raises:
             ProblemError: the untouched float32 model gives NaN or inf on these inputs.
 
-        Example::
-
-            reference = Reference.of(mod, random_inputs(mod), "llvm")
-            reference.untouched_error   # float32 rounding alone, e.g. 3e-7
+        Example:
+            >>> from layoutopt.tvm import models
+            >>> from layoutopt.tvm.timing import random_inputs
+            >>> reference = Reference.of(models.dense_head(), random_inputs(models.dense_head()), "llvm")
+            >>> reference.truth[0].dtype, 0 < reference.untouched_error < 1e-5   # float32 rounding alone
+            (dtype('float64'), True)
         """
         from .timing import run
 
@@ -219,10 +229,16 @@ def first_divergence(mod, graph, assignment, target: Any, inputs: Sequence[np.nd
 
     Returns one line naming the binding, its layer's choice when it is a layout node, and its error.
 
-    Example::
+    Example:
+        On a build that is right, it says so; on a wrong one it names the value, e.g. "the first value
+        that diverges is 'conv1_bias': off by 0.5 against the untouched model (bound 0.0001)".
 
-        first_divergence(mod, graph, solution.assignment, "llvm", random_inputs(mod))
-        # "the first value that diverges is 'conv2' (choice NCHW16c->NCHW16c): off by 0.47 ..."
+        >>> from layoutopt.tvm import extract_layout_graph, fixed_layout_assignment, models
+        >>> from layoutopt.tvm.timing import random_inputs
+        >>> graph = extract_layout_graph(models.chain())
+        >>> first_divergence(graph.mod, graph, fixed_layout_assignment(graph, "NCHW16c"), "llvm",
+        ...                  random_inputs(graph.mod))
+        'no value of main diverges on its own when returned (the divergence needs the fused build)'
     """
     from .apply import apply_assignment, apply_layouts
     from .builder import build
@@ -255,10 +271,15 @@ def float64_module(mod):
         ProblemError: ``main`` holds something this widening does not cover (a ``match_cast``, a call
             whose result type is given explicitly, e.g. ``call_tir``), naming it.
 
-    Example::
-
-        wide = float64_module(mod)
-        vm = tvm.relax.VirtualMachine(tvm.compile(wide, "llvm"), tvm.cpu())
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> wide = float64_module(models.chain())
+        >>> wide["main"].params[0].ty, "float32" in wide.script()
+        (R.Tensor((1, 8, 8, 8), dtype="float64"), False)
+        >>> tvm = import_tvm()
+        >>> vm = tvm.relax.VirtualMachine(tvm.compile(wide, "llvm"), tvm.cpu())
+        >>> vm["main"](tvm.runtime.tensor(np.ones((1, 8, 8, 8)))).numpy().dtype
+        dtype('float64')
     """
     tvm = import_tvm()
     relax = tvm.relax

@@ -3,15 +3,25 @@
 Thin: it parses arguments and calls :func:`layoutopt.tvm.tune_and_build` and
 :func:`layoutopt.tvm.report.write_report`. Importing it imports neither TVM nor the solvers.
 
-Example (shell)::
+Example:
+    Command lines, as the shell gives them to ``layoutopt`` (parsed here, not run):
 
-    layoutopt tune                                   # the embedded default model, no download
-    layoutopt tune resnet50.onnx --input-shape 1,3,224,224 --cache costs.jsonl
-    layoutopt tune model.onnx --rpc 127.0.0.1:9190 --key rasp4 \
-        --target '{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}'
-        # measured, checked and timed on the devices registered under rasp4
-    layoutopt tune det.onnx --input-shape 1,3,320,320 --pin conv_out=NCHW16c->NCHW16c -o det.so
-    layoutopt build det.onnx --solution det.solution.json -o det.so   # rebuild, no measurement
+    >>> import shlex
+    >>> from layoutopt.cli import build_parser
+    >>> def parse(command_line):
+    ...     return build_parser().parse_args(shlex.split(command_line))
+    >>> parse("tune").model is None                  # the embedded default model, no download
+    True
+    >>> parse("tune resnet50.onnx --input-shape 1,3,224,224 --cache costs.jsonl").input_shape
+    ['1,3,224,224']
+    >>> args = parse('''tune model.onnx --rpc 127.0.0.1:9190 --key rasp4
+    ...     --target '{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}' ''')
+    >>> args.rpc, args.key       # measured, checked and timed on the devices registered under rasp4
+    ('127.0.0.1:9190', 'rasp4')
+    >>> parse("tune det.onnx --input-shape 1,3,320,320 --pin conv_out=NCHW16c->NCHW16c -o det.so").pin
+    ['conv_out=NCHW16c->NCHW16c']
+    >>> parse("build det.onnx --solution det.solution.json -o det.so").solution   # rebuild, no measurement
+    'det.solution.json'
 """
 
 from __future__ import annotations
@@ -30,9 +40,9 @@ __all__ = ["add_parser", "default_cache_path", "parse_input_shapes", "run"]
 def default_cache_path() -> Path:
     """``$XDG_CACHE_HOME/layoutopt/costs.jsonl`` (``~/.cache/...`` by default): reruns skip measuring.
 
-    Example::
-
-        default_cache_path()     # PosixPath('/root/.cache/layoutopt/costs.jsonl')
+    Example:
+        >>> default_cache_path().parts[-2:]      # under ~/.cache unless XDG_CACHE_HOME says otherwise
+        ('layoutopt', 'costs.jsonl')
     """
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "layoutopt" / "costs.jsonl"

@@ -19,13 +19,20 @@ Example:
     ...
     layoutopt.errors.ProblemError: the solution: layer 'conv1': missing 'op'
 
-In full::
-
-    result = tune_and_build(mod, cache="costs.jsonl")
-    library, solution = result.export("model.so")                # model.so + model.solution.json
-    executable, _ = build_from_solution(mod, solution)           # later: no measurement
-    lib = tvm.runtime.load_module("model.so")
-    vm = tvm.relax.VirtualMachine(lib, tvm.cpu())
+In full:
+    >>> import numpy as np, tvm
+    >>> from layoutopt.tvm import models, tune_and_build
+    >>> mod = models.chain((8, 8))
+    >>> result = tune_and_build(mod, cache="costs.jsonl", guard=False, baselines=(), calibrate=0,
+    ...                         check=False)     # quick: the tuned build alone, unchecked
+    >>> library, solution = result.export("model.so")          # model.so + model.solution.json
+    >>> executable, module = build_from_solution(mod, solution)  # later: no measurement
+    >>> lib = tvm.runtime.load_module("model.so")              # on the device: TVM's runtime only
+    >>> vm = tvm.relax.VirtualMachine(lib, tvm.cpu())
+    >>> x = tvm.runtime.tensor(np.ones((1, 8, 8, 8), "float32"))
+    >>> rebuilt = tvm.relax.VirtualMachine(executable, tvm.cpu())
+    >>> np.array_equal(vm["main"](x).numpy(), rebuilt["main"](x).numpy())    # the same build
+    True
 """
 
 from __future__ import annotations
@@ -282,10 +289,17 @@ class SolutionFile:
     kernel the build chooses, in graph order. A section added later is an optional field (default
     None, left out of the JSON when None), so that the files written before it still read.
 
-    Example::
-
-        solution = load_solution("model.solution.json")
-        solution.handed_back.name, solution.layers[0].candidate, solution.inputs["data"].shape
+    Example:
+        >>> from layoutopt.tvm import models, tune_and_build
+        >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
+        >>> solution = SolutionFile.from_result(result, model="chain")
+        >>> solution.handed_back.name, solution.inputs["data"].shape
+        ('layoutopt', (1, 8, 8, 8))
+        >>> [(layer.layer, layer.kind) for layer in solution.layers]
+        [('conv1', 'target'), ('conv2', 'target')]
+        >>> SolutionFile.from_json(solution.to_json()) == solution
+        True
     """
 
     model: str | None
@@ -351,10 +365,16 @@ class SolutionFile:
     def from_result(cls, result, model: str | None = None) -> SolutionFile:
         """The record of a :class:`~layoutopt.tvm.TuneResult`: the layers of the build it hands back.
 
-        Example::
-
-            record = SolutionFile.from_result(result, model="det.onnx")
-            record.handed_back.name, record.layers[0].candidate
+        Example:
+            >>> from layoutopt.tvm import models, tune_and_build
+            >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
+            ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
+            >>> record = SolutionFile.from_result(result, model="chain")
+            >>> record.model, record.handed_back.name, record.layers[0].layer
+            ('chain', 'layoutopt', 'conv1')
+            >>> chosen = result.solution.assignment["conv1"]
+            >>> record.layers[0].candidate == result.graph.choice("conv1", chosen).candidate
+            True
         """
         variant = result.handed_back
         return cls(
@@ -447,9 +467,16 @@ def save_solution(result, path: str | Path, model: str | None = None) -> Path:
     record itself) to ``path`` as JSON; returns the path. The file is replaced whole: a crash
     leaves the old one or the new one, never half of it.
 
-    Example::
-
-        save_solution(result, "model.solution.json", model="model.onnx")
+    Example:
+        >>> from layoutopt.tvm import models, tune_and_build
+        >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
+        >>> save_solution(result, "chain.solution.json", model="chain")
+        PosixPath('chain.solution.json')
+        >>> import json
+        >>> document = json.loads(open("chain.solution.json").read())
+        >>> document["format"], document["version"], document["model"]["name"]
+        ('layoutopt-solution', 2, 'chain')
     """
     path = Path(path)
     record = result if isinstance(result, SolutionFile) else SolutionFile.from_result(result, model)
@@ -471,10 +498,17 @@ def load_solution(path: str | Path | Mapping[str, Any] | SolutionFile) -> Soluti
         ProblemError: an unreadable file, not a layoutopt solution, a version this layoutopt does
             not read, or a document that breaks the schema (naming the layer and the field).
 
-    Example::
-
-        solution = load_solution("model.solution.json")
-        solution.target, len(solution.layers)
+    Example:
+        >>> from layoutopt.tvm import models, tune_and_build
+        >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
+        >>> solution = load_solution(save_solution(result, "chain.solution.json"))
+        >>> solution.target == dict(result.meta.context.target), len(solution.layers)
+        (True, 2)
+        >>> load_solution({"format": "layoutopt-solution", "version": 3})
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: ...version 3...
     """
     if isinstance(path, SolutionFile):
         return path
@@ -578,10 +612,16 @@ def build_from_solution(mod, solution: str | Path | Mapping[str, Any] | Solution
     Warns:
         SolutionVersionWarning: the file was written with another TVM or layoutopt version.
 
-    Example::
-
-        executable, module = build_from_solution(load_model("det.onnx", [1, 3, 320, 320]),
-                                                 "det.solution.json")
+    Example:
+        >>> from layoutopt.tvm import models, tune_and_build
+        >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
+        >>> path = save_solution(result, "chain.solution.json")
+        >>> executable, module = build_from_solution(models.chain((8, 8), seed=1), path)   # other weights
+        >>> build_from_solution(models.chain((16, 16)), path)
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: ...
     """
     from .apply import apply_layouts
     from .builder import build
@@ -620,10 +660,14 @@ def export_library(executable, path: str | Path) -> Path:
         ProblemError: the library cannot be written, with the compiler's or the linker's own words
             (e.g. ``cannot open output file``).
 
-    Example::
-
-        export_library(result.executable, "model.so")
-        vm = tvm.relax.VirtualMachine(tvm.runtime.load_module("model.so"), tvm.cpu())
+    Example:
+        >>> import numpy as np, tvm
+        >>> from layoutopt.tvm import build, models
+        >>> export_library(build(models.chain()), "chain.so")
+        PosixPath('chain.so')
+        >>> vm = tvm.relax.VirtualMachine(tvm.runtime.load_module("chain.so"), tvm.cpu())
+        >>> vm["main"](tvm.runtime.tensor(np.ones((1, 8, 8, 8), "float32"))).numpy().shape
+        (1, 16, 8, 8)
     """
     path = Path(path)
     try:
@@ -643,9 +687,12 @@ def export(result, library: str | Path, solution: str | Path | None = None,
     ``model.so`` -> ``model.solution.json`` beside it); both paths are checked before either is
     written. Returns the two paths (what :meth:`~layoutopt.tvm.TuneResult.export` does).
 
-    Example::
-
-        library, solution = export(result, "model.so", model="model.onnx")
+    Example:
+        >>> from layoutopt.tvm import models, tune_and_build
+        >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
+        >>> export(result, "out/chain.so", model="chain")
+        (PosixPath('out/chain.so'), PosixPath('out/chain.solution.json'))
     """
     solution = Path(solution) if solution is not None else solution_path(library)
     check_writable(library, "the library")

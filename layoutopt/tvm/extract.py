@@ -20,15 +20,21 @@ a ``networkx.DiGraph`` following the layout model of :mod:`layoutopt.tvm` (the o
 4. **boundary** ops (reshape, softmax, a mean over channels, anything unknown) and the graph's
    **input** and **output** tensors need plain ``NCHW``: nodes with the single choice ``"NCHW"``.
 5. An edge ``P -> Q`` joins two nodes when a tensor flows from ``P`` (through layout-following ops)
-   into ``Q``; its ``"shape"`` is the logical NCHW shape arriving at ``Q``.
+   into ``Q``; its :class:`~layoutopt.tvm.graph.LayoutEdge` (``graph.layout_edge(P, Q)``) names the
+   tensors and their logical NCHW shapes arriving at ``Q``.
 
-Example::
-
-    from layoutopt.tvm import extract_layout_graph, models
-    graph = extract_layout_graph(models.residual(channels=16, size=8), candidates=[8, 16])
-    graph.nodes["conv1"]["choices"]     # ['NCHW8c->NCHW8c', 'NCHW8c->NCHW16c', ..., 'NCHW->NCHW']
-    graph.layout_node("add").kind, graph.nodes["add"]["choices"]   # 'multi', ['NCHW8c', 'NCHW16c', 'NCHW']
-    sorted(graph.predecessors("add"))   # ['conv0', 'conv2']
+Example:
+    >>> from layoutopt.tvm import extract_layout_graph, models
+    >>> graph = extract_layout_graph(models.residual(channels=16, size=8),
+    ...                              candidates={"blocks": [8, 16], "algorithms": ["direct"]})
+    >>> list(graph)
+    ['data', 'conv0', 'conv1', 'conv2', 'add', 'output:gv']
+    >>> graph.nodes["conv1"]["choices"]
+    ['NCHW8c->NCHW8c', 'NCHW8c->NCHW16c', 'NCHW16c->NCHW8c', 'NCHW16c->NCHW16c', 'NCHW->NCHW']
+    >>> graph.layout_node("add").kind, graph.nodes["add"]["choices"]
+    ('multi', ['NCHW8c', 'NCHW16c', 'NCHW'])
+    >>> sorted(graph.predecessors("add")), graph.layout_edge("conv1", "conv2")
+    (['conv0', 'conv2'], LayoutEdge(dtype='float32', values=[Value(name='conv1_relu', shape=(1, 16, 8, 8))]))
 """
 
 from __future__ import annotations
@@ -122,10 +128,17 @@ def extract_layout_graph(
     Raises:
         ProblemError: no ``main``, dynamic or unknown shapes, control flow, or no conv2d/dense op.
 
-    Example::
-
-        graph = extract_layout_graph(models.chain((16, 16)), [8, 16])
-        list(graph)     # ['data', 'conv1', 'conv2', 'output:gv'] (bias and relu follow their conv)
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> graph = extract_layout_graph(models.chain((16, 16)), [8, 16])
+        >>> list(graph)       # bias and relu follow their conv
+        ['data', 'conv1', 'conv2', 'output:gv']
+        >>> graph.following
+        {'conv1_bias': 'conv1', 'conv1_relu': 'conv1', 'conv2_bias': 'conv2', 'gv': 'conv2'}
+        >>> graph.layout_node("conv2").workload["epilogue"]       # fused into it (fuse=True)
+        ['bias', 'relu']
+        >>> len(graph.nodes["conv2"]["choices"])     # direct and Winograd F(2x2), F(4x4) kernels
+        21
     """
     options = CandidateOptions.of(candidates)
     if not prepared:

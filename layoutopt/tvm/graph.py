@@ -218,9 +218,13 @@ class LayoutGraph(nx.DiGraph):
         """``{binding: candidate}`` of the nodes whose choice the rewrite applies (target and multi-input
         ops), from an assignment of choice indices (``Solution.assignment``).
 
-        Example::
-
-            graph.decisions(solution.assignment)   # {'conv1': {'in': 'NCHW8c', 'out': 'NCHW16c'}, ...}
+        Example:
+            >>> graph = LayoutGraph()
+            >>> graph.add_layout_node(LayoutNode("data", "input", "data", "input", {}, (Choice.layout(),)))
+            >>> choices = (Choice({"in": "NCHW", "out": "NCHW"}), Choice({"in": "NCHW", "out": "NCHW16c"}))
+            >>> graph.add_layout_node(LayoutNode("conv1", "target", "conv1", "relax.nn.conv2d", {}, choices))
+            >>> graph.decisions({"data": 0, "conv1": 1})       # the input's choice is no decision
+            {'conv1': {'in': 'NCHW', 'out': 'NCHW16c'}}
         """
         found = {}
         for name, index in assignment.items():

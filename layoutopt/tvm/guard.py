@@ -6,9 +6,12 @@ applies" (:func:`guard_rules`); the fastest build timed side by side that keeps 
 handed back (:func:`fastest_build`): a cost model that misleads the solver can cost the user a
 comparison, never speed.
 
-Example::
-
-    guard_rules(graph)          # ['best_fixed', 'winograd_fixed'] when a conv offers Winograd
+Example:
+    >>> from layoutopt.tvm import extract_layout_graph, models
+    >>> guard_rules(extract_layout_graph(models.chain()))      # its 3x3 convs offer Winograd
+    ['best_fixed', 'winograd_fixed']
+    >>> baseline_builds(["greedy"], guard_rules(extract_layout_graph(models.chain())))
+    ['greedy', 'nchw8c', 'nchw16c', 'best_fixed', 'winograd_nchw8c', 'winograd_nchw16c', 'winograd_fixed']
 """
 
 from __future__ import annotations
@@ -49,9 +52,10 @@ def guard_rules(graph: LayoutGraph) -> list[str]:
     """The fixed rules the guard times the tuned build beside: b*, and the Winograd rule when a conv
     offers Winograd (an algorithm the tuned build may pick, so the fixed rule is a fair bar).
 
-    Example::
-
-        guard_rules(extract_layout_graph(models.chain(), {"algorithms": ["direct"]}))   # ['best_fixed']
+    Example:
+        >>> from layoutopt.tvm import extract_layout_graph, models
+        >>> guard_rules(extract_layout_graph(models.chain(), {"algorithms": ["direct"]}))
+        ['best_fixed']
     """
     offers_winograd = any(choice.record.algorithm == "winograd"
                           for node in graph.layout_nodes() for choice in node.choices)
@@ -65,9 +69,23 @@ def fastest_build(graph: LayoutGraph, variants: Mapping[str, Variant], aliases: 
     the tuned build below 1). A composite's member is named by its composite (b* rather than
     nchw16c); TVM's default build, timed once apart, never competes.
 
-    Example::
+    Example:
+        NCHW16c everywhere (b*'s member here) ran 0.9x the tuned build's latency in each of 9 rounds:
 
-        fastest_build(graph, {"nchw16c": b16}, {"best_fixed": "nchw16c"}, [])   # 'best_fixed' if faster
+        >>> from layoutopt.constraints import parse_constraints
+        >>> from layoutopt.tvm import extract_layout_graph, fixed_layout_assignment, models
+        >>> from layoutopt.tvm.timing import Ratio
+        >>> graph = extract_layout_graph(models.chain())
+        >>> b16 = Variant("nchw16c", "NCHW16c everywhere", None, versus_tuned=Ratio.of([0.9] * 9, [1.0] * 9),
+        ...               assignment=fixed_layout_assignment(graph, "NCHW16c"))
+        >>> fastest_build(graph, {"nchw16c": b16}, {"best_fixed": "nchw16c"}, [])
+        best_fixed measured faster than the tuned build (0.900x its latency, round by round, 95 % interval
+        0.900-0.900): handing it back
+        'best_fixed'
+        >>> fastest_build(graph, {"nchw16c": b16}, {"best_fixed": "nchw16c"},
+        ...               parse_constraints(graph, pin=["conv1=NCHW8c->NCHW8c"]))
+        best_fixed measured faster than the tuned build, but breaks a pin or forbid
+        'layoutopt'
     """
     composite_of = {member: composite for composite, member in aliases.items()}
     rivals = [v for name, v in variants.items() if name not in COMPOSITES and name != "default"
@@ -87,9 +105,15 @@ def respects(graph: LayoutGraph, assignment: Mapping[Hashable, int] | None,
              constraints: Sequence[Constraint]) -> bool:
     """Whether ``assignment`` keeps every pin and avoids every forbidden choice.
 
-    Example::
-
-        respects(graph, solution.assignment, parse_constraints(graph, pin=["conv1=NCHW16c->NCHW16c"]))
+    Example:
+        >>> from layoutopt.constraints import parse_constraints
+        >>> from layoutopt.tvm import extract_layout_graph, fixed_layout_assignment, models
+        >>> graph = extract_layout_graph(models.chain())
+        >>> pin = parse_constraints(graph, pin=["conv1=NCHW8c->NCHW8c"])
+        >>> respects(graph, fixed_layout_assignment(graph, "NCHW8c"), pin)
+        True
+        >>> respects(graph, fixed_layout_assignment(graph, "NCHW16c"), pin)
+        False
     """
     if assignment is None:
         return False

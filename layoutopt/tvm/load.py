@@ -3,9 +3,17 @@
 The command line's front door: every problem with the file or the shapes given for it is a
 :class:`~layoutopt.ProblemError` naming the file, raised before anything is measured.
 
-Example::
-
-    mod = load_model("resnet50.onnx", input_shape=[1, 3, 224, 224])
+Example:
+    >>> import onnx
+    >>> onnx.save(onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 13]>
+    ...     relu (float[N, 4, 8, 8] x) => (float[N, 4, 8, 8] y) { y = Relu(x) }'''), "relu.onnx")
+    >>> load_model("relu.onnx", input_shape=[1, 4, 8, 8])["main"].params[0].ty
+    R.Tensor((1, 4, 8, 8), dtype="float32")
+    >>> load_model("relu.onnx", input_shape=[1, 3, 8, 8])
+    Traceback (most recent call last):
+    ...
+    layoutopt.errors.ProblemError: model 'relu.onnx': input 'x' is declared [None, 4, 8, 8], which the given
+    shape [1, 3, 8, 8] does not fit
 """
 
 from __future__ import annotations
@@ -48,9 +56,15 @@ def load_model(
         ProblemError: unreadable file, unknown format, a shape that does not fit the model, a model
             TVM's frontend cannot import (naming the node and its op, in one line).
 
-    Example::
+    Example:
+        >>> load_model()["main"].params[0].ty          # no file: the embedded default model
+        R.Tensor((1, 3, 56, 56), dtype="float32")
+        >>> load_model("resnet50.onnx", [1, 3, 224, 224])
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: model file 'resnet50.onnx' does not exist
 
-        mod = load_model("resnet50.onnx", input_shape=[1, 3, 224, 224])
+        A model that computes shapes at run time: :func:`fold_shapes`' example.
     """
     if path is None:
         from .models import default_model
@@ -139,9 +153,26 @@ def fold_shapes(model, shapes: Mapping[str, Sequence[int]], where: str = "the mo
     """``model`` (an ``onnx.ModelProto``) with its inputs fixed to ``shapes`` and every subgraph that
     computes a shape folded to a constant, by onnxslim (in the ``tvm`` extra).
 
-    Example::
-
-        folded = fold_shapes(onnx.load("det.onnx"), {"x": [1, 3, 320, 320]})
+    Example:
+        >>> import onnx
+        >>> model = onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 13]>
+        ...     flatten (float[N, 4, 2, 2] x) => (float[N, 16] y)
+        ...             <int64[1] zero = {0}, int64[1] one = {1}, int64[1] rest = {16}> {
+        ...         shape = Shape(x)
+        ...         batch = Slice(shape, zero, one)
+        ...         target = Concat<axis = 0>(batch, rest)
+        ...         y = Reshape(x, target)
+        ...     }''')
+        >>> [node.op_type for node in fold_shapes(model, {"x": [1, 4, 2, 2]}).graph.node]
+        ['Reshape']
+        >>> onnx.save(model, "flatten.onnx")      # load_model folds it before TVM's frontend reads it
+        >>> print(load_model("flatten.onnx", [1, 4, 2, 2]).script())
+        # from tvm.script import ir as I
+        ...
+            def main(x: R.Tensor((1, 4, 2, 2), dtype="float32")) -> R.Tensor((1, 16), dtype="float32"):
+                ...
+                    gv: R.Tensor((1, 16), dtype="float32") = R.reshape(x, R.shape([1, 16]))
+        ...
     """
     try:
         import onnxslim

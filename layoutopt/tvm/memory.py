@@ -18,12 +18,15 @@ limit is the memory available to new processes without swapping (Linux's ``MemAv
 free physical pages); where neither is known, nothing is refused. A model whose lower bound already
 exceeds it cannot be tuned here.
 
-Example::
-
-    from layoutopt.tvm import load_model
-    from layoutopt.tvm.memory import check_memory
-    check_memory(load_model("det.onnx", [1, 3, 20000, 20000]))
-    # ProblemError: the model needs at least 65.9 GB of memory to tune (...), above the 21.4 GB ...
+Example:
+    >>> from layoutopt.tvm import models
+    >>> check_memory(models.chain(size=20000), limit=64 * 2**30)    # a 20000x20000 input, 64 GiB
+    Traceback (most recent call last):
+    ...
+    layoutopt.errors.ProblemError: the model needs at least 141 GB of memory to tune, above the 68.7 GB
+    available (the limit given); give it a smaller input shape. Estimate: inputs 12.8 GB + their float64
+    draw 25.6 GB + weights 14 kB + 2 x 51.2 GB for the inputs and output of its largest op, conv1_bias
+    (relax.add)
 """
 
 from __future__ import annotations
@@ -110,9 +113,14 @@ def _bytes(ty, per_element: int | None = None) -> int:
 def estimate_memory(mod) -> MemoryEstimate:
     """The lower bound of the memory tuning ``mod`` needs, from its ``main``'s static shapes.
 
-    Example::
-
-        estimate_memory(models.default_model()).total     # 1087440 (bytes)
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> estimate = estimate_memory(models.chain())    # input (1, 8, 8, 8), convs to 16 channels
+        >>> estimate
+        MemoryEstimate(inputs=2048, drawn=4096, weights=13952, largest_op='conv1_bias (relax.add)',
+                       largest_op_bytes=8192)
+        >>> estimate.total
+        36480
     """
     tvm = import_tvm()
     main = mod["main"]
@@ -142,9 +150,10 @@ def estimate_memory(mod) -> MemoryEstimate:
 def available_memory() -> tuple[int, str] | None:
     """``(bytes, source)``: the memory new processes can get without swapping, or None if unknown.
 
-    Example::
-
-        available_memory()      # (23011733504, 'MemAvailable in /proc/meminfo')
+    Example:
+        >>> available, source = available_memory()    # on Linux
+        >>> available > 0, source
+        (True, 'MemAvailable in /proc/meminfo')
     """
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -172,10 +181,15 @@ def check_memory(mod, limit: int | None = None) -> MemoryEstimate:
     Raises:
         ProblemError: the estimate exceeds the limit; the message gives both, and the estimate's terms.
 
-    Example::
-
-        check_memory(models.default_model())            # fine: about 1 MB
-        check_memory(mod, limit=2**30)                  # ProblemError if mod needs more than 1 GiB
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> check_memory(models.default_model()).total     # fine: about 3 MB
+        3122344
+        >>> check_memory(models.chain(size=2048), limit=2**30)
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: the model needs at least 1.48 GB of memory to tune, above the 1.07 GB
+        available (the limit given); give it a smaller input shape. Estimate: ...
     """
     estimate = estimate_memory(mod)
     if limit is None:

@@ -13,11 +13,13 @@ Binding names are readable (``conv1``, ``relu1``, ``add``...) so tests can refer
 :func:`resnet`    ResNet-18/34/50/101/152 (``depth=``), any width and image size
 ================  =============================================================================
 
-Example::
-
-    from layoutopt.tvm import models
-    mod = models.residual(channels=16, size=8)
-    mod = models.resnet(depth=50)            # 53 conv2d, 16 residual adds, 224x224 input
+Example:
+    >>> from layoutopt.tvm import models
+    >>> mod = models.residual(channels=16, size=8)
+    >>> mod["main"].params[0].ty, mod["main"].body.ty
+    (R.Tensor((1, 3, 8, 8), dtype="float32"), R.Tensor((1, 16, 8, 8), dtype="float32"))
+    >>> models.resnet(depth=50, width=8, size=32).script().count("R.nn.conv2d(")
+    53
 """
 
 from __future__ import annotations
@@ -99,9 +101,10 @@ class _NetBuilder:
 def chain(channels: Sequence[int] = (16, 16), in_channels: int = 8, size: int = 8, seed: int = 0):
     """A chain of 3x3 conv + bias + relu, one conv per entry of ``channels``.
 
-    Example::
-
-        mod = chain((16, 32), in_channels=8, size=8)   # conv1: 8->16, conv2: 16->32
+    Example:
+        >>> mod = chain((16, 32), in_channels=8, size=8)   # conv1: 8->16, conv2: 16->32
+        >>> mod["main"].body.ty
+        R.Tensor((1, 32, 8, 8), dtype="float32")
     """
     net = _NetBuilder(in_channels, size, seed)
 
@@ -119,9 +122,13 @@ def residual(channels: int = 16, size: int = 8, seed: int = 0):
     The stem ``conv0`` (3 -> ``channels``) feeds both ``conv1`` and the skip connection, so the
     residual ``add`` has two computed inputs and is a multi-input node.
 
-    Example::
-
-        mod = residual(channels=16, size=8)
+    Example:
+        >>> print(residual(channels=16, size=8).script())
+        # from tvm.script import ir as I
+        ...
+                    add: R.Tensor((1, 16, 8, 8), dtype="float32") = R.add(conv2_bias, conv0_relu)
+                    add_relu: R.Tensor((1, 16, 8, 8), dtype="float32") = R.nn.relu(add)
+        ...
     """
     net = _NetBuilder(3, size, seed)
 
@@ -142,9 +149,9 @@ def concat3(channels: Sequence[int] = (8, 16, 8), in_channels: int = 8, size: in
     then 1x1 conv ``branch3``. ``concat`` has ``sum(channels)`` channels; ``head`` maps them back to
     ``in_channels``.
 
-    Example::
-
-        mod = concat3((8, 16, 8))   # concat of 8 + 16 + 8 = 32 channels
+    Example:
+        >>> "R.concat(" in concat3((8, 16, 8)).script()   # of 8 + 16 + 8 = 32 channels
+        True
     """
     if len(channels) != 3:
         raise ProblemError(f"concat3 needs three branch widths, got {list(channels)}")
@@ -165,9 +172,10 @@ def concat3(channels: Sequence[int] = (8, 16, 8), in_channels: int = 8, size: in
 def dense_head(channels: int = 16, in_channels: int = 8, size: int = 8, classes: int = 10, seed: int = 0):
     """A classifier head: conv -> relu -> 2x2 max pool -> flatten (reshape) -> dense (matmul + bias).
 
-    Example::
-
-        mod = dense_head(channels=16, size=8, classes=10)   # dense: 16*4*4 = 256 -> 10
+    Example:
+        >>> mod = dense_head(channels=16, size=8, classes=10)   # dense: 16*4*4 = 256 -> 10
+        >>> mod["main"].body.ty
+        R.Tensor((1, 10), dtype="float32")
     """
     net = _NetBuilder(in_channels, size, seed)
 
@@ -186,10 +194,10 @@ def resnet(depth: int = 50, width: int = 64, size: int = 224, classes: int = 100
     smaller widths and images give quick test models. Global average pooling is ``mean`` over
     H and W, as torch.export and ONNX import it.
 
-    Example::
-
-        mod = resnet(depth=50)                           # the real ResNet-50 shapes
-        small = resnet(depth=18, width=8, size=32)       # 21 conv2d in a few ms
+    Example:
+        >>> small = resnet(depth=18, width=8, size=32)   # resnet(depth=50): the real ResNet-50 shapes
+        >>> small.script().count("R.nn.conv2d("), small["main"].body.ty
+        (20, R.Tensor((1, 1000), dtype="float32"))
     """
     if depth not in _RESNET_LAYERS:
         raise ProblemError(f"resnet depth must be one of {sorted(_RESNET_LAYERS)}, not {depth!r}")
@@ -228,8 +236,8 @@ def resnet(depth: int = 50, width: int = 64, size: int = 224, classes: int = 100
 def default_model():
     """The demo model: a narrow ResNet-18 on 56x56 images (quick to measure, real ResNet structure).
 
-    Example::
-
-        mod = default_model()
+    Example:
+        >>> default_model()["main"].params[0].ty
+        R.Tensor((1, 3, 56, 56), dtype="float32")
     """
     return resnet(depth=18, width=16, size=56, classes=10)

@@ -4,10 +4,27 @@ Batch norm folded into its conv or decomposed into per-channel constant arithmet
 constants folded, the ONNX frontend's ``Clip`` written as ``maximum``/``minimum`` (which follow layouts),
 binding names made unique (layout graph nodes are keyed by them).
 
-Example::
-
-    import onnx, tvm
-    mod = prepare(tvm.relax.frontend.onnx.from_onnx(onnx.load("resnet50.onnx")))
+Example:
+    >>> import onnx
+    >>> from tvm.relax.frontend.onnx import from_onnx
+    >>> model = onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 13]>
+    ...     conv_bn_relu6 (float[1, 2, 4, 4] x) => (float[1, 2, 4, 4] y)
+    ...         <float[2, 2, 1, 1] w = {1, 0, 0, 1}, float[2] scale = {1, 2}, float[2] shift = {0, 1},
+    ...          float[2] mean = {0, 0}, float[2] var = {1, 1}, float low = {0}, float high = {6}> {
+    ...         c = Conv(x, w)
+    ...         n = BatchNormalization(c, scale, shift, mean, var)
+    ...         y = Clip(n, low, high)
+    ...     }''')
+    >>> print(prepare(from_onnx(model)).script())    # batch norm in the conv and a bias; Clip as max/min
+    # from tvm.script import ir as I
+    ...
+            with R.dataflow():
+                lv5: R.Tensor((1, 2, 4, 4), dtype="float32") = R.nn.conv2d(x, ...)
+                lv2: R.Tensor((1, 2, 4, 4), dtype="float32") = R.add(lv5, metadata["ir.GenericConst"][1])
+                lv7: R.Tensor((1, 2, 4, 4), dtype="float32") = R.maximum(lv2, R.const(0.0, "float32"))
+                gv: R.Tensor((1, 2, 4, 4), dtype="float32") = R.minimum(lv7, R.const(6.0, "float32"))
+                R.output(gv)
+    ...
 """
 
 from __future__ import annotations
@@ -48,10 +65,21 @@ def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
     The rewrite (:mod:`layoutopt.tvm.apply`) must run on the module this returns, so that node
     names match bindings. It is deterministic: preparing twice gives the same names.
 
-    Example::
+    Example:
+        Weights kept as parameters (``keep_params_in_input=True``) bound as constants, by name:
 
-        import onnx, tvm
-        mod = prepare(tvm.relax.frontend.onnx.from_onnx(onnx.load("resnet50.onnx")))
+        >>> import onnx
+        >>> from tvm.relax.frontend.onnx import from_onnx
+        >>> model = onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 13]>
+        ...     conv (float[1, 2, 4, 4] x) => (float[1, 2, 4, 4] y) <float[2, 2, 1, 1] w = {1, 0, 0, 1}> {
+        ...         y = Conv(x, w)
+        ...     }''')
+        >>> mod = from_onnx(model, keep_params_in_input=True)
+        >>> [param.name for param in mod["main"].params]
+        ['x', 'w']
+        >>> mod = prepare(mod, {"w": np.eye(2, dtype="float32").reshape(2, 2, 1, 1)})
+        >>> [param.name for param in mod["main"].params]
+        ['x']
     """
     tvm = import_tvm()
     relax = tvm.relax
@@ -98,14 +126,25 @@ def fold_elementwise_constants(mod):
 
     ``FoldBatchnormToConv2D`` and ``DecomposeOpsForInference`` leave up to eight per batch norm (the
     scale ``gamma / sqrt(var + eps)`` into the weights, the shift into a bias), and ``FoldConstant``
-    compiles and runs each one as a kernel of its own: 39.8 s for the 53 batch norms of a ResNet-50
-    written in ONNX (``benchmarks/onnx_written.py``, width 4), where numpy takes milliseconds. Ops it
+    compiles and runs each one as a kernel of its own: tens of seconds for the 53 batch norms of a
+    ResNet-50 written in ONNX (``benchmarks/onnx_written.py``), where numpy takes milliseconds. Ops it
     does not know, non-float results (integer division and overflow follow TVM's rules, not numpy's)
     and results without the call's static shape are left to ``FoldConstant``.
 
-    Example::
-
-        mod = fold_elementwise_constants(relax.transform.FoldBatchnormToConv2D()(mod))
+    Example:
+        >>> import onnx
+        >>> from tvm import relax
+        >>> from tvm.relax.frontend.onnx import from_onnx
+        >>> model = onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 13]>
+        ...     bn (float[1, 2, 4, 4] x) => (float[1, 2, 4, 4] y)
+        ...         <float[2] scale = {1, 2}, float[2] shift = {0, 1}, float[2] mean = {0, 0},
+        ...          float[2] var = {1, 1}> {
+        ...         y = BatchNormalization(x, scale, shift, mean, var)
+        ...     }''')
+        >>> mod = relax.transform.DecomposeOpsForInference()(from_onnx(model))
+        >>> folded = fold_elementwise_constants(mod)
+        >>> [(op, mod.script().count(op), folded.script().count(op)) for op in ("R.expand_dims(", "R.sqrt(")]
+        [('R.expand_dims(', 4, 0), ('R.sqrt(', 1, 0)]
     """
     tvm = import_tvm()
     relax = tvm.relax
@@ -156,9 +195,17 @@ def clip_bounds_as_ops(mod):
     transforms around every one. ``relax.maximum``/``relax.minimum`` by a scalar follow their input's
     layout instead (and legalize to the same TOPI computation).
 
-    Example::
-
-        mod = clip_bounds_as_ops(prepare(from_onnx(onnx.load("mobilenet.onnx"))))
+    Example:
+        >>> import onnx
+        >>> from tvm import relax
+        >>> from tvm.relax.frontend.onnx import from_onnx
+        >>> model = onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 13]>
+        ...     relu6 (float[1, 2, 4, 4] x) => (float[1, 2, 4, 4] y) <float low = {0}, float high = {6}> {
+        ...         y = Clip(x, low, high)
+        ...     }''')
+        >>> mod = relax.transform.FoldConstant()(from_onnx(model))
+        >>> mod.script().count("R.call_tir("), clip_bounds_as_ops(mod).script().count("R.call_tir(")
+        (2, 0)
     """
     tvm = import_tvm()
     relax = tvm.relax
@@ -196,9 +243,22 @@ def channel_shuffles_as_take(mod):
     of blocks and lanes, :mod:`layoutopt.tvm.apply`). Channel ``c`` of the output is channel
     ``(c % g) * (C / g) + c // g`` of the input.
 
-    Example::
-
-        mod = channel_shuffles_as_take(prepare(from_onnx(onnx.load("shufflenet_v2.onnx"))))
+    Example:
+        >>> import numpy as np
+        >>> from tvm import relax
+        >>> bb = relax.BlockBuilder()
+        >>> x = relax.Var("x", relax.TensorType((1, 6, 4, 4), "float32"))
+        >>> with bb.function("main", [x]):
+        ...     with bb.dataflow():
+        ...         grouped = bb.emit(relax.op.reshape(x, (1, 2, 3, 4, 4)))
+        ...         swapped = bb.emit(relax.op.permute_dims(grouped, [0, 2, 1, 3, 4]))
+        ...         out = bb.emit_output(relax.op.reshape(swapped, (1, 6, 4, 4)))
+        ...     _ = bb.emit_func_output(out)
+        >>> shuffled = channel_shuffles_as_take(bb.get())
+        >>> [b.value.op.name for b in shuffled["main"].body.blocks[0].bindings if hasattr(b.value, "op")]
+        ['relax.take']
+        >>> shuffled["main"].body.blocks[0].bindings[0].value.args[1].value.numpy().tolist()
+        [0, 3, 1, 4, 2, 5]
     """
     tvm = import_tvm()
     relax = tvm.relax

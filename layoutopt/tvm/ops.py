@@ -4,9 +4,15 @@ The one classification extraction (:mod:`layoutopt.tvm.extract`) and the rewrite
 (:mod:`layoutopt.tvm.apply`) both use, so that the layout graph costs exactly the program the
 rewrite emits.
 
-Example::
-
-    layout_carrier(relu_call, "relax.nn.relu")   # the Var relu reads: relu runs in its layout
+Example:
+    >>> from layoutopt.tvm import models
+    >>> calls = {b.var.name: b.value for b in models.chain()["main"].body.blocks[0].bindings}
+    >>> layout_carrier(calls["conv1_relu"], "relax.nn.relu").name   # relu runs in its input's layout
+    'conv1_bias'
+    >>> layout_carrier(calls["conv1_bias"], "relax.add").name       # so does + a per-channel bias
+    'conv1'
+    >>> layout_carrier(calls["conv1"], "relax.nn.conv2d") is None   # a conv chooses its own
+    True
 """
 
 from __future__ import annotations
@@ -81,10 +87,13 @@ def is_tensor_constant(expr) -> bool:
     plain numbers some ops take as arguments (``R.clip(x, 0, 6)``'s bounds, as the ONNX frontend
     writes HardSigmoid and Clip): those hold a Python number, not a tensor, and have no layout.
 
-    Example::
-
-        is_tensor_constant(relax.const(np.ones((1, 8, 1, 1), "float32")))   # True
-        is_tensor_constant(relax.op.clip(x, 0, 6).args[1])                  # False: an IntImm
+    Example:
+        >>> from tvm import relax
+        >>> is_tensor_constant(relax.const(np.ones((1, 8, 1, 1), "float32")))
+        True
+        >>> x = relax.Var("x", relax.TensorType((1, 8, 4, 4), "float32"))
+        >>> is_tensor_constant(relax.op.clip(x, 0, 6).args[1])      # an IntImm
+        False
     """
     tvm = import_tvm()
     return isinstance(expr, tvm.ir.expr.Constant) and isinstance(expr.ty, tvm.relax.TensorType)
@@ -111,9 +120,11 @@ def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None =
     ``is_data(var)`` tells computed tensors from other Vars (extraction's unbound weights); default:
     every Var is data.
 
-    Example::
-
-        layout_carrier(relu_call, "relax.nn.relu")   # the Var relu reads
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> calls = {b.var.name: b.value for b in models.chain()["main"].body.blocks[0].bindings}
+        >>> layout_carrier(calls["conv1_relu"], "relax.nn.relu").name   # the Var relu reads
+        'conv1_bias'
     """
     tvm = import_tvm()
     relax = tvm.relax
@@ -167,10 +178,14 @@ def channel_split_sections(call) -> list[int] | None:
     """The channel counts of the pieces a ``relax.split`` of a 4-D tensor along channels (axis 1) cuts
     (YOLO's C2f, ShuffleNet's channel split), or None for any other split.
 
-    Example::
-
-        channel_split_sections(relax.op.split(x, 2, axis=1))          # [64, 64] for 128 channels
-        channel_split_sections(relax.op.split(x, [16, 48], axis=1))   # [16, 32, 80] for 128 channels
+    Example:
+        >>> from tvm import relax
+        >>> x = relax.Var("x", relax.TensorType((1, 128, 8, 8), "float32"))
+        >>> channel_split_sections(relax.op.split(x, 2, axis=1)), channel_split_sections(
+        ...     relax.op.split(x, [16, 48], axis=1))
+        ([64, 64], [16, 32, 80])
+        >>> channel_split_sections(relax.op.split(x, 2, axis=2)) is None    # along the height: not a cut
+        True
     """
     shape = static_shape(call.args[0]) if call.args else None
     if shape is None or len(shape) != 4 or int(call.attrs.axis) % 4 != 1:
@@ -188,9 +203,13 @@ def channel_permutation(call) -> np.ndarray | None:
     a constant permutation (a channel shuffle, :func:`~layoutopt.tvm.normalise.channel_shuffles_as_take`),
     or None for any other take.
 
-    Example::
-
-        channel_permutation(relax.op.take(x, relax.const(np.array([1, 0])), axis=1))  # array([1, 0])
+    Example:
+        >>> from tvm import relax
+        >>> x = relax.Var("x", relax.TensorType((1, 2, 4, 4), "float32"))
+        >>> channel_permutation(relax.op.take(x, relax.const(np.array([1, 0])), axis=1)).tolist()
+        [1, 0]
+        >>> channel_permutation(relax.op.take(x, relax.const(np.array([1, 1])), axis=1)) is None
+        True
     """
     relax = import_tvm().relax
     data = call.args[0] if call.args else None
@@ -210,9 +229,13 @@ def slice_ranges(call) -> list[tuple[int, int, int, int]] | None:
     """``(axis, begin, end, stride)`` per sliced axis of a ``relax.strided_slice`` of a 4-D computed
     tensor with constant bounds, normalised (non-negative, clipped to the axis), or None.
 
-    Example::
-
-        slice_ranges(relax.op.strided_slice(x, axes=[1], begin=[16], end=[48]))    # [(1, 16, 48, 1)]
+    Example:
+        >>> from tvm import relax
+        >>> x = relax.Var("x", relax.TensorType((1, 64, 8, 8), "float32"))
+        >>> slice_ranges(relax.op.strided_slice(x, axes=[1], begin=[16], end=[48]))
+        [(1, 16, 48, 1)]
+        >>> slice_ranges(relax.op.strided_slice(x, axes=[2, 3], begin=[0, 1], end=[8, -1], strides=[2, 2]))
+        [(2, 0, 8, 2), (3, 1, 7, 2)]
     """
     relax = import_tvm().relax
     data = call.args[0] if call.args else None
@@ -261,9 +284,12 @@ def conv2d_workload(call) -> dict[str, Any]:
     """The kernel workload (:mod:`layoutopt.tvm.kernels.workload`) of an NCHW/OIHW ``relax.nn.conv2d``
     call with static shapes, without epilogue.
 
-    Example::
-
-        conv2d_workload(call)   # {'op': 'conv2d', 'data': [1, 64, 56, 56], 'kernel': [64, 64, 3, 3], ...}
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> conv1 = models.chain()["main"].body.blocks[0].bindings[0]
+        >>> conv1.var.name, conv2d_workload(conv1.value)
+        ('conv1', {'op': 'conv2d', 'data': [1, 8, 8, 8], 'kernel': [16, 8, 3, 3], 'strides': [1, 1],
+                   'padding': [1, 1, 1, 1], 'dilation': [1, 1], 'groups': 1, 'dtype': 'float32'})
     """
     attrs = call.attrs
     return {
@@ -278,9 +304,13 @@ def conv2d_transpose_workload(call) -> dict[str, Any]:
     """The kernel workload of an NCHW/IOHW ``relax.nn.conv2d_transpose`` call with static shapes,
     without epilogue (see :mod:`layoutopt.tvm.kernels.conv2d_transpose`).
 
-    Example::
-
-        conv2d_transpose_workload(call)   # {'op': 'conv2d_transpose', 'data': [1, 24, 80, 80], ...}
+    Example:
+        >>> from tvm import relax
+        >>> x = relax.Var("x", relax.TensorType((1, 24, 80, 80), "float32"))
+        >>> w = relax.Var("w", relax.TensorType((24, 8, 2, 2), "float32"))
+        >>> workload = conv2d_transpose_workload(relax.op.nn.conv2d_transpose(x, w, strides=2))
+        >>> workload["op"], workload["data"], workload["kernel"], workload["strides"]
+        ('conv2d_transpose', [1, 24, 80, 80], [24, 8, 2, 2], [2, 2])
     """
     attrs = call.attrs
     return {
@@ -295,9 +325,14 @@ def conv2d_transpose_workload(call) -> dict[str, Any]:
 def resize_workload(call) -> dict[str, Any]:
     """The workload of a ``relax.image.resize2d`` call in NCHW (see :mod:`layoutopt.tvm.kernels.resize`).
 
-    Example::
-
-        resize_workload(call)   # {'op': 'resize2d', 'data': [1, 96, 10, 10], 'size': [20, 20], ...}
+    Example:
+        >>> from tvm import relax
+        >>> x = relax.Var("x", relax.TensorType((1, 96, 10, 10), "float32"))
+        >>> resize = relax.op.image.resize2d(x, (20, 20), method="nearest_neighbor")
+        >>> call = relax.BlockBuilder().normalize(resize)
+        >>> workload = resize_workload(call)
+        >>> workload["op"], workload["size"], workload["method"]
+        ('resize2d', [20, 20], 'nearest_neighbor')
     """
     attrs = call.attrs
     return {
@@ -311,9 +346,11 @@ def resize_workload(call) -> dict[str, Any]:
 def dense_workload(call) -> dict[str, Any]:
     """The dense workload of a ``relax.matmul(x, W)`` call by a 2-D ``(K, N)`` weight (held ``(N, K)``).
 
-    Example::
-
-        dense_workload(call)    # {'op': 'dense', 'data': [1, 2048], 'weight': [1000, 2048], ...}
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> calls = {b.var.name: b.value for b in models.dense_head()["main"].body.blocks[0].bindings}
+        >>> dense_workload(calls["dense"])     # relax.matmul(flatten, W) with W of shape (256, 10)
+        {'op': 'dense', 'data': [1, 256], 'weight': [10, 256], 'dtype': 'float32'}
     """
     data, weight = static_shape(call.args[0]), static_shape(call.args[1])
     return {"op": "dense", "data": data, "weight": [weight[1], weight[0]],

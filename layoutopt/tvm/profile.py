@@ -1,17 +1,24 @@
 """Observing a build in the network: every call of ``main`` timed inside the running network, and
 matched, once, to the layout graph's kernels and transforms.
 
-The layout problem prices each kernel and transform alone, with warm caches; in the network they
-run between other kernels, and ops outside the model (pooling, concat, the VM's own builtins) take
-time too. :func:`profile_calls` times each call in place (through the VM's instrument hook, as TVM
-0.27's Relax VM has no profiler); :func:`time_breakdown` sets those times beside the prediction per
-category of op, and :func:`layer_times` gives each conv2d/dense layer its in-network time.
+The layout problem prices each kernel and transform alone (cold, by default:
+:class:`~layoutopt.tvm.runner.Runner`); in the network they run between other kernels, and ops
+outside the model (pooling, concat, the VM's own builtins) take time too. :func:`profile_calls` times
+each call in place (through the VM's instrument hook, as TVM 0.27's Relax VM has no profiler);
+:func:`time_breakdown` sets those times beside the prediction per category of op, and :func:`observe`
+gives each conv2d/dense layer and each layout transform its in-network time.
 
-Example::
-
-    calls = profile_calls(result.executable, random_inputs(result.module))
-    for row in time_breakdown(calls, result.graph, result.costs, result.solution.assignment):
-        print(row.category, row.predicted, row.measured)
+Example:
+    >>> from layoutopt.tvm import apply_assignment, build, build_problem, fixed_layout_assignment, models
+    >>> from layoutopt.tvm.timing import random_inputs
+    >>> graph, costs, meta = build_problem(models.chain((8, 8)), cache="costs.jsonl")
+    >>> assignment = fixed_layout_assignment(graph, "NCHW8c")
+    >>> calls = profile_calls(build(apply_assignment(graph.mod, graph, assignment)), random_inputs(graph.mod))
+    >>> for row in time_breakdown(calls, graph, costs, assignment):
+    ...     print(row.category, row.calls, "predicted" if row.predicted is not None else "outside the model")
+    conv2d 2 predicted
+    layout_transform 2 predicted
+    vm builtins ... outside the model
 """
 
 from __future__ import annotations
@@ -95,15 +102,20 @@ def profile_calls(executable, inputs: Sequence[np.ndarray], repeat: int = 5,
     each call (see :func:`profile_builds`).
 
     The sum of the calls is not the latency (measure that with
-    :func:`~layoutopt.tvm.measure_latency`): the hook pauses the VM between calls, TVM's worker
-    threads may fall asleep there, and a kernel then pays their wake-up (on Inception-v3's ~300 small
-    kernels the calls added up to 66.9 ms for a 58.4 ms latency). Each kernel's time is otherwise
-    what it is in the network: its inputs and weights as cold or warm as the program leaves them.
+    :func:`~layoutopt.tvm.timing.measure_latency`): the hook pauses the VM between calls, TVM's worker
+    threads may fall asleep there, and a kernel then pays their wake-up (on a model of hundreds of
+    small kernels the calls add up to more than the latency). Each kernel's time is otherwise what it
+    is in the network: its inputs and weights as cold or warm as the program leaves them.
 
-    Example::
-
-        calls = profile_calls(build(mod), random_inputs(mod))
-        sum(c.seconds for c in calls if call_category(c.symbol) == "conv2d")
+    Example:
+        >>> from layoutopt.tvm import build, models
+        >>> from layoutopt.tvm.timing import random_inputs
+        >>> calls = profile_calls(build(models.chain()), random_inputs(models.chain()))
+        >>> [call.shapes for call in calls if call_category(call.symbol) == "conv2d"]   # with bias, relu
+        [((1, 8, 8, 8), (16, 8, 3, 3), (1, 16, 1, 1), (1, 16, 8, 8)),
+         ((1, 16, 8, 8), (16, 16, 3, 3), (1, 16, 1, 1), (1, 16, 8, 8))]
+        >>> all(call.seconds > 0 for call in calls)
+        True
     """
     return profile_builds({"build": executable}, inputs, repeat, runner)["build"]
 
@@ -115,18 +127,25 @@ def profile_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray],
     episodes, and builds profiled one after the other would not see the same ones.
 
     Each call's time is the fastest of its ``repeat`` runs. The host's interference only ever adds
-    time (a core shared with another tenant ran 1.45x slower for seconds at a time here), so the
-    fastest run is the call's own cost, and it holds still: Inception-v3's tuned build profiled eight
-    times over two minutes summed to 42.3-42.6 ms with the fastest run per call, 43.6-47.8 ms with the
-    median. The calibrated costs and the in-network check are made of these times.
+    time (a core shared with another tenant runs slower for seconds at a time), so the fastest run is
+    the call's own cost, and it holds still where the median moves (``benchmarks/results/e2e-notes.md``
+    measured both). The calibrated costs and the in-network check are made of these times.
 
     Raises:
         ProblemError: ``runner`` cannot time the calls of a running build (the VM's instrument hook
             calls back into Python: an RPC device cannot).
 
-    Example::
-
-        calls = profile_builds({"tuned": ex1, "nchw16c": ex2}, random_inputs(mod))
+    Example:
+        >>> from layoutopt.tvm import apply_layouts, build, models
+        >>> from layoutopt.tvm.timing import random_inputs
+        >>> mod = models.chain()
+        >>> builds = {"tuned": build(apply_layouts(mod, {"conv1": "NCHW8c->NCHW16c", "conv2": "NCHW16c"})),
+        ...           "nchw": build(mod)}
+        >>> profiles = profile_builds(builds, random_inputs(mod), repeat=3)
+        >>> for name, calls in profiles.items():
+        ...     print(name, [call_category(call.symbol) for call in calls if "vm" not in call.symbol])
+        tuned ['layout_transform', 'conv2d', 'conv2d', 'layout_transform']
+        nchw ['conv2d', 'conv2d']
     """
     tvm = import_tvm()
     runner = runner or LocalRunner()
@@ -173,9 +192,16 @@ def time_breakdown(calls: Sequence[Call], graph: LayoutGraph, costs: Any,
     (layout_transform) and, once calibrated in the network, the concats; the other categories are
     outside the layout problem (``None``).
 
-    Example::
-
-        time_breakdown(profile_calls(ex, inputs), graph, costs, solution.assignment)
+    Example:
+        >>> from layoutopt.tvm import apply_assignment, build, build_problem, fixed_layout_assignment, models
+        >>> from layoutopt.tvm.timing import random_inputs
+        >>> graph, costs, meta = build_problem(models.chain((8, 8)), cache="costs.jsonl")
+        >>> assignment = fixed_layout_assignment(graph, "NCHW8c")
+        >>> executable = build(apply_assignment(graph.mod, graph, assignment))
+        >>> breakdown = time_breakdown(profile_calls(executable, random_inputs(graph.mod)), graph, costs,
+        ...                            assignment)
+        >>> [(row.category, row.calls, row.predicted is not None, row.measured > 0) for row in breakdown]
+        [('conv2d', 2, True, True), ('layout_transform', 2, True, True), ('vm builtins', ..., False, True)]
     """
     problem = Problem.from_graph(graph, costs)
     index = {node: i for i, node in enumerate(problem.nodes)}
@@ -206,10 +232,13 @@ class KernelShapes:
     (:func:`~layoutopt.tvm.kernels.kernel_tensors`: the compute alone, never scheduled nor compiled).
     Each kernel's shapes are worked out once, whatever the number of profiles matched against them.
 
-    Example::
-
-        shapes = KernelShapes("llvm")
-        shapes(workload, {"in": "NCHW16c", "out": "NCHW16c"})   # [(1, 4, 56, 56, 16), ...]
+    Example:
+        >>> shapes = KernelShapes("llvm")
+        >>> workload = {"op": "conv2d", "data": [1, 8, 8, 8], "kernel": [8, 8, 3, 3], "strides": [1, 1],
+        ...             "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32",
+        ...             "epilogue": ["bias", "relu"]}
+        >>> shapes(workload, {"in": "NCHW8c", "out": "NCHW8c"})     # data, weight, bias, output
+        [(1, 1, 8, 8, 8), (1, 1, 3, 3, 8, 8), (1, 1, 1, 1, 8), (1, 1, 8, 8, 8)]
     """
 
     def __init__(self, target: Any = None) -> None:
@@ -251,10 +280,17 @@ def observe(calls: Sequence[Call], graph: LayoutGraph, assignment: Mapping[Hasha
     weight and output shapes alone. A transform is matched by its source and destination shapes to the
     transforms the edges imply; a concat by its inputs' and output's shapes in its chosen layout.
 
-    Example::
-
-        observation = observe(profile_calls(ex, inputs), graph, assignment, KernelShapes("llvm"))
-        observation.kernels["conv1"], observation.transforms
+    Example:
+        >>> import layoutopt
+        >>> from layoutopt.tvm import apply_assignment, build, build_problem, models
+        >>> from layoutopt.tvm.timing import random_inputs
+        >>> graph, costs, meta = build_problem(models.chain((8, 8)), cache="costs.jsonl")
+        >>> assignment = layoutopt.solve(graph, costs).assignment
+        >>> executable = build(apply_assignment(graph.mod, graph, assignment))
+        >>> observation = observe(profile_calls(executable, random_inputs(graph.mod)), graph, assignment,
+        ...                       KernelShapes("llvm"))
+        >>> sorted(observation.kernels), all(seconds > 0 for seconds in observation.kernels.values())
+        (['conv1', 'conv2'], True)
     """
     kernels = _layer_times(calls, graph, assignment, shapes)
     kernels.update(_multi_input_times(calls, graph, assignment))

@@ -4,10 +4,20 @@ The plot shows, per layer (problem node, in graph order), the chosen kernel's ti
 fastest kernel of that layer, with the layout-transform time paid on its inputs stacked on top and
 marked where transforms were placed.
 
-Example::
-
-    result = tune_and_build(mod)
-    paths = write_report(result, "report")      # report/report.md, report/report.png
+Example:
+    >>> from layoutopt.tvm import models, tune_and_build
+    >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False,
+    ...                         baselines=("nchw16c",), calibrate=0, check=False)   # quick: one baseline
+    >>> paths = write_report(result, "report")
+    >>> sorted(str(path) for path in paths.values())
+    ['report/report.md', 'report/report.png']
+    >>> print(paths["markdown"].read_text())
+    # layoutopt tune report
+    ...
+    | variant | how layouts are chosen | predicted (ms) | measured (ms) | transforms | max rel. error | ...
+    |---|---|---|---|---|---|---|
+    | layoutopt | layoutopt, method 'auto' | ... | 1.00x |
+    ...
 """
 
 from __future__ import annotations
@@ -46,9 +56,16 @@ def breakdown_markdown(result: TuneResult, builds: Sequence[str] | None = None) 
 
     Empty when no build was profiled (``tune_and_build(..., profile=False)``).
 
-    Example::
-
-        print(breakdown_markdown(result, [result.chosen, "best_fixed"]))
+    Example:
+        >>> from layoutopt.tvm import models, tune_and_build
+        >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
+        >>> print(breakdown_markdown(result, ["layoutopt"]))
+        | op | layoutopt predicted (ms) | layoutopt in network (ms) | calls |
+        |---|---|---|---|
+        | conv2d | ... | ... | 2 |
+        ...
+        | vm builtins | - | ... | ... |
     """
     variants = [v for v in result.variants() if v.breakdown and (builds is None or v.name in builds)]
     if not variants:
@@ -102,10 +119,13 @@ def handed_back_layers(result: TuneResult) -> list[Layer]:
     else the fixed rule's layers, under the same costs (their ``in_network`` times unknown: only the
     tuned build is profiled layer by layer).
 
-    Example::
-
-        for layer in handed_back_layers(result):
-            print(layer.node, layer.choice)
+    Example:
+        >>> from layoutopt.tvm import models, tune_and_build
+        >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
+        >>> layers = handed_back_layers(result)     # the tuned build's, here
+        >>> layers == result.layers, [(layer.node, layer.kind) for layer in layers][:2]
+        (True, [('conv1', 'target'), ('conv2', 'target')])
     """
     if result.chosen == TUNED:
         return result.layers
@@ -174,9 +194,15 @@ def write_report(result: TuneResult, directory: str | Path, name: str = "report"
                  model: str = "") -> dict[str, Path]:
     """Write ``<directory>/<name>.md`` and ``<directory>/<name>.png``; returns their paths.
 
-    Example::
-
-        write_report(result, "out", model="resnet50.onnx")   # {'markdown': ..., 'plot': ...}
+    Example:
+        >>> from layoutopt.tvm import models, tune_and_build
+        >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
+        >>> paths = write_report(result, "out", model="chain")
+        >>> paths
+        {'markdown': PosixPath('out/report.md'), 'plot': PosixPath('out/report.png')}
+        >>> paths["markdown"].read_text().splitlines()[0]
+        '# layoutopt tune report: chain'
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

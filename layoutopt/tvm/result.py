@@ -1,10 +1,20 @@
 """What a tune hands back: :class:`TuneResult`, its builds (:class:`Variant`) and layers (:class:`Layer`).
 
-Example::
-
-    result = tune_and_build(models.default_model())
-    print(result.summary())
-    result.tuned.measured, result.baselines["best_fixed"].versus_tuned.median, result.chosen
+Example:
+    >>> from layoutopt.tvm import models, tune_and_build
+    >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", baselines=(), calibrate=0,
+    ...                         candidates={"algorithms": ["direct"]})   # b*: the guard's one rule here
+    >>> [variant.name for variant in result.variants()]
+    ['layoutopt', 'nchw8c', 'nchw16c', 'best_fixed']
+    >>> b_star = result.baselines["best_fixed"]     # b*'s latency over the tuned build's, round by round
+    >>> b_star.versus_tuned.median == result.speedup("best_fixed"), b_star.versus_tuned.rounds >= 30
+    (True, True)
+    >>> result.tuned.predicted == result.solution.objective, result.tuned.max_relative_error < 1e-4
+    (True, True)
+    >>> [layer.node for layer in result.layers][:2]     # the output too when a transform feeds it
+    ['conv1', 'conv2']
+    >>> all(layer.choice == result.solution.labels[layer.node] for layer in result.layers)
+    True
 """
 
 from __future__ import annotations
@@ -112,7 +122,8 @@ class TuneResult:
         tuned: the tuned :class:`Variant` (predicted and measured latency, transforms, error).
         baselines: name -> :class:`Variant` for each baseline built.
         layers: per-layer table (:class:`Layer`), in graph order.
-        timings: seconds spent per stage (prepare, measure, solve, apply, build, check, time).
+        timings: seconds spent per stage (prepare, check rewrite, reference, measure, solve, build,
+            each baseline's build, calibrate, time, profile).
         meta: the measurement's :class:`~layoutopt.tvm.problem.MeasureMeta` (what a cost is valid for,
             counts, failures, every measured task's cost).
         ran_on: where the builds were checked, timed and profiled (the runner's description).
@@ -148,10 +159,17 @@ class TuneResult:
         loads the library back, for ``relax.VirtualMachine``;
         :func:`~layoutopt.tvm.deploy.build_from_solution` rebuilds it with no measurement.
 
-        Example::
-
-            library, solution = result.export("model.so", model="model.onnx")
-            vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+        Example:
+            >>> import numpy as np, tvm
+            >>> from layoutopt.tvm import models, tune_and_build
+            >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
+            ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
+            >>> library, solution = result.export("chain.so", model="chain")
+            >>> library.name, solution.name
+            ('chain.so', 'chain.solution.json')
+            >>> vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+            >>> vm["main"](tvm.runtime.tensor(np.ones((1, 8, 8, 8), "float32"))).numpy().shape
+            (1, 8, 8, 8)
         """
         from .deploy import export
 
@@ -229,10 +247,16 @@ def layer_table(graph: LayoutGraph, problem: Problem, assignment: Mapping[Hashab
     Target and multi-input ops always have a row; boundary and output nodes only when a transform
     feeds them.
 
-    Example::
+    Example:
+        The layers of NCHW16c everywhere, priced with a tune's costs:
 
-        layers = layer_table(result.graph, Problem.from_graph(result.graph, result.costs),
-                             result.solution.assignment)
+        >>> from layoutopt.tvm import fixed_layout_assignment, models, tune_and_build
+        >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", guard=False, baselines=(),
+        ...                         calibrate=0, check=False)   # quick: the tuned build alone, unchecked
+        >>> layers = layer_table(result.graph, Problem.from_graph(result.graph, result.costs),
+        ...                      fixed_layout_assignment(result.graph, "NCHW16c"))
+        >>> [(layer.node, layer.choice, layer.transforms_in) for layer in layers]   # 16 does not divide 8
+        [('conv1', 'NCHW8c->NCHW8c', 1), ('conv2', 'NCHW8c->NCHW8c', 0), ('output:gv', 'NCHW', 1)]
     """
     index = {node: i for i, node in enumerate(problem.nodes)}
     layers = []

@@ -16,12 +16,21 @@ TVM's RPC tracker (``python -m tvm.exec.rpc_tracker`` /
 here for the device's target, exported as a shared library (with a cross compiler if given),
 uploaded and run there.
 
-Example::
+Example:
+    A Raspberry Pi 4 registered as ``rasp4b`` with the tracker at ``HOST:PORT``: with
+    ``runner = RPCRunner("HOST:PORT", "rasp4b", cc="aarch64-linux-gnu-g++")``,
+    ``tune_and_build(mod, target=device, runner=runner)`` measures, checks and times on the board.
+    Where no tracker answers, the runner is refused when it is made:
 
-    from layoutopt.tvm import RPCRunner, tune_and_build
-    device = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
-    runner = RPCRunner("10.0.0.2:9190", "rasp4b", cc="aarch64-linux-gnu-g++")
-    result = tune_and_build(mod, target=device, runner=runner)   # measured, checked and timed on the board
+    >>> from layoutopt.tvm import RPCRunner, resolve_target
+    >>> device = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
+    >>> resolve_target(device).attrs["mtriple"]       # compiled here, for the board
+    'aarch64-linux-gnu'
+    >>> RPCRunner("127.0.0.1:1", "rasp4b", cc="aarch64-linux-gnu-g++")
+    Traceback (most recent call last):
+    ...
+    layoutopt.errors.ProblemError: RPC tracker 127.0.0.1:1: cannot reach it (...); is `python -m
+    tvm.exec.rpc_tracker` running there?
 """
 
 from __future__ import annotations
@@ -55,9 +64,10 @@ class Runner:
     first (the input, which the layer before has just written) is flushed from the CPU caches, as
     the network leaves them: each layer's weights were last read an inference ago, and its output
     buffer last touched as long ago. A kernel timed warm and alone is one the network never runs:
-    a Winograd conv streaming 9.4 MB of transformed weights took 0.38 ms warm, 0.82 ms cold and
-    0.75 ms inside ResNet-50, and warm timings lead the solver to it over one that is faster
-    there. Each repeat of a cold timing is the median of ``cold_runs`` single runs.
+    a Winograd conv streaming megabytes of transformed weights runs about twice as fast warm as cold
+    or inside ResNet-50 (``benchmarks/results/e2e-notes.md``), and warm timings lead the solver to it
+    over one that is faster there. Each repeat of a cold timing is the median of ``cold_runs`` single
+    runs.
 
     Warm (``cold=False``): ``number`` runs make one repeat; ``number=0`` lets TVM grow it until a
     repeat lasts at least ``min_repeat_ms`` (each repeat then averages many runs, which tames noise
@@ -168,9 +178,14 @@ class Runner:
 class LocalRunner(Runner):
     """Run on this machine's CPU.
 
-    Example::
-
-        Measurer(runner=LocalRunner(repeat=5, cold_runs=20))
+    Example:
+        >>> from layoutopt.tvm import build, models
+        >>> from layoutopt.tvm.timing import random_inputs, run
+        >>> runner = LocalRunner(repeat=5, cold_runs=20)    # e.g. Measurer(runner=runner)
+        >>> runner, runner.describe()
+        (LocalRunner(number=0, repeat=5, min_repeat_ms=20.0, cold=True, cold_runs=20), 'this machine')
+        >>> [y.shape for y in run(build(models.chain()), random_inputs(models.chain()), runner)]
+        [(1, 16, 8, 8)]
     """
 
     profiles_builds = True
@@ -212,9 +227,19 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
     Raises:
         ProblemError: a bad address, no key, or a tracker that does not answer.
 
-    Example::
+    Example:
+        With a tracker at ``10.0.0.2:9190``, ``Measurer(target=device, runner=RPCRunner("10.0.0.2:9190",
+        "rasp4b"))`` measures on the boards registered as ``rasp4b``. Bad settings are refused at once:
 
-        Measurer(target=device_target, runner=RPCRunner("10.0.0.2:9190", "rasp4b"))
+        >>> RPCRunner("10.0.0.2", "rasp4b")
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: RPC tracker address '10.0.0.2' must look like HOST:PORT, e.g.
+        127.0.0.1:9190
+        >>> RPCRunner("10.0.0.2:9190")
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: RPCRunner needs the device key the RPC servers registered with (--key)
     """
 
     tracker: str = "127.0.0.1:9190"

@@ -15,15 +15,15 @@ or CVXPY's ``Chain`` runs reductions::
 A benchmark (or a user) can run a prefix of the chain and stop, e.g. after :func:`measure` to look at
 costs, or after :func:`solve` to compare methods, and every record says what the next stage needs.
 
-Example::
-
-    from layoutopt.tvm import models, resolve_target
-    from layoutopt.tvm.runner import LocalRunner
-    from layoutopt.tvm.stages import TuneOptions, extract, measure, solve
-    options = TuneOptions(method="dp", cache="costs.jsonl")
-    solved = solve(measure(extract(models.chain(), resolve_target("llvm"), LocalRunner(), options), options),
-                   options)
-    solved.solution.labels
+Example:
+    >>> from layoutopt.tvm import models, resolve_target
+    >>> from layoutopt.tvm.runner import LocalRunner
+    >>> from layoutopt.tvm.stages import TuneOptions, extract, measure, solve
+    >>> options = TuneOptions(method="dp", cache="costs.jsonl", check=False)   # quick: outputs unchecked
+    >>> extracted = extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), options)
+    >>> solved = solve(measure(extracted, options), options)
+    >>> solved.solution.status, list(solved.solution.labels)
+    ('optimal', ['data', 'conv1', 'conv2', 'output:gv'])
 """
 
 from __future__ import annotations
@@ -229,9 +229,16 @@ def extract(mod, target: Any, runner: Runner, options: TuneOptions) -> Extracted
     """Prepare ``mod``, extract its layout graph, parse the pins and forbids, try the rewrite on a fixed
     layout, and build the check's reference: everything that can fail before a kernel is measured.
 
-    Example::
-
-        extracted = extract(models.chain(), resolve_target("llvm"), LocalRunner(), TuneOptions())
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.runner import LocalRunner
+        >>> extracted = extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), TuneOptions())
+        >>> list(extracted.graph), extracted.inputs[0].shape
+        (['data', 'conv1', 'conv2', 'output:gv'], (1, 8, 8, 8))
+        >>> extracted.builds       # the default baseline, then the guard's fixed rules and their members
+        ('greedy', 'nchw8c', 'nchw16c', 'best_fixed', 'winograd_nchw8c', 'winograd_nchw16c', 'winograd_fixed')
+        >>> extracted.reference.untouched_error < 1e-5      # TVM's float32 build against float64
+        True
     """
     from .extract import extract_layout_graph
     from .normalise import prepare
@@ -262,10 +269,15 @@ def extract(mod, target: Any, runner: Runner, options: TuneOptions) -> Extracted
 def measure(extracted: Extracted, options: TuneOptions) -> Measured:
     """Measure every kernel and layout transform of the graph (:func:`~layoutopt.tvm.problem.measure_graph`).
 
-    Example::
-
-        measured = measure(extracted, TuneOptions(cache="costs.jsonl"))
-        measured.meta.stats          # MeasureStats(requested=..., cached=..., measured=..., ...)
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.runner import LocalRunner
+        >>> options = TuneOptions(cache="costs.jsonl", check=False)
+        >>> measured = measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), options),
+        ...                    options)
+        >>> stats = measured.meta.stats        # conv1 and conv2 have the same workload: measured once
+        >>> stats.requested, stats.measured + stats.cached, stats.failed
+        (32, 19, 0)
     """
     options.say("measuring kernels and layout transforms ...")
     with _stage(extracted.timings, "measure"):
@@ -285,10 +297,15 @@ def solve(measured: Measured, options: TuneOptions, costs: Costs | None = None) 
     Raises:
         ProblemError: nothing is feasible; naming the pin or forbid at fault when one is.
 
-    Example::
-
-        solved = solve(measured, TuneOptions(method="dp"))
-        solved.solution.objective          # predicted seconds
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.runner import LocalRunner
+        >>> options = TuneOptions(cache="costs.jsonl", check=False, pin={"conv1": "NCHW8c->NCHW8c"})
+        >>> measured = measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), options),
+        ...                    options)
+        >>> solved = solve(measured, options)
+        >>> solved.solution.labels["conv1"], solved.solution.objective > 0     # predicted seconds
+        ('NCHW8c->NCHW8c', True)
     """
     graph, constraints = measured.extracted.graph, list(measured.extracted.constraints)
     costs = measured.costs if costs is None else costs
@@ -309,9 +326,15 @@ def build_variant(extracted: Extracted, name: str, description: str, assignment:
     """The checked build of ``assignment``: None (with a warning) for a baseline that fails the check,
     a :class:`~layoutopt.ProblemError` naming the first value that diverges for the tuned build.
 
-    Example::
-
-        variant = build_variant(extracted, "layoutopt", "tuned", solved.solution.assignment, options)
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.runner import LocalRunner
+        >>> options = TuneOptions(cache="costs.jsonl")
+        >>> extracted = extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), options)
+        >>> solved = solve(measure(extracted, options), options)
+        >>> variant = build_variant(extracted, "layoutopt", "tuned", solved.solution.assignment, options)
+        >>> variant.assignment == solved.solution.assignment, variant.max_relative_error < 1e-4
+        (True, True)
     """
     new_mod = apply_assignment(extracted.mod, extracted.graph, assignment)
     compiled = compile_module(new_mod, extracted.target, fuse=options.fuse)
@@ -344,10 +367,17 @@ def _divergence(extracted: Extracted, assignment: Mapping[Hashable, int], option
 def build_variants(solved: Solved, options: TuneOptions) -> Built:
     """Build and check the tuned assignment and every baseline (TVM's default build timed once, apart).
 
-    Example::
-
-        built = build_variants(solved, options)
-        built.tuned.max_relative_error, list(built.baselines)
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.runner import LocalRunner
+        >>> options = TuneOptions(cache="costs.jsonl", baselines=("nchw16c",), guard=False, check=False)
+        >>> solved = solve(measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(),
+        ...                                options), options), options)
+        >>> built = build_variants(solved, options)
+        >>> list(built.baselines), built.tuned.max_relative_error     # unchecked: no error to say
+        (['nchw16c'], None)
+        >>> built.tuned.predicted <= built.baselines["nchw16c"].predicted     # the solution is optimal
+        True
     """
     extracted = solved.measured.extracted
     options.say(f"applying the solution, building and checking{extracted.where} ...")
@@ -398,10 +428,19 @@ def calibrate(built: Built, options: TuneOptions) -> Built:
     (:func:`~layoutopt.tvm.calibrate.calibrated_solution`). The first solution, when it differs, stays
     as the variant ``layoutopt_isolated``. With no rounds, ``built`` as it is.
 
-    Example::
-
-        calibrated = calibrate(built, TuneOptions(calibrate=2))
-        calibrated.solved.solution.assignment, calibrated.tuned.predicted
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.runner import LocalRunner
+        >>> options = TuneOptions(cache="costs.jsonl", baselines=("nchw16c",), guard=False, calibrate=1,
+        ...                       check=False)
+        >>> solved = solve(measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(),
+        ...                                options), options), options)
+        >>> built = build_variants(solved, options)
+        >>> calibrated = calibrate(built, options)
+        >>> calibrated.solved.costs is built.solved.costs      # costs as the builds ran in the network
+        False
+        >>> calibrated.tuned.predicted == calibrated.solved.solution.objective
+        True
     """
     if not options.calibrate:
         return built
@@ -451,10 +490,18 @@ def time_variants(built: Built, options: TuneOptions) -> Timed:
     each variant's latency, spread and ratio to the tuned build, all from the same rounds; a composite
     (b*) becomes the faster of its members.
 
-    Example::
-
-        timed = time_variants(built, TuneOptions(repeat=30))
-        timed.built.baselines["best_fixed"].versus_tuned.median     # > 1: the tuned build is faster
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.runner import LocalRunner
+        >>> options = TuneOptions(cache="costs.jsonl", candidates={"algorithms": ["direct"]}, baselines=(),
+        ...                       calibrate=0, check=False, repeat=10)
+        >>> solved = solve(measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(),
+        ...                                options), options), options)
+        >>> timed = time_variants(build_variants(solved, options), options)
+        >>> list(timed.built.baselines)      # b* is the faster of its members, in these rounds
+        ['nchw8c', 'nchw16c', 'best_fixed']
+        >>> timed.aliases["best_fixed"] in ("nchw8c", "nchw16c"), timed.noise.rounds >= 10
+        (True, True)
     """
     extracted = built.solved.measured.extracted
     executables = {v.name: v.executable for v in built.variants() if v.executable is not None}
@@ -485,10 +532,16 @@ def profile(timed: Timed, options: TuneOptions) -> Timed:
     """Time every call of every build inside the running network: each variant's ``breakdown``
     (predicted vs in-network per category of op). With ``options.profile`` off, ``timed`` as it is.
 
-    Example::
-
-        profiled = profile(timed, TuneOptions())
-        profiled.built.tuned.breakdown
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.runner import LocalRunner
+        >>> options = TuneOptions(cache="costs.jsonl", baselines=(), guard=False, calibrate=0, check=False,
+        ...                       repeat=3)
+        >>> solved = solve(measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(),
+        ...                                options), options), options)
+        >>> profiled = profile(time_variants(build_variants(solved, options), options), options)
+        >>> [(row.category, row.calls) for row in profiled.built.tuned.breakdown][0]
+        ('conv2d', 2)
     """
     if not options.profile:
         return timed
@@ -517,10 +570,16 @@ def choose(timed: Timed, options: TuneOptions) -> TuneResult:
     """The guard's pick (:func:`~layoutopt.tvm.guard.fastest_build`: the tuned build unless another one
     timed beside it measured faster and keeps the pins and forbids), with the layer table.
 
-    Example::
-
-        result = choose(profile(timed, options), options)
-        result.chosen, result.executable
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.runner import LocalRunner
+        >>> options = TuneOptions(cache="costs.jsonl", candidates={"algorithms": ["direct"]}, baselines=(),
+        ...                       calibrate=0, check=False, repeat=10, pin={"conv1": "NCHW->NCHW"})
+        >>> extracted = extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), options)
+        >>> built = build_variants(solve(measure(extracted, options), options), options)
+        >>> result = choose(profile(time_variants(built, options), options), options)
+        >>> result.chosen, result.solution.labels["conv1"]     # b* breaks the pin: it is never handed back
+        ('layoutopt', 'NCHW->NCHW')
     """
     built = timed.built
     solved = built.solved

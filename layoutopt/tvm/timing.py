@@ -10,19 +10,23 @@ them alike, and keeps every sample so that a comparison can report its spread. :
 two builds' samples round by round, and :func:`compare_builds` times on where a comparison is not yet
 settled.
 
-Why single runs in many rounds, paired: on a cloud host each core's speed flips between levels
-(here 1.45x apart) every second or so, independently per core, and a parallel kernel runs at its
-slowest thread's pace. A build's median over minutes moves with those episodes (Inception-v3's tuned
-build read 43.7 and 65.5 ms ten minutes apart), but two builds timed a fraction of a second apart
-mostly share one: the per-round ratio holds still (0.79-0.81 over four repetitions where the medians
-moved 1.3x).
+Why single runs in many rounds, paired: on a cloud host each core's speed flips between levels every
+second or so, independently per core, and a parallel kernel runs at its slowest thread's pace. A
+build's median over minutes moves with those episodes, but two builds timed a fraction of a second
+apart mostly share one: the per-round ratio holds still where the medians move
+(``benchmarks/results/e2e-notes.md`` measured both).
 
-Example::
-
-    inputs = random_inputs(mod)
-    samples = time_builds({"tuned": ex1, "nchw16c": ex2}, inputs)
-    {name: Latency.of(s).median for name, s in samples.items()}
-    Ratio.of(samples["tuned"], samples["nchw16c"]).median  # < 1: the tuned build is faster
+Example:
+    >>> from layoutopt.tvm import apply_layouts, build, models
+    >>> mod = models.chain()
+    >>> builds = {"tuned": build(apply_layouts(mod, {"conv1": "NCHW8c->NCHW16c", "conv2": "NCHW16c"})),
+    ...           "nchw": build(mod)}
+    >>> samples = time_builds(builds, random_inputs(mod), repeat=10)
+    >>> {name: len(values) for name, values in samples.items()}
+    {'tuned': 10, 'nchw': 10}
+    >>> ratio = Ratio.of(samples["tuned"], samples["nchw"])   # below 1: the tuned build is faster
+    >>> ratio.rounds, ratio.low <= ratio.median <= ratio.high
+    (10, True)
 """
 
 from __future__ import annotations
@@ -46,9 +50,11 @@ __all__ = ["EPISODE", "Latency", "Noise", "Ratio", "compare_builds", "measure_la
 def random_inputs(mod, seed: int = 0) -> list[np.ndarray]:
     """One seeded random array per parameter of ``mod["main"]`` (static shapes required).
 
-    Example::
-
-        (x,) = random_inputs(models.chain())     # shape (1, 8, 8, 8), float32
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> (x,) = random_inputs(models.chain())
+        >>> x.shape, x.dtype, bool(np.all(x == random_inputs(models.chain())[0]))   # seeded
+        ((1, 8, 8, 8), dtype('float32'), True)
     """
     tvm = import_tvm()
     rng = np.random.default_rng(seed)
@@ -88,9 +94,12 @@ def run(executable, inputs: Sequence[np.ndarray], runner: Runner | None = None) 
     """Run ``main`` of a built module on numpy ``inputs`` (where ``runner`` runs code; default: this
     machine); the outputs as a flat list of arrays.
 
-    Example::
-
-        (y,) = run(build(mod), random_inputs(mod))
+    Example:
+        >>> from layoutopt.tvm import build, models
+        >>> mod = models.chain()
+        >>> (y,) = run(build(mod), random_inputs(mod))
+        >>> y.shape, bool((y >= 0).all())       # the last op is a relu
+        ((1, 16, 8, 8), True)
     """
     vm, device = _virtual_machine(executable, runner)
     vm.set_input("main", *_device_args(inputs, device))  # the stateful calls also work over RPC,
@@ -105,9 +114,11 @@ def measure_latency(
     """Median end-to-end latency of ``main`` in seconds, timed by TVM's own ``time_evaluator`` (where
     ``runner`` runs code; default: this machine).
 
-    Example::
-
-        seconds = measure_latency(build(mod), random_inputs(mod))
+    Example:
+        >>> from layoutopt.tvm import build, models
+        >>> mod = models.chain()
+        >>> 0 < measure_latency(build(mod), random_inputs(mod), repeat=3, min_repeat_ms=10) < 1   # seconds
+        True
     """
     vm, device = _virtual_machine(executable, runner)
     args = _device_args(inputs, device)
@@ -195,9 +206,19 @@ def time_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], re
     round. A sample is one run (the mean of the runs of ``min_repeat_ms`` when one run is shorter), so
     that a round is as short as it can be and its builds share one episode of the machine's drift.
 
-    Example::
+    Example:
+        A build and a numpy computation timed in the same 5 rounds:
 
-        samples = time_builds({"tuned": ex1, "nchw16c": ex2}, random_inputs(mod))
+        >>> import time
+        >>> from layoutopt.tvm import build, models
+        >>> mod = models.chain()
+        >>> def numpy_relu():
+        ...     started = time.perf_counter()
+        ...     np.maximum(random_inputs(mod)[0], 0)
+        ...     return time.perf_counter() - started
+        >>> samples = time_builds({"tvm": build(mod)}, random_inputs(mod), 5, others={"numpy": numpy_relu})
+        >>> {name: len(values) for name, values in samples.items()}
+        {'tvm': 5, 'numpy': 5}
     """
     timers: dict[str, Callable[[], float]] = {}
     args = None
@@ -231,13 +252,17 @@ def compare_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray],
     it. The ratio is then final, settled or not (a tie within the noise). Every build is timed in
     every round, so that each build's samples, its median and its ratios all come from the same rounds:
     a median taken from other rounds than its neighbour's is not a comparison (a ResNet-50 build once
-    printed 50.1 ms beside a baseline's 37.7 ms, its ratio to it 1.03x, because the extra rounds had
-    been added to one side only).
+    printed a median a third above a baseline's beside a ratio to it of 1.03x, because the extra
+    rounds had been added to one side only).
 
-    Example::
-
-        samples, ratios = compare_builds({"tuned": ex1, "nchw16c": ex2}, inputs, reference="tuned")
-        ratios["nchw16c"].median  # > 1: the tuned build is faster
+    Example:
+        >>> from layoutopt.tvm import apply_layouts, build, models
+        >>> mod = models.chain()
+        >>> builds = {"tuned": build(apply_layouts(mod, {"conv1": "NCHW8c->NCHW16c", "conv2": "NCHW16c"})),
+        ...           "nchw": build(mod)}
+        >>> samples, ratios = compare_builds(builds, random_inputs(mod), reference="tuned", repeat=10)
+        >>> list(ratios), len(samples["tuned"]) in (10, 20)    # 20: not settled in 10 rounds
+        (['nchw'], True)
     """
     if reference not in executables:
         raise ValueError(f"compare_builds: the reference {reference!r} is not among the builds "
@@ -312,9 +337,12 @@ def measure_latencies(executables: Mapping[str, Any], inputs: Sequence[np.ndarra
                       min_repeat_ms: int = 1, runner: Runner | None = None) -> dict[str, float]:
     """Median latency of each build (seconds), timed in interleaved rounds (see :func:`time_builds`).
 
-    Example::
-
-        measure_latencies({"tuned": ex1, "nchw16c": ex2}, random_inputs(mod))
+    Example:
+        >>> from layoutopt.tvm import build, models
+        >>> mod = models.chain()
+        >>> latencies = measure_latencies({"nchw": build(mod)}, random_inputs(mod), repeat=5)
+        >>> list(latencies), 0 < latencies["nchw"] < 1     # seconds
+        (['nchw'], True)
     """
     samples = time_builds(executables, inputs, repeat, min_repeat_ms, runner)
     return {name: Latency.of(values).median for name, values in samples.items()}

@@ -9,12 +9,21 @@ Everything runs where the ``runner`` runs code (:mod:`layoutopt.tvm.runner`): on
 default; with an :class:`~layoutopt.tvm.runner.RPCRunner`, the kernels and then the whole builds
 (for the target given: the device's) are exported, uploaded, checked and timed on the device.
 
-Example::
-
-    from layoutopt.tvm import models, tune_and_build
-    result = tune_and_build(models.default_model(), target="llvm", cache="costs.jsonl")
-    print(result.summary())
-    vm = tvm.relax.VirtualMachine(result.executable, tvm.cpu())
+Example:
+    >>> import numpy as np, tvm
+    >>> from layoutopt.tvm import models, tune_and_build
+    >>> result = tune_and_build(models.chain((8, 8)), target="llvm", cache="costs.jsonl")
+    >>> print(result.summary())
+    layoutopt      predicted ... ms   measured ... ms [...]   transforms ...
+    best_fixed     predicted ...   layoutopt speed-up ...x [...]
+    ...
+    handed back: ...
+    timing: ... interleaved rounds; ...
+    check: outputs checked against the untouched model computed in float64 ...
+    checked and timed on this machine, target {"kind":"llvm",...}
+    >>> vm = tvm.relax.VirtualMachine(result.executable, tvm.cpu())
+    >>> vm["main"](tvm.runtime.tensor(np.ones((1, 8, 8, 8), "float32"))).numpy().shape
+    (1, 8, 8, 8)
 """
 
 from __future__ import annotations
@@ -72,10 +81,19 @@ def tune_and_build(
     Returns:
         A :class:`TuneResult`.
 
-    Example::
+    Example:
+        Pins and forbids, direct kernels only and no in-network calibration (a quicker tune):
 
-        result = tune_and_build(models.default_model(), cache="costs.jsonl")
-        result.tuned.measured, result.speedup("best_fixed"), result.chosen
+        >>> from layoutopt.tvm import models
+        >>> result = tune_and_build(models.chain((8, 8)), cache="costs.jsonl", calibrate=0,
+        ...                         candidates={"algorithms": ["direct"]},
+        ...                         pin={"conv1": "NCHW8c->NCHW8c"}, forbid=["conv2=NCHW->NCHW"])
+        >>> result.solution.labels["conv1"], result.solution.labels["conv2"] != "NCHW->NCHW"
+        ('NCHW8c->NCHW8c', True)
+        >>> result.tuned.measured > 0, result.speedup("best_fixed") > 0   # seconds; b*'s latency over it
+        (True, True)
+        >>> result.chosen in [variant.name for variant in result.variants()]
+        True
     """
     options = TuneOptions(method, cache, candidates, time_limit, tuple(baselines), guard, check, rtol, seed,
                           repeat, fuse, profile, calibrate, pin, forbid, progress)

@@ -22,13 +22,15 @@ A *workload* is a JSON-able dict describing one operator instance and a *candida
 choosing its kernel (layouts, algorithm, schedule knobs); both are cost-cache keys, so they stay
 plain data (see :mod:`.workload` and each family for their forms).
 
-Example::
-
-    wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
-          "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
-    cands = conv2d_candidates(wl)              # [{"in": "NCHW4c", "out": "NCHW4c"}, ...]
-    kernel = build_kernel(wl, cands[0], target="llvm")
-    max_error = check_kernel(kernel)           # ~1e-6
+Example:
+    >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
+    ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+    >>> cands = conv2d_candidates(wl)
+    >>> cands[:2], sorted({Candidate.from_json(c).algorithm for c in cands})
+    ([{'in': 'NCHW4c', 'out': 'NCHW4c'}, {'in': 'NCHW4c', 'out': 'NCHW8c'}], ['direct', 'winograd'])
+    >>> kernel = build_kernel(wl, cands[0], target="llvm")
+    >>> check_kernel(kernel) < 1e-5            # max relative error against numpy
+    True
 """
 
 from __future__ import annotations

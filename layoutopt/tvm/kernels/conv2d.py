@@ -179,8 +179,8 @@ def schedule_nchwc(func, target):
     finished in the tile when the output block is one vector wide.
 
     With wider output blocks (4 zmm per column at 64c) the epilogue's operands spill the
-    accumulators: a fused 64c residual block measured 8-25 % slower in the tile than with its
-    epilogue run after the conv, so there it runs after.
+    accumulators: a fused 64c residual block measured slower in the tile than with its epilogue run
+    after the conv, so there it runs after.
     """
     tvm = import_tvm()
     sch = tvm.s_tir.Schedule(func)

@@ -251,9 +251,9 @@ def transpose_register_tile(out_width: int, out_block: int, stride: int, target:
     the stride, so that every tile starts on the same column phase and its unrolled columns'
     input and weight indices fold to constants.
 
-    Example::
-
-        transpose_register_tile(160, 8, 2, {"kind": "llvm", "mcpu": "znver3"})    # 14
+    Example:
+        >>> transpose_register_tile(160, 8, 2, {"kind": "llvm", "mcpu": "znver3"})  # whole phases
+        14
     """
     columns = register_tile(out_width, out_block, target)
     return max(stride, columns - columns % stride)

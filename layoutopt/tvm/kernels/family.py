@@ -20,11 +20,16 @@ A new family is a module with a subclass and its instance (``FAMILY``), plus one
 :data:`~layoutopt.tvm.kernels.registry.FAMILIES`. The conv2d families share their inputs, reference,
 packing and placeholders through :class:`~.convolution.Conv2dFamily`.
 
-Example::
-
-    from layoutopt.tvm.kernels import FAMILIES
-    winograd = FAMILIES["conv2d", "winograd"]
-    winograd.applies(wl), winograd.candidates(wl, blocks=[16])
+Example:
+    >>> from layoutopt.tvm.kernels import FAMILIES
+    >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
+    ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+    >>> winograd = FAMILIES["conv2d", "winograd"]
+    >>> winograd, winograd.applies(wl), isinstance(winograd, KernelFamily)
+    (<kernel family conv2d/winograd>, True, True)
+    >>> winograd.candidates(wl, blocks=[16], tiles=[2])
+    [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 2},
+     {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'winograd', 'tile': 2, 'order': 'tiles'}]
 """
 
 from __future__ import annotations
@@ -122,21 +127,34 @@ class KernelFamily(ABC):
     def schedule(self, func: Any, target: Any) -> Any:
         """The ``s_tir.Schedule`` of a PrimFunc holding its compute (alone or fused with its epilogue).
 
-        Example::
-
-            inputs = family.placeholders(tvm, wl, cand)
-            func = te.create_prim_func([*inputs, family.output(tvm, inputs, wl, cand)])
-            sch = family.schedule(func, target)
+        Example:
+            >>> import tvm
+            >>> from layoutopt.tvm.kernels import FAMILIES
+            >>> family, candidate = FAMILIES["conv2d", "direct"], {"in": "NCHW8c", "out": "NCHW8c"}
+            >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
+            ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+            >>> inputs = family.placeholders(tvm, wl, candidate)
+            >>> func = tvm.te.create_prim_func([*inputs, family.output(tvm, inputs, wl, candidate)])
+            >>> sch = family.schedule(func, {"kind": "llvm", "mcpu": "znver3"})
+            >>> executable = tvm.compile(sch.mod, target={"kind": "llvm", "mcpu": "znver3"})
         """
 
     def output(self, tvm: Any, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]) -> Any:
         """:meth:`compute`, then the workload's epilogue steps (each among :attr:`epilogue`), as
         ``FuseOps`` fuses them: ``relu``, or ``+`` the next operand of ``inputs`` (a bias or a residual).
 
-        Example::
-
-            inputs = family.placeholders(tvm, wl, cand)
-            tvm.te.create_prim_func([*inputs, family.output(tvm, inputs, wl, cand)])
+        Example:
+            >>> import tvm
+            >>> from layoutopt.tvm.kernels import FAMILIES
+            >>> family, candidate = FAMILIES["conv2d", "direct"], {"in": "NCHW8c", "out": "NCHW8c"}
+            >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
+            ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32",
+            ...       "epilogue": ["bias", "relu"]}
+            >>> inputs = family.placeholders(tvm, wl, candidate)     # data, weight, then the bias
+            >>> [tuple(placeholder.shape) for placeholder in inputs]
+            [(1, 2, 8, 8, 8), (2, 2, 3, 3, 8, 8), (1, 2, 1, 1, 8)]
+            >>> family.output(tvm, inputs, wl, candidate).shape     # relu(conv + bias), NCHW8c
+            (1, 2, 8, 8, 8)
         """
         steps = list(workload.get("epilogue", []))
         unfused = [step for step in steps if step not in self.epilogue]

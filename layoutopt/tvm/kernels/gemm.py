@@ -9,8 +9,8 @@ registers hold. The weight is packed ``(O/ob, I, ob)`` (:func:`weight_transform`
 direct kernel's ``OIHW{ib}i{ob}o`` for a 1x1 kernel); the fused epilogue (bias, residual add,
 relu) is finished in the register tile.
 
-Measured (``benchmarks/results/algorithms.md``): ResNet-50's 1x1 layers ran 1.0-1.3x faster than the
-best direct kernel, most at 56x56 and 28x28; numerically the same as the direct kernel.
+How it compares with the direct kernel on ResNet-50's 1x1 layers, per ISA, in time and in error:
+``benchmarks/results/algorithms.md`` and ``algorithms_error.md``.
 
 Example:
     >>> wl = {"op": "conv2d", "data": [1, 64, 56, 56], "kernel": [256, 64, 1, 1], "strides": [1, 1],
@@ -83,11 +83,17 @@ class Gemm(BlockedConv2dAlgorithm):
         (output blocks of 8 or more: the GEMM is vectorised along them), once per loop order in
         ``orders`` (the default order has no ``"order"`` key); none where it does not apply.
 
-        Example::
-
-            FAMILY.candidates(wl, blocks=[16, 32])
-            # [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'gemm'}, ...,
-            #  {'in': 'NCHW32c', 'out': 'NCHW32c', 'algorithm': 'gemm'}]
+        Example:
+            >>> wl = {"op": "conv2d", "data": [1, 32, 7, 7], "kernel": [64, 32, 1, 1], "strides": [1, 1],
+            ...       "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+            >>> for candidate in FAMILY.candidates(wl, blocks=[16, 32]):
+            ...     print(candidate)
+            {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'gemm'}
+            {'in': 'NCHW16c', 'out': 'NCHW32c', 'algorithm': 'gemm'}
+            {'in': 'NCHW32c', 'out': 'NCHW16c', 'algorithm': 'gemm'}
+            {'in': 'NCHW32c', 'out': 'NCHW32c', 'algorithm': 'gemm'}
+            >>> FAMILY.candidates({**wl, "kernel": [64, 32, 3, 3], "padding": [1, 1, 1, 1]})   # not 1x1
+            []
         """
         return self.blocked_candidates(workload, blocks, orders)
 

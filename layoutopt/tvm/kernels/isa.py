@@ -4,10 +4,11 @@ Everything here reads the llvm target being compiled for, never the host running
 kernel for an AVX2 device built on an AVX-512 machine must get AVX2's tiles (and the test suite runs
 on both kinds of host).
 
-Example::
-
-    vector_registers({"kind": "llvm", "mcpu": "znver3"})    # (8, 16): AVX2, 16 ymm of 8 floats
-    isa_name({"kind": "llvm", "mcpu": "znver4"})            # 'AVX-512'
+Example:
+    >>> vector_registers({"kind": "llvm", "mcpu": "znver3"})    # AVX2: 16 ymm registers of 8 floats
+    (8, 16)
+    >>> isa_name({"kind": "llvm", "mcpu": "znver4"}), isa_name({"kind": "llvm", "mcpu": "znver3"})
+    ('AVX-512', 'AVX2')
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ def vector_registers(target: Any = None) -> tuple[int, int]:
     AVX-512: 16 lanes, 32 zmm; AVX2/AVX: 8 lanes, 16 ymm; aarch64 NEON: 4 lanes, 32 registers;
     plain SSE x86: 4 lanes, 16 xmm. ``None``: the target in scope (``with target:``), else the host.
 
-    Example::
-
-        vector_registers({"kind": "llvm", "mcpu": "haswell"})     # (8, 16)
+    Example:
+        >>> vector_registers({"kind": "llvm", "mcpu": "haswell"})
+        (8, 16)
+        >>> vector_registers({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"})
+        (4, 32)
     """
     tvm = import_tvm()
     target = _target(target)
@@ -55,9 +58,9 @@ def vector_registers(target: Any = None) -> tuple[int, int]:
 def isa_name(target: Any = None) -> str:
     """The vector ISA the target compiles for: ``"AVX-512"``, ``"AVX2"``, ``"AVX"``, ``"SSE"`` or ``"NEON"``.
 
-    Example::
-
-        isa_name({"kind": "llvm", "mcpu": "znver3"})     # 'AVX2'
+    Example:
+        >>> isa_name({"kind": "llvm", "mcpu": "znver3"})
+        'AVX2'
     """
     tvm = import_tvm()
     target = _target(target)
@@ -85,18 +88,20 @@ def register_tile(out_width: int, out_block: int | None, target: Any = None) -> 
     accumulators get ``registers - ceil(out_block / lanes) - 1`` registers at most (else LLVM spills
     inside the reduction loop: the 64-wide blocks with AutoTVM's ``reg_n = 8`` did), and at most
     :data:`MAX_ACCUMULATORS`: about 14 independent FMAs keep both FMA pipes busy, and measured, the
-    best tiles had 14-16 accumulators on AVX-512 and AVX2 alike (``benchmarks/register_tiles.py``:
-    the old cap of 8 columns ran 16c convs 1.37-1.54x slower on AVX-512, and AVX2's 8c and 16c
-    convs up to 1.49x). Within that, the tile count is the fewest possible, and the columns split
-    the width evenly over them (a partial last tile is fine: on Inception's 17-wide maps a
-    one-column tile ran 3-4x slower than a 6-column one with a partial last tile). The measured
-    kernel and the built program both use it, so they run the same tile.
+    best tiles had 14-16 accumulators on AVX-512 and AVX2 alike (``benchmarks/results/register_tiles.md``:
+    each blocked conv's best tile against this rule's, per ISA; the old cap of 8 columns was much
+    slower). Within that, the tile count is the fewest possible, and the columns split the width
+    evenly over them (a partial last tile is fine: on Inception's 17-wide maps a one-column tile ran
+    several times slower than a 6-column one with a partial last tile). The measured kernel and the
+    built program both use it, so they run the same tile.
 
-    Example::
-
-        register_tile(56, 16, {"kind": "llvm", "mcpu": "znver4"})     # 14: 14 zmm accumulators
-        register_tile(56, 64, {"kind": "llvm", "mcpu": "znver4"})     # 4: 4 x 4 zmm
-        register_tile(56, 16, {"kind": "llvm", "mcpu": "znver3"})     # 6: 6 x 2 ymm
+    Example:
+        >>> register_tile(56, 16, {"kind": "llvm", "mcpu": "znver4"})     # 14 zmm accumulators
+        14
+        >>> register_tile(56, 64, {"kind": "llvm", "mcpu": "znver4"})     # 4 x 4 zmm
+        4
+        >>> register_tile(56, 16, {"kind": "llvm", "mcpu": "znver3"})     # 6 x 2 ymm
+        6
     """
     lanes, registers = vector_registers(target)
     per_column = -(-(out_block or lanes) // lanes)
@@ -117,14 +122,14 @@ def gemm_register_tile(out_h: int, out_w: int, out_outer: int, out_block: int,
     as many accumulators. Among the tiles whose accumulators fill at most 3/4 of the target's vector
     registers (all but one weight row's when that leaves fewer than 4 pixels), those that reuse each
     weight vector for at least 4 pixels come first (fewer, and the weight panel streams through the
-    cache once per pixel: a 1-pixel x 8-block tile ran 3x slower than the direct kernel); then one
+    cache once per pixel: a 1-pixel x 8-block tile ran several times slower than the direct kernel); then one
     covering all pixels (the weight streams once: Winograd's small GEMMs); then the most FMAs per
     load; then the most accumulators. ``columns`` divides the output width, ``rows`` (more than one
     only when a tile spans whole rows) the height, ``blocks`` the number of output-channel blocks.
 
-    Example::
-
-        gemm_register_tile(7, 7, 32, 16, {"kind": "llvm", "mcpu": "znver4"})     # (1, 7, 2)
+    Example:
+        >>> gemm_register_tile(7, 7, 32, 16, {"kind": "llvm", "mcpu": "znver4"})
+        (1, 7, 2)
     """
     lanes, registers = vector_registers(target)
     per_block = -(-out_block // lanes)

@@ -8,12 +8,14 @@ family's blocked kernel on padded output channels (:class:`~.padded.PaddedKernel
 The kernel built here is scheduled by :func:`~layoutopt.tvm.kernels.module.schedule_primfunc`, the
 code that schedules the functions of a whole build: its time is the time of the kernel the build runs.
 
-Example::
-
-    wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
-          "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
-    kernel = build_kernel(wl, {"in": "NCHW8c", "out": "NCHW8c"}, target="llvm")
-    check_kernel(kernel)       # max relative error, ~1e-7
+Example:
+    >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
+    ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+    >>> kernel = build_kernel(wl, {"in": "NCHW8c", "out": "NCHW8c"}, target="llvm")
+    >>> kernel.arg_shapes        # data, weight, output: NCHW8c, OIHW8i8o, NCHW8c
+    [(1, 2, 8, 8, 8), (2, 2, 3, 3, 8, 8), (1, 2, 8, 8, 8)]
+    >>> check_kernel(kernel) < 1e-5       # max relative error against numpy (float32 rounding)
+    True
 """
 
 from __future__ import annotations
@@ -102,10 +104,12 @@ def build_kernel(workload: dict[str, Any], candidate: dict[str, Any], target: An
     Compile with ``tvm.compile(kernel.module, target)``; raises ProblemError for bad workloads/candidates
     and for kernels the schedule cannot handle.
 
-    Example::
-
-        kernel = build_kernel(wl, {"in": "NCHW16c", "out": "NCHW16c"})
-        executable = tvm.compile(kernel.module, target=resolve_target("llvm"))
+    Example:
+        >>> wl = {"op": "dense", "data": [1, 64], "weight": [10, 64], "dtype": "float32"}
+        >>> kernel = build_kernel(wl, {"in": "NC", "out": "NC"}, target="llvm")
+        >>> kernel.name, kernel.arg_shapes
+        ('kernel', [(1, 64), (10, 64), (1, 10)])
+        >>> executable = import_tvm().compile(kernel.module, target=resolve_target("llvm"))
     """
     from .module import schedule_primfunc
 
@@ -138,9 +142,11 @@ def check_kernel(
     across the candidates of a workload; ``args`` the device arrays already holding the packed inputs
     (the last one receives the output).
 
-    Example::
-
-        check_kernel(build_kernel(wl, {"in": "NCHW8c", "out": "NCHW8c"}))   # 2.4e-07
+    Example:
+        >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
+        ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+        >>> check_kernel(build_kernel(wl, {"in": "NCHW8c", "out": "NCHW16c"})) < 1e-5
+        True
     """
     tvm = import_tvm()
     if executable is None:

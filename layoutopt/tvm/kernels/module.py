@@ -1,8 +1,8 @@
 """Schedule every function of a legalized Relax module: each kernel by its family, and the module pass.
 
-Relax's CPU pipeline schedules nothing (an unscheduled conv is ~100x slower) and MetaSchedule
-segfaults in apache-tvm 0.27, so each PrimFunc gets a hand-written schedule here: a function holding
-a registered kernel family's main block (:attr:`~.family.KernelFamily.main_blocks`, among
+Relax's CPU pipeline schedules nothing (an unscheduled conv runs orders of magnitude slower) and
+MetaSchedule segfaults in apache-tvm 0.27, so each PrimFunc gets a hand-written schedule here: a
+function holding a registered kernel family's main block (:attr:`~.family.KernelFamily.main_blocks`, among
 :data:`~.registry.FAMILIES`; a fused function keeps the blocks of the functions it fused, so a conv
 fused with its epilogue is found by its conv block) gets that family's schedule, and everything
 else the generic CPU schedule (parallel outer loops, vectorised inner loop, pads inlined).
@@ -11,12 +11,19 @@ A kernel's schedule knobs ride on its main block (:data:`~layoutopt.tvm.kernels.
 set by the family's compute): each function is scheduled with its own knobs, in fused builds and
 unfused ones alike.
 
-Example::
-
-    with target:
-        mod = relax.transform.LegalizeOps()(mod)
-    mod = schedule_module(mod, target)
-    executable = tvm.compile(mod, target=target)
+Example:
+    >>> import numpy as np, tvm
+    >>> from tvm import relax
+    >>> from layoutopt.tvm import models, resolve_target
+    >>> target = resolve_target("llvm")
+    >>> with target:
+    ...     mod = relax.transform.LegalizeOps()(models.chain())
+    >>> scheduled = schedule_module(mod, target)
+    >>> vm = relax.VirtualMachine(tvm.compile(scheduled, target=target), tvm.cpu())
+    >>> untouched = relax.VirtualMachine(tvm.compile(models.chain(), target=target), tvm.cpu())
+    >>> x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 8, 8, 8)).astype("float32"))
+    >>> np.allclose(vm["main"](x).numpy(), untouched["main"](x).numpy(), atol=1e-5)
+    True
 """
 
 from __future__ import annotations
@@ -58,10 +65,12 @@ class Fallback:
 def fallbacks(mod) -> list[Fallback]:
     """The functions of a module :func:`schedule_module` scheduled that took a fallback.
 
-    Example::
-
-        mod = schedule_module(legalize(mod, target), target)
-        [f.describe() for f in fallbacks(mod)]     # [] for a build every rule covers
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.builder import legalize
+        >>> target = resolve_target("llvm")
+        >>> fallbacks(schedule_module(legalize(models.chain(), target), target))    # every rule covers it
+        []
     """
     listed = mod.attrs.get(FALLBACKS_ATTR) if mod.attrs else None
     return [Fallback(str(entry[0]), str(entry[1])) for entry in listed or ()]
@@ -142,9 +151,9 @@ def schedule_concat(sch, names: Sequence[str]) -> Any:
     concat along the innermost axis).
 
     TOPI's concat picks each element's input through a chain of ``if_then_else`` as long as the list
-    of inputs, and the generic schedule wrote every follower to its own buffer: DenseNet-201's 98
-    concats of up to 48 inputs took 14.5 ms of a 50.9 ms build. The largest, 48 NCHW16c inputs at
-    14x14 with its batch norm and relu, went from 0.297 to 0.054 ms.
+    of inputs, and the generic schedule wrote every follower to its own buffer: on DenseNet-201, whose
+    concats take up to 48 inputs, that cost a good share of the build's time
+    (``benchmarks/results/e2e-notes.md``, eighth pass, has the times before and after).
     """
     concats = [name for name in names if name.startswith("T_concat")]
     if len(concats) != 1:
@@ -204,9 +213,9 @@ def schedule_reduction(sch, block) -> None:
     """A reduction outside the kernels (pooling, mean...): parallel over its leading spatial loops
     and, when its innermost spatial loop runs along the output's contiguous axis (the channel block of
     an NCHWc pool), that loop moved inside the reduction and vectorised: one vector accumulator per
-    output position instead of one scalar per channel. Avg-pool 3x3 on Inception-v3's 35x35x288 map in
-    NCHW16c went from 0.64 to 0.085 ms, 17x17x768 in NCHW32c from 0.39 to 0.044 ms (max-pools, which
-    LLVM vectorised already, kept their times)."""
+    output position instead of one scalar per channel: several times faster on Inception-v3's blocked
+    avg-pools (``benchmarks/results/e2e-notes.md``, eighth pass; max-pools, which LLVM vectorised
+    already, kept their times)."""
     iter_vars = sch.get(block).iter_vars
     loops = sch.get_loops(block)
     kinds = [int(v.iter_type) for v in iter_vars]
@@ -256,12 +265,19 @@ def schedule_module(mod, target: Any = None):
     epilogue finished per tile when the output block is one vector wide, after the conv otherwise.
     Call it after ``relax.transform.LegalizeOps`` and before the lowering passes.
 
-    Example::
+    Example:
+        A classifier head: its conv and dense by their families, the pool and the rest generically.
 
-        with target:
-            mod = relax.transform.LegalizeOps(customize_legalize_map=...)(mod)
-        mod = schedule_module(mod, target)
-        executable = tvm.compile(mod, target=target)
+        >>> from tvm import relax
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> target = resolve_target({"kind": "llvm", "mcpu": "znver3"})
+        >>> with target:
+        ...     legalized = relax.transform.LegalizeOps()(models.dense_head())
+        >>> scheduled = schedule_module(legalized, target)
+        >>> sorted((gvar.name_hint, bool(func.attrs.get("tirx.is_scheduled")))
+        ...        for gvar, func in scheduled.functions_items() if gvar.name_hint != "main")
+        [('add', True), ('add1', True), ('conv2d', True), ('matmul', True), ('max_pool2d', True),
+         ('relu', True), ('reshape', True)]
     """
     tvm = import_tvm()
     target = resolve_target(target)
@@ -296,9 +312,14 @@ def _has_loops(func) -> bool:
 def ScheduleModule(target: Any = None):
     """:func:`schedule_module` as a TVM module pass, to put in a ``tvm.transform.Sequential``.
 
-    Example::
-
-        seq = tvm.transform.Sequential([relax.transform.LegalizeOps(), ScheduleModule(target)])
+    Example:
+        >>> import tvm
+        >>> from tvm import relax
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> target = resolve_target("llvm")
+        >>> seq = tvm.transform.Sequential([relax.transform.LegalizeOps(), ScheduleModule(target)])
+        >>> with target:
+        ...     executable = tvm.compile(seq(models.chain()), target=target)
     """
     tvm = import_tvm()
     return tvm.transform.module_pass(

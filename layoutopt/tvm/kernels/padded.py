@@ -2,8 +2,9 @@
 
 SSD's class heads have 324 and 486 output channels (81 classes times 4 or 6 anchors). No block of 8
 or more divides them, so they could only run as plain NCHW direct convs, vectorised along the rows:
-50.9 ms of the 190 ms of SSD-ResNet50-512 went to one of them (3x3 1024->324 at 32x32, 120
-GFLOP/s, a third of what the blocked kernels sustain). A candidate with ``"oc_block": b`` instead
+a quarter of SSD-ResNet50-512's time went to one of them (3x3 1024->324 at 32x32), at a third of
+what the blocked kernels sustain (``benchmarks/results/e2e-notes.md``, sixth pass, before and
+after). A candidate with ``"oc_block": b`` instead
 runs a blocked family's kernel (direct or Winograd) on the weight zero-padded to ``ceil(O/b)*b``
 filters and writes the first ``O`` channels out as plain NCHW, in one more stage of the same
 PrimFunc (``unpack_channels``); the conv's fused epilogue (bias, relu...) then runs on the NCHW
@@ -62,9 +63,17 @@ class PaddedKernels(Conv2dFamily):
     packing of data and epilogue operands are every conv2d family's; its weight, compute and
     schedule the inner family's on the padded workload, then the NCHW unpack.
 
-    Example::
-
-        PaddedKernels(conv2d.FAMILY).pack_weight(wl, {"in": "NCHW16c", "out": "NCHW", "oc_block": 16}, w)
+    Example:
+        >>> from layoutopt.tvm.kernels import conv2d
+        >>> wl = {"op": "conv2d", "data": [1, 32, 8, 8], "kernel": [12, 32, 3, 3], "strides": [1, 1],
+        ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+        >>> padded = PaddedKernels(conv2d.FAMILY)
+        >>> padded, padded.applies(wl)
+        (<kernel family conv2d/direct on padded output channels>, True)
+        >>> weight = padded.pack_weight(wl, {"in": "NCHW16c", "out": "NCHW", "oc_block": 8},
+        ...                             np.ones((12, 32, 3, 3), "float32"))
+        >>> weight.shape, weight[:, :, :, :, :, 4:].any(axis=(1, 2, 3, 4, 5))   # filters 12-15: zero
+        ((2, 2, 3, 3, 16, 8), array([ True, False]))
     """
 
     inner: Conv2dFamily

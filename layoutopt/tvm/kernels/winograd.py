@@ -20,12 +20,12 @@ on large maps with few channels). The transform matrices are TVM's
 (``topi.nn.winograd_transform_matrices``: Cook-Toom with the interpolation points of Barabasz et al.,
 chosen for accuracy).
 
-Measured (``benchmarks/results/algorithms.md``): F(4x4) runs ResNet-50's and VGG-19's 3x3 layers
-at 14x14 and larger 1.6-2.7x faster than the best direct kernel, F(2x2) the 7x7 ones 1.2-1.8x;
-F(6x6) never beat F(4x4) and is not offered by default. Numerical error (max |out - ref| / max |ref|
-against a float64 direct conv, post-ReLU data, He-initialised weights, ResNet-50/VGG-19 layers):
-direct ~1e-6, F(2x2) ~5e-7, F(4x4) ~3e-6 (half a digit lost), F(6x6) ~2e-5 (1.3 digits lost): all
-per layer within the 1e-4 a build is checked at.
+How each tile size compares with the best direct kernel on ResNet-50's and VGG-19's 3x3 layers,
+per ISA, and the numerical error of each (max |out - ref| / max |ref| against a float64 direct conv,
+per layer and over a whole ResNet-50): ``benchmarks/results/algorithms.md`` and
+``algorithms_error.md``. The larger the tile, the fewer the multiplications and the more digits lost,
+every one of them within the 1e-4 a build is checked at; F(6x6), which loses the most, is offered
+only when asked for (:data:`DEFAULT_TILES`).
 
 Example:
     >>> wl = {"op": "conv2d", "data": [1, 32, 14, 14], "kernel": [32, 32, 3, 3], "strides": [1, 1],
@@ -108,9 +108,17 @@ def transform_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     (alpha, 3): ``Y = A^T [(G g G^T) * (B^T d B)] A``. TVM's matrices (those behind
     ``topi.nn.winograd_transform_matrices``), computed in float64.
 
-    Example::
+    Example:
+        F(2x2, 3x3): a 4x4 input tile ``d`` and a 3x3 weight ``g`` give the 2x2 valid correlation.
 
-        A, B, G = transform_matrices(2)      # A.shape == (4, 2)
+        >>> A, B, G = transform_matrices(2)
+        >>> A.shape, B.shape, G.shape
+        ((4, 2), (4, 4), (4, 3))
+        >>> rng = np.random.default_rng(0)
+        >>> d, g = rng.standard_normal((4, 4)), rng.standard_normal((3, 3))
+        >>> Y = A.T @ ((G @ g @ G.T) * (B.T @ d @ B)) @ A
+        >>> np.allclose(Y, [[np.sum(d[i:i + 3, j:j + 3] * g) for j in range(2)] for i in range(2)])
+        True
     """
     import_tvm()
     from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
@@ -170,7 +178,8 @@ def _stage(role: str) -> dict[str, Any]:
 def _tiles(workload: dict[str, Any], tile: int) -> tuple[int, int]:
     """Rows and columns of output tiles. Above 8, the columns are rounded up until a register tile of
     4 to 8 of them divides them (19 -> 20): a prime count (F(6x6) at 112x112: 19) left one-tile
-    register tiles, and the kernel ran 4x slower; the extra tiles read zero padding and write nothing."""
+    register tiles, and the kernel ran several times slower; the extra tiles read zero padding and
+    write nothing."""
     _, _, out_h, out_w = conv2d_output_shape(workload)
     tiles_w = -(-out_w // tile)
     while tiles_w > 8 and not any(tiles_w % d == 0 for d in range(4, 9)):
@@ -381,9 +390,9 @@ def _schedule_padding(sch, rows_block, at) -> None:
     of tiles): copied there while it is needed, the padded rows stay in cache for the transform.
 
     Inlining the padding into the transform's reads instead (a bounds check on every load of the
-    unrolled transform) made TVM's simplifier take 3-4x longer to compile the kernel (F(4x4): 3.3 s
-    instead of 1.0 s); a padded copy of the whole input, in a stage of its own, made the kernel
-    5-11 % slower than inlined at 28x28 and 56x56."""
+    unrolled transform) made TVM's simplifier take several times longer to compile the kernel; a
+    padded copy of the whole input, in a stage of its own, made the kernel slower than inlined at
+    28x28 and 56x56."""
     for producer in sch.get_producers(rows_block):
         if "pad" in sch.get(producer).name_hint:
             sch.compute_at(producer, at)
@@ -470,13 +479,15 @@ def group_rows(tiles_h: int, tiles_w: int, alpha: int, channels: int, out_channe
     tile is a group, its transformed input in L1. A larger one is streamed from L3 once per group, so
     groups span whole rows: a multiple of the register tile's ``rows`` dividing the tile rows, as
     many as keep the group's transformed input within :data:`GROUP_BYTES`, and at least two groups
-    when possible (the groups are the parallel tasks). 64 -> 64 channels at 224x224, F(4x4): 11.6 ms
-    with register-tile groups, 14.8 ms with row groups; 128 -> 128 at 112x112: 17.3 and 11.1 ms
-    (one thread, AVX-512).
+    when possible (the groups are the parallel tasks). Neither grouping wins everywhere: on VGG's
+    large maps, register-tile groups were faster at 64 channels and row groups at 128 (F(4x4), one
+    thread, AVX-512).
 
-    Example::
-
-        group_rows(28, 28, 6, 128, 128, 1)     # 1: rows of 28 tiles, 516 KB each
+    Example:
+        >>> group_rows(14, 14, 6, 32, 32, 1)       # a 147 KB weight: groups of one register tile
+        0
+        >>> group_rows(28, 28, 6, 128, 128, 1)     # 2.4 MB: groups of 1 row of 28 tiles (516 KB each)
+        1
     """
     if alpha * alpha * channels * out_channels * 4 <= GROUP_WEIGHT_BYTES:
         return 0
