@@ -137,7 +137,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "nchw16c_tuned, default (TVM's unscheduled default build: slow on big models); "
                         "'' for none")
     parser.add_argument("--no-check", action="store_true",
-                        help="skip comparing outputs with TVM's default build of the untouched model")
+                        help="skip comparing every build's outputs with the untouched model in float64")
     parser.add_argument("--repeat", type=int, default=30,
                         help="interleaved timing rounds, one run of each build per round (median "
                              "reported; the guard compares builds by their per-round ratios)")

@@ -105,6 +105,17 @@ def test_transform_calls_are_matched_by_their_shapes(chain):
     assert list(found.values()) == [[5e-5]]
 
 
+def test_a_transform_and_its_reverse_are_told_apart(chain):
+    graph, _, _ = chain
+    assignment = {"data": 0, "conv1": _index(graph, "conv1", "NCHW8c->NCHW8c"),
+                  "conv2": _index(graph, "conv2", "NCHW8c->NCHW8c"), "output:gv": 0}
+    # out of conv2 (NCHW8c -> NCHW, 16 channels) and a reverse of the same shapes that no edge implies
+    calls = _calls(graph, assignment, {}, {((1, 16, 8, 8), "NCHW8c", "NCHW"): 3e-5,
+                                           ((1, 16, 8, 8), "NCHW", "NCHW8c"): 9.0})
+    found = observe(calls, graph, assignment, SHAPES).transforms
+    assert list(found.values()) == [[3e-5]]  # matched in order, source first: the reverse is not it
+
+
 def test_a_concat_running_as_its_own_kernel_is_observed_and_costed():
     graph = extract_layout_graph(models.concat3((8, 16, 8), in_channels=8, size=8), [8, 16])
     concat = graph.layout_node("concat")

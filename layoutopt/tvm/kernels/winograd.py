@@ -76,8 +76,9 @@ __all__ = [
 
 #: the candidates' ``"algorithm"`` value
 ALGORITHM = "winograd"
-#: output tile sizes ``m`` of F(m x m, 3 x 3) offered by default (F(6x6) never beat F(4x4) on ResNet-50's
-#: or VGG-19's layers and loses a digit more: ask for it with ``tiles=``)
+#: output tile sizes ``m`` of F(m x m, 3 x 3) offered by default. F(6x6) loses a digit more than F(4x4)
+#: and its gain is uneven (``benchmarks/results/algorithms.md``: fastest on some layers of one host, not
+#: on another's), so it is offered only when asked for, with ``tiles=``
 DEFAULT_TILES = (2, 4)
 #: values of the ``"order"`` schedule knob, the default first (see :func:`schedule`): ``"positions"``
 #: (three stages; the GEMMs parallel over the tile positions) or ``"tiles"`` (everything per group of
