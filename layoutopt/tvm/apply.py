@@ -37,7 +37,7 @@ from typing import Any
 from ..errors import ProblemError
 from ._tvm import import_tvm
 from .graph import LayoutGraph
-from .kernels import NCHW, conv2d, dense, family, layout_block, pack_data
+from .kernels import NCHW, conv2d, dense, family, layout_block, pack_data, validate_workload
 from .kernels.candidate import Candidate
 from .ops import (
     BINARY_OPS,
@@ -45,6 +45,7 @@ from .ops import (
     POOL_OPS,
     conv2d_workload,
     dense_workload,
+    fused_epilogues,
     is_tensor_constant,
     layout_carrier,
     static_shape,
@@ -114,9 +115,12 @@ def _transform_index_map(src: str, dst: str) -> Callable:
 class _Rewriter:
     """Rebuilds ``main`` binding by binding; ``env`` maps each original Var to (new Var, layout)."""
 
-    def __init__(self, choices: Mapping[str, dict[str, Any]], context=None, probes: Sequence[str] = ()):
+    def __init__(self, choices: Mapping[str, dict[str, Any]], context=None, probes: Sequence[str] = (),
+                 epilogues: Mapping[str, Sequence[Any]] | None = None):
         self.tvm = import_tvm()
         self.probes = list(probes)  # binding names whose values main also returns, in NCHW
+        self.epilogues = dict(epilogues or {})  # conv binding -> the epilogue its workload carries
+        self.source: dict[Any, str] = {}  # original Var -> the node whose output layout it carries
         self.relax = self.tvm.relax
         self.choices = choices
         self.bb = self.relax.BlockBuilder(context)  # context: the module's other functions
@@ -186,6 +190,7 @@ class _Rewriter:
         relax = self.relax
         name = var.name
         op = value.op.name if isinstance(value, relax.Call) and isinstance(value.op, self.tvm.ir.Op) else None
+        self.source[var] = self.producer(var, value, op)
         choice = self.choices.get(name)
         if choice is not None:
             self.used.add(name)
@@ -205,9 +210,21 @@ class _Rewriter:
             return self.layout_following(var, value, op, follow)
         self.boundary(var, value)
 
+    def producer(self, var, value, op: str | None) -> str:
+        """The node whose output layout ``var`` carries, as extraction names it: itself if it is a node
+        (it has a choice), else its alias's or its layout carrier's producer, else itself (a boundary)."""
+        if var.name in self.choices:
+            return var.name
+        if isinstance(value, self.relax.Var):
+            return self.source.get(value, var.name)
+        if not isinstance(value, self.relax.Call):
+            return var.name
+        carrier = layout_carrier(value, op, source=self.source.get)
+        return var.name if carrier is None else self.source.get(carrier, var.name)
+
     def following_layout(self, value, op: str | None) -> str | None:
         """The layout a layout-following op keeps (its computed input's), or None when it is not one."""
-        carrier = layout_carrier(value, op)
+        carrier = layout_carrier(value, op, source=self.source.get)
         return None if carrier is None else self.layout_of(carrier)
 
     def layout_following(self, var, value, op: str, layout: str) -> None:
@@ -261,8 +278,8 @@ class _Rewriter:
                 f"node {name!r}: only an NCHW/OIHW conv2d can take another kernel "
                 f"(this one is {attrs.data_layout}/{attrs.kernel_layout})"
             )
-        workload = conv2d_workload(call)
         try:
+            workload = validate_workload({**conv2d_workload(call), "epilogue": self.epilogues.get(name, [])})
             kernels = family(workload, candidate)
             kernels.validate_candidate(workload, candidate)
         except ProblemError as exc:
@@ -285,9 +302,8 @@ class _Rewriter:
             raise ProblemError(f"node {name!r}: kernel {candidate} needs a constant weight "
                                "(bind the weights: prepare(mod, params))")
         tvm = self.tvm
-        hint = {"direct": "conv2d_NCHWc"}.get(kernels.algorithm, f"conv2d_{kernels.algorithm}")
-        if workload["groups"] > 1:
-            hint = f"depthwise_{hint}"
+        hint = {"direct": "conv2d_NCHWc", "depthwise": "depthwise_conv2d_NCHWc"}.get(
+            kernels.algorithm, f"conv2d_{kernels.algorithm}")
         new = self.bb.call_te(lambda d, w: kernels.compute(tvm, [d, w], workload, candidate), data, weight,
                               primfunc_name_hint=hint)
         self.emit(var, new, out_layout)
@@ -321,6 +337,7 @@ class _Rewriter:
         params = list(func.params)
         for param in params:
             self.env[param] = (param, NCHW if len(static_shape(param) or ()) == 4 else None)
+            self.source[param] = param.name
         with self.bb.function("main", params, attrs=dict(func.attrs) if func.attrs else None,
                               pure=bool(func.is_pure)):
             with self.bb.dataflow():
@@ -359,7 +376,8 @@ def _normalise_choices(choices: Mapping[Hashable, Any]) -> dict[str, dict[str, A
     return {str(node): parse_choice(node, choice) for node, choice in choices.items()}
 
 
-def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True, probes: Sequence[str] = ()):
+def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True, probes: Sequence[str] = (),
+                  epilogues: Mapping[str, Sequence[Any]] | None = None):
     """Rewrite ``mod["main"]`` to the chosen kernels and layouts; the function form of :func:`ApplyLayouts`.
 
     Args:
@@ -369,11 +387,15 @@ def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True, pro
         probes: binding names whose values ``main`` returns too, in ``NCHW``, after its own result (a
             tuple ``(result, *probes)``): to look inside a build, e.g. for the first value that
             diverges (:func:`~layoutopt.tvm.check.first_divergence`).
+        epilogues: conv2d binding name -> the epilogue its kernel's workload carries (the layout
+            graph's workloads: what was measured); None: the epilogue a fused build fuses into it
+            (:func:`~layoutopt.tvm.ops.fused_epilogues`).
 
     Returns:
         A new ``IRModule``; with every choice ``NCHW`` it is structurally equal to ``mod``. A conv2d
         or dense given another kernel calls that kernel's compute (``call_tir``), which carries the
-        candidate (algorithm, schedule knobs) to :func:`build`'s scheduler on its main block.
+        candidate (algorithm, schedule knobs) to :func:`build`'s scheduler on its main block, and the
+        workload (its epilogue included): together, the cost-cache key of the kernel it runs.
 
     Example::
 
@@ -390,7 +412,9 @@ def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True, pro
             f"choices name {len(missing)} node(s) that are not bindings of main: {', '.join(missing[:5])}"
         )
     others = tvm.IRModule({gv: func for gv, func in mod.functions.items() if gv.name_hint != "main"})
-    new_mod = _Rewriter(normalised, others, probes).function(mod["main"])
+    if epilogues is None:
+        epilogues = fused_epilogues(mod["main"])
+    new_mod = _Rewriter(normalised, others, probes, epilogues).function(mod["main"])
     return new_mod.with_attrs(mod.attrs) if mod.attrs else new_mod
 
 
@@ -415,7 +439,8 @@ def ApplyLayouts(choices: Mapping[Hashable, Any], strict: bool = True):
 
 def apply_assignment(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int], probes: Sequence[str] = ()):
     """Apply an assignment of choice indices of the layout graph extracted from ``mod`` (its
-    ``graph.mod``): each target and multi-input node gets its chosen candidate.
+    ``graph.mod``): each target and multi-input node gets its chosen candidate, each conv2d kernel
+    the workload the graph measured it with.
 
     Example::
 
@@ -424,7 +449,9 @@ def apply_assignment(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int]
     """
     if not assignment:
         raise ProblemError("the assignment is empty: nothing to apply")
-    return apply_layouts(mod, graph.decisions(assignment), probes=probes)
+    epilogues = {node.binding: node.workload.get("epilogue", []) for node in graph.layout_nodes()
+                 if node.op == "relax.nn.conv2d"}
+    return apply_layouts(mod, graph.decisions(assignment), probes=probes, epilogues=epilogues)
 
 
 def apply_solution(mod, graph: LayoutGraph, solution):

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._tvm import import_tvm, resolve_target
 
-__all__ = ["gemm_register_tile", "isa_name", "register_tile", "vector_registers"]
+__all__ = ["depthwise_register_tile", "gemm_register_tile", "isa_name", "register_tile", "vector_registers"]
 
 
 def _target(target: Any):
@@ -104,6 +104,36 @@ def register_tile(out_width: int, out_block: int | None, target: Any = None) -> 
     widest = max(1, min(MAX_TILE_COLUMNS, accumulators // per_column, out_width))
     tiles = -(-out_width // widest)
     return -(-out_width // tiles)
+
+
+def depthwise_register_tile(out_width: int, block: int, kernel_w: int, target: Any = None) -> int:
+    """Output columns per register tile of a depthwise conv (:mod:`.depthwise`): a divisor of the
+    output width (a partial tile, its columns predicated in the unrolled loop, ran 2-4x slower), as
+    wide as its accumulators fit beside one kernel row of weights and an input vector.
+
+    A tile holds ``reg_n * ceil(block / lanes)`` accumulators; each kernel row multiplies
+    ``kernel_w`` weight vectors (per ``ceil(block / lanes)``) into them. When the widest divisor that
+    fits so leaves more than half of that room unused (a 7- or 14-wide map with two vectors per
+    column), the next wider divisor is taken if its accumulators fit beside one weight and one input
+    (:data:`MAX_ACCUMULATORS` at most): the weights are then reloaded from L1, cheaper than a tile too
+    narrow to reuse its input loads.
+
+    Example::
+
+        depthwise_register_tile(56, 8, 3, {"kind": "llvm", "mcpu": "znver3"})     # 8
+        depthwise_register_tile(14, 16, 3, {"kind": "llvm", "mcpu": "znver3"})    # 7
+        depthwise_register_tile(56, 16, 3, {"kind": "llvm", "mcpu": "znver4"})    # 14
+    """
+    lanes, registers = vector_registers(target)
+    per_column = -(-block // lanes)
+    most = min(MAX_ACCUMULATORS, registers - 2)
+    room = min(most, max(per_column, registers - per_column * kernel_w - 1))
+    divisors = [d for d in range(1, min(out_width, MAX_TILE_COLUMNS) + 1) if out_width % d == 0]
+    columns = max((d for d in divisors if d * per_column <= room), default=1)
+    if 2 * columns * per_column < room:
+        wider = [d for d in divisors if d > columns and d * per_column <= most]
+        columns = min(wider, default=columns)
+    return columns
 
 
 def gemm_register_tile(out_h: int, out_w: int, out_outer: int, out_block: int,
