@@ -1,0 +1,242 @@
+"""Every depthwise layer of torchvision's MobileNetV2 and MobileNetV3-large: before and after, against
+ONNX Runtime's own per-node time, and as a share of the ISA's FMA peak.
+
+For each depthwise conv of the networks (exported by torch with random weights, see
+``benchmarks/networks.py``), with the epilogue the build fuses into it (``layoutopt.tvm.ops``):
+
+* **after**: this code's kernel (``kernels.depthwise``), for each block of ``--blocks``;
+* **before**: the kernel of layoutopt at git revision ``--before`` (extracted with ``git archive`` and
+  imported beside this one, in this process), its compute and schedule as that revision's build ran
+  them: the padded copy of the input, the same epilogue after the register tile;
+* **ONNX Runtime**: the conv node's fastest run in ORT's own profile of the whole network
+  (``benchmarks/ort_layers.py``; ORT fuses the activation into the conv node).
+
+Every kernel is timed cold, as the measurer times it (weights and output flushed, the input warm),
+in interleaved rounds: each round times every kernel of a layer once and runs ORT's profiled
+session, so that interference on a shared machine hits all of them alike. Times are medians over
+the rounds (ORT's: the minimum over its profiled runs, as its profile keeps). Writes
+``benchmarks/results/depthwise.md``.
+
+Usage::
+
+    python -m benchmarks.depthwise --python /work/wt-bench/.venv-bench/bin/python   # torch exports
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("TVM_NUM_THREADS", "2")
+
+import numpy as np
+
+from benchmarks.networks import MODELS, export_torchvision
+from benchmarks.ort_layers import match_convs, node_times
+from benchmarks.runtimes import onnxruntime_options
+
+RESULTS = Path(__file__).resolve().parent / "results"
+REPOSITORY = Path(__file__).resolve().parent.parent
+NETWORKS = ("mobilenet_v2", "mobilenet_v3_large")
+
+
+def import_revision(revision: str, directory: str):
+    """layoutopt as it was at git ``revision``, imported as the package ``layoutopt_before``."""
+    archive = subprocess.run(["git", "-C", str(REPOSITORY), "archive", revision, "layoutopt"],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", directory], input=archive, check=True)
+    os.rename(Path(directory) / "layoutopt", Path(directory) / "layoutopt_before")
+    sys.path.insert(0, directory)
+    return importlib.import_module("layoutopt_before.tvm.kernels")
+
+
+def depthwise_layers(path: Path) -> list[dict]:
+    """The depthwise conv layers of an ONNX network: ``{"layer", "workload"}`` (epilogue included)."""
+    from layoutopt.tvm import extract_layout_graph, load_model
+    from layoutopt.tvm.kernels.workload import is_depthwise
+
+    graph = extract_layout_graph(load_model(path, [1, 3, 224, 224]))
+    return [{"layer": node.name, "workload": node.workload} for node in graph.layout_nodes()
+            if node.op == "relax.nn.conv2d" and node.workload["groups"] > 1 and is_depthwise(node.workload)]
+
+
+def flops(workload: dict) -> float:
+    from layoutopt.tvm.kernels import conv2d_output_shape
+
+    n, channels, out_h, out_w = conv2d_output_shape(workload)
+    return 2.0 * n * channels * out_h * out_w * workload["kernel"][2] * workload["kernel"][3]
+
+
+def after_kernel(workload: dict, block: int, target):
+    """This code's kernel: ``(module, name, args)``, checked against numpy."""
+    import tvm
+
+    from layoutopt.tvm.kernels import build_kernel, check_kernel
+
+    kernel = build_kernel(workload, {"in": f"NCHW{block}c", "out": f"NCHW{block}c", "algorithm": "depthwise"},
+                          target)
+    module = tvm.compile(kernel.module, target=target).mod
+    args = kernel.device_args(kernel.logical_inputs(), tvm.cpu())
+    check_kernel(kernel, module, args=args)
+    return module, kernel.name, args
+
+
+def before_kernel(before, workload: dict, block: int, target):
+    """The revision's blocked depthwise kernel, with the epilogue its build fused after it."""
+    import tvm
+
+    from layoutopt.tvm.kernels import FAMILIES, epilogue
+
+    old = before.FAMILIES["conv2d", "direct"]
+    candidate = {"in": f"NCHW{block}c", "out": f"NCHW{block}c"}
+    plain = {key: value for key, value in workload.items() if key != "epilogue"}
+    steps = workload.get("epilogue", [])
+    new = FAMILIES["conv2d", "depthwise"]
+    with target:
+        data, weight = old.placeholders(tvm, plain, candidate)
+        operands = new.placeholders(tvm, workload, {**candidate, "algorithm": "depthwise"})[2:]
+        out = epilogue.apply_te(tvm, steps, old.compute(tvm, [data, weight], plain, candidate), operands)
+        func = tvm.te.create_prim_func([data, weight, *operands, out])
+        sch = old.schedule(func, target)
+    module = tvm.compile(tvm.IRModule({"kernel": sch.mod["main"].with_attr("global_symbol", "kernel")}),
+                         target=target).mod
+    rng = np.random.default_rng(0)
+    logical = [rng.uniform(-1, 1, shape).astype("float32") for shape in new.logical_shapes(workload)]
+    packed = [before.pack_data(logical[0], candidate["in"]),
+              before.pack_conv2d_kernel(logical[1], candidate, workload["groups"]),
+              *(before.pack_data(x, candidate["out"]) for x in logical[2:])]
+    args = [tvm.runtime.tensor(a) for a in packed]
+    args.append(tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], "float32")))
+    module["kernel"](*args)
+    expected = new.reference(workload, logical)
+    got = before.unpack_data(args[-1].numpy(), candidate["out"])
+    assert np.abs(got - expected).max() <= 1e-3 * max(1.0, np.abs(expected).max()), workload
+    return module, "kernel", args
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--python", default=sys.executable, help="an interpreter with torch, to export")
+    parser.add_argument("--before", default="e285486", help="git revision of the 'before' kernels")
+    parser.add_argument("--blocks", default="8,16")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--networks", default=",".join(NETWORKS))
+    parser.add_argument("--out", default=str(RESULTS / "depthwise.md"))
+    args = parser.parse_args(argv)
+    import onnxruntime as ort
+    import tvm
+
+    from benchmarks.roofline import fma_peak_gflops
+    from layoutopt.machine import stamp_line
+    from layoutopt.tvm import resolve_target
+    from layoutopt.tvm.kernels import describe_workload, isa_name
+    from layoutopt.tvm.runner import LocalRunner
+
+    target = resolve_target(None)
+    threads = int(os.environ["TVM_NUM_THREADS"])
+    peak = fma_peak_gflops(threads, isa_name(target))
+    blocks = [int(b) for b in args.blocks.split(",")]
+    runner = LocalRunner(repeat=1, cold_runs=10)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="layoutopt-depthwise-") as directory:
+        before = import_revision(args.before, directory)
+        for network in args.networks.split(","):
+            path = export_torchvision(network, MODELS / f"{network}.onnx", python=args.python)
+            layers = depthwise_layers(path)
+            session = ort.InferenceSession(str(path), onnxruntime_options(threads, str(Path(directory) / network)),
+                                           providers=["CPUExecutionProvider"])
+            feed = {session.get_inputs()[0].name: np.random.default_rng(1).standard_normal((1, 3, 224, 224))
+                    .astype("float32")}
+            kernels = {}
+            for index, layer in enumerate(layers):
+                channels = layer["workload"]["data"][1]
+                for block in (b for b in blocks if channels % b == 0):
+                    kernels[index, "before", block] = before_kernel(before, layer["workload"], block, target)
+                    kernels[index, "after", block] = after_kernel(layer["workload"], block, target)
+                print(f"{network}: built {index + 1}/{len(layers)}", file=sys.stderr, flush=True)
+            samples: dict = {key: [] for key in kernels}
+            for _ in range(args.rounds):
+                for key, (module, name, kernel_args) in kernels.items():
+                    samples[key] += runner.time(module, tvm.cpu(), name, kernel_args)
+                for _ in range(5):
+                    session.run(None, feed)
+            nodes = node_times(session.end_profiling())
+            medians = {key: float(np.median(values)) for key, values in samples.items()}
+            records = match_convs([{"layer": layer["layer"], "workload": layer["workload"], "choice": "",
+                                    "algorithm": "depthwise", "in_network": None} for layer in layers], nodes)
+            for index, (layer, record) in enumerate(zip(layers, records, strict=True)):
+                times = {(side, block): medians[index, side, block] for (i, side, block) in medians if i == index}
+                rows.append({"network": network, "layer": describe_workload(layer["workload"]),
+                             "epilogue": layer["workload"].get("epilogue", []), "flops": flops(layer["workload"]),
+                             "times": times, "ort": record["onnxruntime"]})
+    write_table(rows, Path(args.out), stamp_line(), peak, isa_name(target), threads, args)
+    return 0
+
+
+def _activation(steps: list) -> str:
+    """A short name for a layer's epilogue."""
+    names = {"relu": "ReLU"}
+    text = str(steps)
+    if "['divide', 6.0]" in text:
+        return "hard-swish"
+    if "['minimum', 6.0]" in text:
+        return "ReLU6"
+    return ", ".join(names.get(step, str(step)) for step in steps if step != "bias") or "none"
+
+
+def write_table(rows: list[dict], out: Path, stamp: str, peak: float, isa: str, threads: int, args) -> None:
+    """The markdown table: per layer, before / after per block, ORT, share of peak, after vs ORT."""
+    lines = [
+        "# Depthwise layers: before and after, against ONNX Runtime",
+        "",
+        f"*{stamp}*",
+        "",
+        f"Produced by `python -m benchmarks.depthwise` ({args.rounds} interleaved rounds, {threads} threads). "
+        f"The machine was shared with other jobs (2 cores, 3 other sessions): timings are noisy; compare "
+        f"side by side (each row's kernels and ORT were timed in the same rounds, in one process), not "
+        f"across runs. {isa} FMA peak on {threads} threads: {peak:.1f} GFLOP/s.",
+        "",
+        f"Before: layoutopt `{args.before}`'s blocked depthwise kernel (a padded copy of the input, then a "
+        "register tile; the epilogue after it). After: `kernels.depthwise`. Our kernels timed cold "
+        "(weights and output flushed, input warm), median of the rounds; ORT: the conv node's fastest run "
+        "in its own profile of the whole network (activation fused into the node). Times in µs; "
+        "`ORT / after` above 1: ours is faster.",
+        "",
+    ]
+    blocks = sorted({block for row in rows for (_, block) in row["times"]})
+    header = ["network", "layer", "epilogue", *(f"before {b}c" for b in blocks), *(f"after {b}c" for b in blocks),
+              "best after", "% of peak", "ORT", "ORT / after", "after / before"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    ratios = {}
+    for row in rows:
+        before = {b: row["times"].get(("before", b)) for b in blocks}
+        after = {b: row["times"].get(("after", b)) for b in blocks}
+        best_after = min(t for t in after.values() if t)
+        best_before = min(t for t in before.values() if t)
+        ort = row["ort"]
+        ratio = ort / best_after if ort else None
+        ratios.setdefault(row["network"], []).append(ratio)
+        cells = [row["network"], row["layer"], _activation(row["epilogue"]),
+                 *(f"{before[b] * 1e6:.1f}" if before[b] else "-" for b in blocks),
+                 *(f"{after[b] * 1e6:.1f}" if after[b] else "-" for b in blocks),
+                 f"{best_after * 1e6:.1f}", f"{100 * row['flops'] / best_after / 1e9 / peak:.1f}%",
+                 f"{ort * 1e6:.1f}" if ort else "-", f"{ratio:.2f}x" if ratio else "-",
+                 f"{best_after / best_before:.2f}x"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| network | layers | median ORT / after | lowest | layers at least as fast as ORT |",
+              "|---|---|---|---|---|"]
+    for network, values in ratios.items():
+        found = [v for v in values if v]
+        lines.append(f"| {network} | {len(values)} | {np.median(found):.2f}x | {min(found):.2f}x "
+                     f"| {sum(v >= 1 for v in found)} of {len(found)} |")
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
