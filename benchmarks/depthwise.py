@@ -119,62 +119,75 @@ def before_kernel(before, workload: dict, block: int, target):
     return module, "kernel", args
 
 
+def time_network(network: str, before, args, target, directory: str) -> list[dict]:
+    """One row per depthwise layer of ``network``: its kernels before and after, per block, and ORT's
+    node, timed in the same interleaved rounds."""
+    import onnxruntime as ort
+    import tvm
+
+    from layoutopt.tvm.kernels import describe_workload
+    from layoutopt.tvm.runner import LocalRunner
+
+    threads = int(os.environ["TVM_NUM_THREADS"])
+    path = export_torchvision(network, MODELS / f"{network}.onnx", python=args.python)
+    layers = depthwise_layers(path)
+    session = ort.InferenceSession(str(path), onnxruntime_options(threads, str(Path(directory) / network)),
+                                   providers=["CPUExecutionProvider"])
+    image = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype("float32")
+    feed = {session.get_inputs()[0].name: image}
+    kernels = {}
+    for index, layer in enumerate(layers):
+        for block in (b for b in args.blocks if layer["workload"]["data"][1] % b == 0):
+            kernels[index, "before", block] = before_kernel(before, layer["workload"], block, target)
+            kernels[index, "after", block] = after_kernel(layer["workload"], block, target)
+        print(f"{network}: built {index + 1}/{len(layers)}", file=sys.stderr, flush=True)
+    runner = LocalRunner(repeat=1, cold_runs=10)  # as the measurer times: cold, median of 10 runs
+    samples: dict = {key: [] for key in kernels}
+    for _ in range(args.rounds):
+        for key, (module, name, kernel_args) in kernels.items():
+            samples[key] += runner.time(module, tvm.cpu(), name, kernel_args)
+        for _ in range(5):
+            session.run(None, feed)
+    records = match_convs([{"layer": layer["layer"], "workload": layer["workload"], "choice": "",
+                            "algorithm": "depthwise", "in_network": None} for layer in layers],
+                          node_times(session.end_profiling()))
+    rows = []
+    for index, (layer, record) in enumerate(zip(layers, records, strict=True)):
+        times = {(side, block): float(np.median(values))
+                 for (i, side, block), values in samples.items() if i == index}
+        rows.append({"network": network, "layer": describe_workload(layer["workload"]),
+                     "epilogue": layer["workload"].get("epilogue", []), "flops": flops(layer["workload"]),
+                     "times": times, "ort": record["onnxruntime"]})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="an interpreter with torch, to export")
     parser.add_argument("--before", default="e285486", help="git revision of the 'before' kernels")
-    parser.add_argument("--blocks", default="8,16")
+    parser.add_argument("--blocks", default="8,16", type=lambda text: [int(b) for b in text.split(",")])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--networks", default=",".join(NETWORKS))
     parser.add_argument("--out", default=str(RESULTS / "depthwise.md"))
     args = parser.parse_args(argv)
-    import onnxruntime as ort
-    import tvm
-
     from benchmarks.roofline import fma_peak_gflops
     from layoutopt.machine import stamp_line
     from layoutopt.tvm import resolve_target
-    from layoutopt.tvm.kernels import describe_workload, isa_name
-    from layoutopt.tvm.runner import LocalRunner
+    from layoutopt.tvm.kernels import isa_name
 
     target = resolve_target(None)
     threads = int(os.environ["TVM_NUM_THREADS"])
-    peak = fma_peak_gflops(threads, isa_name(target))
-    blocks = [int(b) for b in args.blocks.split(",")]
-    runner = LocalRunner(repeat=1, cold_runs=10)
+    isa = isa_name(target)
+    # the FMA peak and the load, before and after: on a shared machine the best peak is the machine's
+    peaks, loads = [fma_peak_gflops(threads, isa)], [os.getloadavg()[0]]
     rows = []
     with tempfile.TemporaryDirectory(prefix="layoutopt-depthwise-") as directory:
         before = import_revision(args.before, directory)
         for network in args.networks.split(","):
-            path = export_torchvision(network, MODELS / f"{network}.onnx", python=args.python)
-            layers = depthwise_layers(path)
-            session = ort.InferenceSession(str(path), onnxruntime_options(threads, str(Path(directory) / network)),
-                                           providers=["CPUExecutionProvider"])
-            feed = {session.get_inputs()[0].name: np.random.default_rng(1).standard_normal((1, 3, 224, 224))
-                    .astype("float32")}
-            kernels = {}
-            for index, layer in enumerate(layers):
-                channels = layer["workload"]["data"][1]
-                for block in (b for b in blocks if channels % b == 0):
-                    kernels[index, "before", block] = before_kernel(before, layer["workload"], block, target)
-                    kernels[index, "after", block] = after_kernel(layer["workload"], block, target)
-                print(f"{network}: built {index + 1}/{len(layers)}", file=sys.stderr, flush=True)
-            samples: dict = {key: [] for key in kernels}
-            for _ in range(args.rounds):
-                for key, (module, name, kernel_args) in kernels.items():
-                    samples[key] += runner.time(module, tvm.cpu(), name, kernel_args)
-                for _ in range(5):
-                    session.run(None, feed)
-            nodes = node_times(session.end_profiling())
-            medians = {key: float(np.median(values)) for key, values in samples.items()}
-            records = match_convs([{"layer": layer["layer"], "workload": layer["workload"], "choice": "",
-                                    "algorithm": "depthwise", "in_network": None} for layer in layers], nodes)
-            for index, (layer, record) in enumerate(zip(layers, records, strict=True)):
-                times = {(side, block): medians[index, side, block] for (i, side, block) in medians if i == index}
-                rows.append({"network": network, "layer": describe_workload(layer["workload"]),
-                             "epilogue": layer["workload"].get("epilogue", []), "flops": flops(layer["workload"]),
-                             "times": times, "ort": record["onnxruntime"]})
-    write_table(rows, Path(args.out), stamp_line(), peak, isa_name(target), threads, args)
+            rows += time_network(network, before, args, target, directory)
+    peaks.append(fma_peak_gflops(threads, isa))
+    loads.append(os.getloadavg()[0])
+    write_table(rows, Path(args.out), stamp_line(), peaks, loads, isa, threads, args)
     return 0
 
 
@@ -189,17 +202,21 @@ def _activation(steps: list) -> str:
     return ", ".join(names.get(step, str(step)) for step in steps if step != "bias") or "none"
 
 
-def write_table(rows: list[dict], out: Path, stamp: str, peak: float, isa: str, threads: int, args) -> None:
+def write_table(rows: list[dict], out: Path, stamp: str, peaks: list[float], loads: list[float], isa: str,
+                threads: int, args) -> None:
     """The markdown table: per layer, before / after per block, ORT, share of peak, after vs ORT."""
+    peak = max(peaks)
     lines = [
         "# Depthwise layers: before and after, against ONNX Runtime",
         "",
         f"*{stamp}*",
         "",
-        f"Produced by `python -m benchmarks.depthwise` ({args.rounds} interleaved rounds, {threads} threads). "
-        f"The machine was shared with other jobs (2 cores, 3 other sessions): timings are noisy; compare "
-        f"side by side (each row's kernels and ORT were timed in the same rounds, in one process), not "
-        f"across runs. {isa} FMA peak on {threads} threads: {peak:.1f} GFLOP/s.",
+        f"Produced by `python -m benchmarks.depthwise` ({args.rounds} interleaved rounds, {threads} "
+        "threads). The machine was shared with other jobs (2 cores, other sessions running): timings are "
+        "noisy; compare side by side (each row's kernels and ORT were timed in the same rounds, in one "
+        f"process), not across runs. Load average {loads[0]:.1f} at the start, {loads[1]:.1f} at the end. "
+        f"{isa} FMA peak on {threads} threads (`benchmarks/roofline.py`), measured before and after: "
+        f"{peaks[0]:.1f} and {peaks[1]:.1f} GFLOP/s; the share of peak is of the higher.",
         "",
         f"Before: layoutopt `{args.before}`'s blocked depthwise kernel (a padded copy of the input, then a "
         "register tile; the epilogue after it). After: `kernels.depthwise`. Our kernels timed cold "
@@ -209,8 +226,9 @@ def write_table(rows: list[dict], out: Path, stamp: str, peak: float, isa: str, 
         "",
     ]
     blocks = sorted({block for row in rows for (_, block) in row["times"]})
-    header = ["network", "layer", "epilogue", *(f"before {b}c" for b in blocks), *(f"after {b}c" for b in blocks),
-              "best after", "% of peak", "ORT", "ORT / after", "after / before"]
+    header = ["network", "layer", "epilogue", *(f"before {b}c" for b in blocks),
+              *(f"after {b}c" for b in blocks), "best after", "% of peak", "ORT", "ORT / after",
+              "after / before"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     ratios = {}
     for row in rows:

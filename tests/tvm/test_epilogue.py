@@ -18,15 +18,18 @@ from onnx_models import mobile_fpn_onnx, mobilenet_v3_block_onnx  # tests/tvm is
 from layoutopt import ProblemError
 from layoutopt.tvm import builder, extract_layout_graph, load_model, prepare, resolve_target
 from layoutopt.tvm._tvm import import_tvm
-from layoutopt.tvm.apply import apply_assignment
+from layoutopt.tvm.apply import apply_assignment, apply_layouts
 from layoutopt.tvm.baselines import fixed_layout_assignment
 from layoutopt.tvm.cache import task_key
+from layoutopt.tvm.check import relative_error
 from layoutopt.tvm.kernels import build_kernel, validate_workload
 from layoutopt.tvm.kernels.common import WORKLOAD_ANNOTATION, annotated_candidate, block_names
 from layoutopt.tvm.kernels.epilogue import apply_numpy, validate_epilogue
 from layoutopt.tvm.kernels.kernel import kernel_tensors
 from layoutopt.tvm.kernels.module import family_of_function, schedule_primfunc
+from layoutopt.tvm.ops import fused_epilogues
 from layoutopt.tvm.problem import kernel_tasks
+from layoutopt.tvm.timing import random_inputs, run
 
 pytestmark = pytest.mark.tvm
 
@@ -94,6 +97,32 @@ def test_a_value_read_outside_the_chain_ends_it():
     assert epilogues["lv"] == HARD_SWISH and epilogues["lv7"] == RELU6
     unfused = extract_layout_graph(_model(mobile_fpn_onnx), prepared=True, fuse=False)
     assert not any("epilogue" in node.workload for node in unfused.layout_nodes())
+
+
+def test_a_winograd_conv_followed_by_gelu_builds_and_computes_what_tvm_computes():
+    """The Winograd schedule inlined its epilogue consumer by consumer: GELU's ``x * (1 + erf(x / √2))``
+    reads the biased conv twice, and the build failed (``T_add_intermediate is used before its
+    definition``); an epilogue is inlined as a whole now."""
+    tvm = import_tvm()
+    relax = tvm.relax
+    rng = np.random.default_rng(0)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 16, 8, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            weight = relax.const(rng.standard_normal((16, 16, 3, 3)).astype("float32") * 0.1)
+            conv = bb.emit(relax.op.nn.conv2d(x, weight, padding=1), "conv")
+            y = bb.emit(relax.op.add(conv, relax.const(rng.standard_normal((1, 16, 1, 1)).astype("float32"))))
+            erf = bb.emit(relax.op.erf(bb.emit(relax.op.divide(y, relax.const(np.float32(np.sqrt(2.0)))))))
+            gelu = bb.emit(relax.op.multiply(y, bb.emit(relax.op.add(erf, relax.const(np.float32(1.0))))))
+            output = bb.emit_output(relax.op.multiply(gelu, relax.const(np.float32(0.5))))
+        bb.emit_func_output(output)
+    mod = prepare(bb.get())
+    assert fused_epilogues(mod["main"])["conv"][-3:] == [["add", 1.0], ["multiply", "@1"], ["multiply", 0.5]]
+    target = resolve_target(None)
+    inputs = random_inputs(mod, seed=2)
+    built = builder.build(apply_layouts(mod, {"conv": "NCHW8c->NCHW8c[algorithm=winograd,tile=2]"}), target)
+    assert relative_error(run(built, inputs), run(tvm.compile(mod, target=target), inputs)) < 1e-4
 
 
 @pytest.mark.parametrize("model", [mobile_fpn_onnx, mobilenet_v3_block_onnx],
