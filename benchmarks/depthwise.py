@@ -86,6 +86,59 @@ def after_kernel(workload: dict, block: int, target):
     return module, kernel.name, args
 
 
+def _compiled_and_checked(func, workload: dict, packed: list, unpack, target):
+    """``(module, name, args)`` of a PrimFunc computing ``workload``: compiled, run once on ``packed``
+    (the packing of seeded logical inputs, see :func:`_logical_inputs`), checked against numpy."""
+    import tvm
+
+    from layoutopt.tvm.kernels import FAMILIES
+
+    module = tvm.compile(tvm.IRModule({"kernel": func.with_attr("global_symbol", "kernel")}),
+                         target=target).mod
+    args = [tvm.runtime.tensor(a) for a in packed]
+    args.append(tvm.runtime.tensor(np.zeros([int(d) for d in func.params[-1].shape], "float32")))
+    module["kernel"](*args)
+    expected = FAMILIES["conv2d", "depthwise"].reference(workload, _logical_inputs(workload))
+    got = unpack(args[-1].numpy())
+    assert np.abs(got - expected).max() <= 1e-3 * max(1.0, np.abs(expected).max()), workload
+    return module, "kernel", args
+
+
+def _logical_inputs(workload: dict) -> list[np.ndarray]:
+    from layoutopt.tvm.kernels import FAMILIES
+
+    rng = np.random.default_rng(0)
+    return [rng.uniform(-1, 1, shape).astype("float32")
+            for shape in FAMILIES["conv2d", "depthwise"].logical_shapes(workload)]
+
+
+def padded_copy_kernel(workload: dict, block: int, target):
+    """This code's kernel fed by a zero-padded copy of its input, as the old kernel was (a stage of its
+    own, parallel and vectorised): what the copy costs, beside :func:`after_kernel`."""
+    import tvm
+
+    from layoutopt.tvm.kernels import FAMILIES, epilogue
+    from layoutopt.tvm.kernels.depthwise import depthwise_nchwc
+    from layoutopt.tvm.kernels.module import schedule_primfunc
+
+    family = FAMILIES["conv2d", "depthwise"]
+    candidate = {"in": f"NCHW{block}c", "out": f"NCHW{block}c", "algorithm": "depthwise"}
+    top, left, bottom, right = workload["padding"]
+    n, channels, height, width = workload["data"]
+    inner = {**workload, "data": [n, channels, height + top + bottom, width + left + right],
+             "padding": [0, 0, 0, 0]}
+    with target:
+        data, weight, *operands = family.placeholders(tvm, workload, candidate)
+        padded = tvm.topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="data_pad")
+        out = epilogue.apply_te(tvm, workload.get("epilogue", []),
+                                depthwise_nchwc(tvm, padded, weight, inner, candidate), operands)
+        func = schedule_primfunc(tvm.te.create_prim_func([data, weight, *operands, out]), target,
+                                 strict=True)
+    packed = family.pack_inputs(workload, candidate, _logical_inputs(workload))
+    return _compiled_and_checked(func, workload, packed,
+                                 lambda output: family.unpack_output(workload, candidate, output), target)
+
+
 def before_kernel(before, workload: dict, block: int, target):
     """The revision's blocked depthwise kernel, with the epilogue its build fused after it."""
     import tvm
@@ -95,28 +148,18 @@ def before_kernel(before, workload: dict, block: int, target):
     old = before.FAMILIES["conv2d", "direct"]
     candidate = {"in": f"NCHW{block}c", "out": f"NCHW{block}c"}
     plain = {key: value for key, value in workload.items() if key != "epilogue"}
-    steps = workload.get("epilogue", [])
-    new = FAMILIES["conv2d", "depthwise"]
     with target:
         data, weight = old.placeholders(tvm, plain, candidate)
-        operands = new.placeholders(tvm, workload, {**candidate, "algorithm": "depthwise"})[2:]
-        out = epilogue.apply_te(tvm, steps, old.compute(tvm, [data, weight], plain, candidate), operands)
-        func = tvm.te.create_prim_func([data, weight, *operands, out])
-        sch = old.schedule(func, target)
-    module = tvm.compile(tvm.IRModule({"kernel": sch.mod["main"].with_attr("global_symbol", "kernel")}),
-                         target=target).mod
-    rng = np.random.default_rng(0)
-    logical = [rng.uniform(-1, 1, shape).astype("float32") for shape in new.logical_shapes(workload)]
-    packed = [before.pack_data(logical[0], candidate["in"]),
-              before.pack_conv2d_kernel(logical[1], candidate, workload["groups"]),
-              *(before.pack_data(x, candidate["out"]) for x in logical[2:])]
-    args = [tvm.runtime.tensor(a) for a in packed]
-    args.append(tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], "float32")))
-    module["kernel"](*args)
-    expected = new.reference(workload, logical)
-    got = before.unpack_data(args[-1].numpy(), candidate["out"])
-    assert np.abs(got - expected).max() <= 1e-3 * max(1.0, np.abs(expected).max()), workload
-    return module, "kernel", args
+        operands = FAMILIES["conv2d", "depthwise"].placeholders(tvm, workload, candidate)[2:]
+        out = epilogue.apply_te(tvm, workload.get("epilogue", []),
+                                old.compute(tvm, [data, weight], plain, candidate), operands)
+        func = old.schedule(tvm.te.create_prim_func([data, weight, *operands, out]), target).mod["main"]
+    data, weight, *extra = _logical_inputs(workload)
+    packed = [before.pack_data(data, candidate["in"]),
+              before.pack_conv2d_kernel(weight, candidate, workload["groups"]),
+              *(before.pack_data(x, candidate["out"]) for x in extra)]
+    return _compiled_and_checked(func, workload, packed,
+                                 lambda output: before.unpack_data(output, candidate["out"]), target)
 
 
 def time_network(network: str, before, args, target, directory: str) -> list[dict]:
@@ -140,6 +183,8 @@ def time_network(network: str, before, args, target, directory: str) -> list[dic
         for block in (b for b in args.blocks if layer["workload"]["data"][1] % b == 0):
             kernels[index, "before", block] = before_kernel(before, layer["workload"], block, target)
             kernels[index, "after", block] = after_kernel(layer["workload"], block, target)
+            if block == args.blocks[0]:
+                kernels[index, "padded copy", block] = padded_copy_kernel(layer["workload"], block, target)
         print(f"{network}: built {index + 1}/{len(layers)}", file=sys.stderr, flush=True)
     runner = LocalRunner(repeat=1, cold_runs=10)  # as the measurer times: cold, median of 10 runs
     samples: dict = {key: [] for key in kernels}
@@ -178,14 +223,16 @@ def main(argv: list[str] | None = None) -> int:
     target = resolve_target(None)
     threads = int(os.environ["TVM_NUM_THREADS"])
     isa = isa_name(target)
-    # the FMA peak and the load, before and after: on a shared machine the best peak is the machine's
-    peaks, loads = [fma_peak_gflops(threads, isa)], [os.getloadavg()[0]]
+    # the FMA peak and the load, before and after. The peak is timed on one thread, times the threads
+    # (it scales linearly: 99.97 and 198.8 GFLOP/s on this AVX2 host, quiet): one thread more often
+    # gets a core to itself on a shared machine, and the best of the measurements is the machine's
+    peaks, loads = [threads * fma_peak_gflops(1, isa)], [os.getloadavg()[0]]
     rows = []
     with tempfile.TemporaryDirectory(prefix="layoutopt-depthwise-") as directory:
         before = import_revision(args.before, directory)
         for network in args.networks.split(","):
             rows += time_network(network, before, args, target, directory)
-    peaks.append(fma_peak_gflops(threads, isa))
+    peaks.append(threads * fma_peak_gflops(1, isa))
     loads.append(os.getloadavg()[0])
     write_table(rows, Path(args.out), stamp_line(), peaks, loads, isa, threads, args)
     return 0
@@ -215,20 +262,25 @@ def write_table(rows: list[dict], out: Path, stamp: str, peaks: list[float], loa
         "threads). The machine was shared with other jobs (2 cores, other sessions running): timings are "
         "noisy; compare side by side (each row's kernels and ORT were timed in the same rounds, in one "
         f"process), not across runs. Load average {loads[0]:.1f} at the start, {loads[1]:.1f} at the end. "
-        f"{isa} FMA peak on {threads} threads (`benchmarks/roofline.py`), measured before and after: "
-        f"{peaks[0]:.1f} and {peaks[1]:.1f} GFLOP/s; the share of peak is of the higher.",
+        f"{isa} FMA peak on {threads} threads (`benchmarks/roofline.py`; one thread's, times {threads}), "
+        f"measured before and after: {peaks[0]:.1f} and {peaks[1]:.1f} GFLOP/s; the share of peak is of "
+        "the higher.",
         "",
         f"Before: layoutopt `{args.before}`'s blocked depthwise kernel (a padded copy of the input, then a "
-        "register tile; the epilogue after it). After: `kernels.depthwise`. Our kernels timed cold "
-        "(weights and output flushed, input warm), median of the rounds; ORT: the conv node's fastest run "
-        "in its own profile of the whole network (activation fused into the node). Times in µs; "
-        "`ORT / after` above 1: ours is faster.",
+        "register tile; the epilogue after it), as its build ran it. After: `kernels.depthwise`. "
+        f"`+ copy`: the new kernel fed by a padded copy of its input (a stage of its own, parallel and "
+        f"vectorised), block {args.blocks[0]}: what the copy the old kernel made costs. Our kernels timed "
+        "cold (weights and output flushed, input warm), median of the rounds; ORT: the conv node's "
+        "fastest run in its own profile of the whole network (activation fused into the node). Times "
+        "in µs; `ORT / after` above 1: ours is faster. `% of peak`: the best block's GFLOP/s "
+        "(2 FLOPs per multiply-add) over the FMA peak.",
         "",
     ]
-    blocks = sorted({block for row in rows for (_, block) in row["times"]})
+    blocks = sorted({block for row in rows for (side, block) in row["times"] if side == "after"})
+    first = args.blocks[0]
     header = ["network", "layer", "epilogue", *(f"before {b}c" for b in blocks),
-              *(f"after {b}c" for b in blocks), "best after", "% of peak", "ORT", "ORT / after",
-              "after / before"]
+              *(f"after {b}c" for b in blocks), f"{first}c + copy", "best after", "% of peak", "ORT",
+              "ORT / after", "after / before"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     ratios = {}
     for row in rows:
@@ -239,9 +291,11 @@ def write_table(rows: list[dict], out: Path, stamp: str, peaks: list[float], loa
         ort = row["ort"]
         ratio = ort / best_after if ort else None
         ratios.setdefault(row["network"], []).append(ratio)
+        copy = row["times"].get(("padded copy", first))
         cells = [row["network"], row["layer"], _activation(row["epilogue"]),
                  *(f"{before[b] * 1e6:.1f}" if before[b] else "-" for b in blocks),
                  *(f"{after[b] * 1e6:.1f}" if after[b] else "-" for b in blocks),
+                 f"{copy * 1e6:.1f}" if copy else "-",
                  f"{best_after * 1e6:.1f}", f"{100 * row['flops'] / best_after / 1e9 / peak:.1f}%",
                  f"{ort * 1e6:.1f}" if ort else "-", f"{ratio:.2f}x" if ratio else "-",
                  f"{best_after / best_before:.2f}x"]

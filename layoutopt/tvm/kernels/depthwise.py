@@ -42,6 +42,7 @@ from .common import (
     block_names,
     finish_register_tile,
     kernel_annotations,
+    parallel_vectorize,
     register_tile_output,
     schedule_epilogue,
 )
@@ -140,10 +141,14 @@ def depthwise_nchwc(tvm, data, kernel, workload: dict[str, Any], candidate: dict
 def schedule_depthwise(func, target):
     """A ``[reg_n x block]`` register tile accumulated over (kernel row, kernel column), the kernel
     column and the tile's columns unrolled, the block vectorised, parallel over (batch, channel
-    block, chunk of rows: :func:`row_chunk`); the fused epilogue finished in the tile."""
+    block, chunk of rows: :func:`row_chunk`); the fused epilogue finished in the tile. (A padding
+    stage before the kernel, which its compute has none of, would be parallel and vectorised on its own.)"""
     tvm = import_tvm()
     sch = tvm.s_tir.Schedule(func)
     names = block_names(sch)
+    for name in [name for name in names if "pad" in name]:
+        parallel_vectorize(sch, sch.get_sblock(name))
+        names.remove(name)
     conv = sch.get_sblock(MAIN_BLOCK)
     knobs = annotated_candidate(sch, conv) or {}
     batch, chunks, height, width, block = (int(d) for d in sch.get(conv).writes[0].source.shape)
