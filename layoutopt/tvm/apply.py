@@ -6,9 +6,11 @@ the layout model of :mod:`layoutopt.tvm` (the one extraction costs):
 * a **target op** (conv2d, dense) runs the chosen kernel: the compute of its kernel family
   (:mod:`layoutopt.tvm.kernels`) in the chosen ``(in, out)`` layouts (data ``NCHW{ic}c``, output
   ``NCHW{oc}c``), its constant weight re-laid out at compile time (numpy), the candidate (algorithm,
-  schedule knobs) carried on the kernel's main block to the scheduler;
-* **layout-following ops** (unary elementwise, per-channel constant bias/scale, pooling) run in
-  whatever layout their input arrives in, their per-channel constants repacked to match;
+  schedule knobs) carried on the kernel's main block to the scheduler, with the workload (the
+  epilogue its kernel was measured with included);
+* **layout-following ops** (unary elementwise, per-channel constant bias/scale, elementwise ops of
+  two values of one producer, pooling) run in whatever layout their input arrives in, their
+  per-channel constants repacked to match;
 * a **multi-input op** (add, concat...) runs in its chosen common layout, every input converted to it;
 * everything else (reshape, softmax, the function's outputs, unknown ops) gets plain ``NCHW``.
 

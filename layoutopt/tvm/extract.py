@@ -6,8 +6,8 @@ a ``networkx.DiGraph`` following the layout model of :mod:`layoutopt.tvm` (the o
 :mod:`layoutopt.tvm.apply` rewrites by):
 
 1. **target** ops choose ``(in, out)`` layouts: conv2d (candidates from
-   :func:`~layoutopt.tvm.kernels.conv2d_candidates`; grouped and depthwise ones fixed ``NCHW``, as
-   the rewrite blocks ``groups=1`` only) and dense (``matmul`` by a constant 2-D weight; its
+   :func:`~layoutopt.tvm.kernels.conv2d_candidates`; grouped ones fixed ``NCHW``, depthwise ones in
+   equal blocks too, by the depthwise kernel family) and dense (``matmul`` by a constant 2-D weight; its
    candidates are packed weight layouts).
 2. **layout-following** ops are not nodes: unary elementwise ops, binary elementwise ops with a
    per-channel or scalar constant (bias, folded batch norm) or of two tensors from the same producer

@@ -23,7 +23,7 @@ from layoutopt.tvm.baselines import fixed_layout_assignment
 from layoutopt.tvm.cache import task_key
 from layoutopt.tvm.check import relative_error
 from layoutopt.tvm.kernels import build_kernel, validate_workload
-from layoutopt.tvm.kernels.common import WORKLOAD_ANNOTATION, annotated_candidate, block_names
+from layoutopt.tvm.kernels.common import annotated_candidate, annotated_workload, block_names
 from layoutopt.tvm.kernels.epilogue import apply_numpy, validate_epilogue
 from layoutopt.tvm.kernels.kernel import kernel_tensors
 from layoutopt.tvm.kernels.module import family_of_function, schedule_primfunc
@@ -153,7 +153,7 @@ def test_every_fused_conv_of_a_build_runs_a_kernel_that_was_measured(model, layo
         if family is None or family.op != "conv2d":
             continue
         main = next(name for name in names if name in family.main_blocks)
-        workload = annotated_candidate(sch, sch.get_sblock(main), WORKLOAD_ANNOTATION)
+        workload = annotated_workload(sch, sch.get_sblock(main))
         candidate = annotated_candidate(sch, sch.get_sblock(main))
         assert workload is not None, f"{gvar.name_hint}: a conv kernel of the build carries no workload"
         assert task_key(validate_workload(workload), candidate) in measured, gvar.name_hint

@@ -69,13 +69,19 @@ def kernel_annotations(workload: dict[str, Any], candidate: dict[str, Any]) -> d
     return {CANDIDATE_ANNOTATION: dict(candidate), WORKLOAD_ANNOTATION: dict(workload)}
 
 
-def annotated_candidate(sch, block, key: str = CANDIDATE_ANNOTATION) -> dict[str, Any] | None:
-    """The candidate dict a kernel's main block carries (:data:`CANDIDATE_ANNOTATION`), or None;
-    ``key=WORKLOAD_ANNOTATION``: its workload."""
+def annotated_candidate(sch, block) -> dict[str, Any] | None:
+    """The candidate dict a kernel's main block carries (:data:`CANDIDATE_ANNOTATION`), or None."""
+    return _annotation(sch, block, CANDIDATE_ANNOTATION)
+
+
+def annotated_workload(sch, block) -> dict[str, Any] | None:
+    """The workload dict a kernel's main block carries (:data:`WORKLOAD_ANNOTATION`), or None."""
+    return _annotation(sch, block, WORKLOAD_ANNOTATION)
+
+
+def _annotation(sch, block, key: str) -> dict[str, Any] | None:
     annotations = sch.get(block).annotations
-    if key not in annotations:
-        return None
-    return plain_value(annotations[key])
+    return plain_value(annotations[key]) if key in annotations else None
 
 
 def parallel_over(sch, loops: Sequence) -> None:
