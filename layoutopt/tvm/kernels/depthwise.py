@@ -13,8 +13,9 @@ The old kernel (the direct family's) first copied the whole input into a zero-pa
 pass over memory as large as the conv's own. Here the padding is in the indexing: a tap outside
 the input reads ``0`` (clamped address, guarded load), and the guard is marked ``likely``, so that
 TVM's loop partitioning (in its default lowering) gives the interior tiles a loop with no guard at
-all. Measured on znver3 (AVX2, one thread, interleaved rounds, ``benchmarks/results/depthwise.md``):
-the padded copy cost up to half of a layer's time on 56x56 and 112x112 maps.
+all. Side by side on znver3 (AVX2, 2 threads, ``benchmarks/results/depthwise.md``), the same
+kernel fed by a padded copy ran 1.2-1.4x slower on MobileNets' stride-1 layers and 2-2.8x on their
+stride-2 ones (the copy moves four times the bytes the kernel writes).
 
 Candidates are ``{"in": "NCHW{b}c", "out": "NCHW{b}c", "algorithm": "depthwise"}`` for every block
 ``b`` dividing the channels, with an optional ``"reg_n"`` knob (default
