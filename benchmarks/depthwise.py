@@ -162,13 +162,15 @@ def before_kernel(before, workload: dict, block: int, target):
                                  lambda output: before.unpack_data(output, candidate["out"]), target)
 
 
-def time_network(network: str, before, args, target, directory: str) -> list[dict]:
+def time_network(network: str, before, args, target, directory: str, peaks: list[float]) -> list[dict]:
     """One row per depthwise layer of ``network``: its kernels before and after, per block, and ORT's
-    node, timed in the same interleaved rounds."""
+    node, timed in the same interleaved rounds; the FMA peak measured again every 7 rounds (into
+    ``peaks``)."""
     import onnxruntime as ort
     import tvm
 
-    from layoutopt.tvm.kernels import describe_workload
+    from benchmarks.roofline import fma_peak_gflops
+    from layoutopt.tvm.kernels import describe_workload, isa_name
     from layoutopt.tvm.runner import LocalRunner
 
     threads = int(os.environ["TVM_NUM_THREADS"])
@@ -188,7 +190,9 @@ def time_network(network: str, before, args, target, directory: str) -> list[dic
         print(f"{network}: built {index + 1}/{len(layers)}", file=sys.stderr, flush=True)
     runner = LocalRunner(repeat=1, cold_runs=10)  # as the measurer times: cold, median of 10 runs
     samples: dict = {key: [] for key in kernels}
-    for _ in range(args.rounds):
+    for round_index in range(args.rounds):
+        if round_index % 7 == 6:
+            peaks.append(threads * fma_peak_gflops(1, isa_name(target)))
         for key, (module, name, kernel_args) in kernels.items():
             samples[key] += runner.time(module, tvm.cpu(), name, kernel_args)
         for _ in range(5):
@@ -227,15 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     target = resolve_target(None)
     threads = int(os.environ["TVM_NUM_THREADS"])
     isa = isa_name(target)
-    # the FMA peak and the load, before and after. The peak is timed on one thread, times the threads
-    # (it scales linearly: 99.97 and 198.8 GFLOP/s on this AVX2 host, quiet): one thread more often
-    # gets a core to itself on a shared machine, and the best of the measurements is the machine's
+    # the FMA peak and the load, before, during and after. The peak is timed on one thread, times the
+    # threads (it scales linearly: 99.97 and 198.8 GFLOP/s on this AVX2 host, quiet): one thread more
+    # often gets a core to itself on a shared machine, and the best of the measurements is the machine's
     peaks, loads = [threads * fma_peak_gflops(1, isa)], [os.getloadavg()[0]]
     rows = []
     with tempfile.TemporaryDirectory(prefix="layoutopt-depthwise-") as directory:
         before = import_revision(args.before, directory)
         for network in args.networks.split(","):
-            rows += time_network(network, before, args, target, directory)
+            rows += time_network(network, before, args, target, directory, peaks)
     peaks.append(threads * fma_peak_gflops(1, isa))
     loads.append(os.getloadavg()[0])
     write_table(rows, Path(args.out), stamp_line(), peaks, loads, isa, threads, args)
@@ -267,8 +271,8 @@ def write_table(rows: list[dict], out: Path, stamp: str, peaks: list[float], loa
         "noisy; compare side by side (each row's kernels and ORT were timed in the same rounds, in one "
         f"process), not across runs. Load average {loads[0]:.1f} at the start, {loads[1]:.1f} at the end. "
         f"{isa} FMA peak on {threads} threads (`benchmarks/roofline.py`; one thread's, times {threads}), "
-        f"measured before and after: {peaks[0]:.1f} and {peaks[1]:.1f} GFLOP/s; the share of peak is of "
-        "the higher.",
+        f"measured {len(peaks)} times before, between and after the rounds: {min(peaks):.1f} to "
+        f"{peak:.1f} GFLOP/s; the share of peak is of the highest, the machine's.",
         "",
         f"Before: layoutopt `{args.before}`'s blocked depthwise kernel (a padded copy of the input, then a "
         "register tile; the epilogue after it), as its build ran it. After: `kernels.depthwise`. "
