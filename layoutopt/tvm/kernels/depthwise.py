@@ -14,8 +14,8 @@ pass over memory as large as the conv's own. Here the padding is in the indexing
 the input reads ``0`` (clamped address, guarded load), and the guard is marked ``likely``, so that
 TVM's loop partitioning (in its default lowering) gives the interior tiles a loop with no guard at
 all. Side by side on znver3 (AVX2, 2 threads, ``benchmarks/results/depthwise.md``), the same
-kernel fed by a padded copy ran 1.2-1.8x slower on MobileNets' stride-1 layers and 1.7-2.4x on their
-stride-2 ones (there the copy moves four times the bytes the kernel writes).
+kernel fed by a padded copy ran up to 1.7x slower on MobileNets' stride-1 layers and 1.5-2.3x on
+their stride-2 ones (there the copy moves four times the bytes the kernel writes).
 
 Candidates are ``{"in": "NCHW{b}c", "out": "NCHW{b}c", "algorithm": "depthwise"}`` for every block
 ``b`` dividing the channels, with an optional ``"reg_n"`` knob (default
