@@ -6,11 +6,13 @@ the layout model of :mod:`layoutopt.tvm` (the one extraction costs):
 * a **target op** (conv2d, dense) runs the chosen kernel: the compute of its kernel family
   (:mod:`layoutopt.tvm.kernels`) in the chosen ``(in, out)`` layouts (data ``NCHW{ic}c``, output
   ``NCHW{oc}c``), its constant weight re-laid out at compile time (numpy), the candidate (algorithm,
-  schedule knobs) carried on the kernel's main block to the scheduler;
+  schedule knobs) carried on the kernel's main block to the scheduler, with the workload (the
+  epilogue its kernel was measured with included);
 * a **conv2d_transpose** likewise runs its kernel family's per-phase blocked kernel
   (:mod:`layoutopt.tvm.kernels.conv2d_transpose`), or TVM's own for ``NCHW``;
-* **layout-following ops** (unary elementwise, per-channel constant bias/scale, pooling, resizes)
-  run in whatever layout their input arrives in, their per-channel constants repacked to match;
+* **layout-following ops** (unary elementwise, per-channel constant bias/scale, elementwise ops of
+  two values of one producer, pooling, resizes) run in whatever layout their input arrives in, their
+  per-channel constants repacked to match;
 * a **multi-input op** (add, concat...) runs in its chosen common layout, every input converted to it;
 * everything else (reshape, softmax, the function's outputs, unknown ops) gets plain ``NCHW``.
 
@@ -45,7 +47,7 @@ from typing import Any
 from ..errors import ProblemError
 from ._tvm import import_tvm
 from .graph import LayoutGraph
-from .kernels import NCHW, conv2d, dense, family, layout_block, pack_data
+from .kernels import NCHW, conv2d, dense, family, layout_block, pack_data, validate_workload
 from .kernels.candidate import Candidate
 from .ops import (
     BINARY_OPS,
@@ -59,6 +61,7 @@ from .ops import (
     conv2d_transpose_workload,
     conv2d_workload,
     dense_workload,
+    fused_epilogues,
     is_tensor_constant,
     layout_carrier,
     slice_ranges,
@@ -129,9 +132,12 @@ def _transform_index_map(src: str, dst: str) -> Callable:
 class _Rewriter:
     """Rebuilds ``main`` binding by binding; ``env`` maps each original Var to (new Var, layout)."""
 
-    def __init__(self, choices: Mapping[str, dict[str, Any]], context=None, probes: Sequence[str] = ()):
+    def __init__(self, choices: Mapping[str, dict[str, Any]], context=None, probes: Sequence[str] = (),
+                 epilogues: Mapping[str, Sequence[Any]] | None = None):
         self.tvm = import_tvm()
         self.probes = list(probes)  # binding names whose values main also returns, in NCHW
+        self.epilogues = dict(epilogues or {})  # conv binding -> the epilogue its workload carries
+        self.source: dict[Any, str] = {}  # original Var -> the node whose output layout it carries
         self.relax = self.tvm.relax
         self.choices = choices
         self.bb = self.relax.BlockBuilder(context)  # context: the module's other functions
@@ -204,6 +210,7 @@ class _Rewriter:
         relax = self.relax
         name = var.name
         op = value.op.name if isinstance(value, relax.Call) and isinstance(value.op, self.tvm.ir.Op) else None
+        self.source[var] = self.producer(var, value, op)
         choice = self.choices.get(name)
         if choice is not None:
             self.used.add(name)
@@ -229,9 +236,21 @@ class _Rewriter:
             return self.layout_following(var, value, op, follow)
         self.boundary(var, value)
 
+    def producer(self, var, value, op: str | None) -> str:
+        """The node whose output layout ``var`` carries, as extraction names it: itself if it is a node
+        (it has a choice), else its alias's or its layout carrier's producer, else itself (a boundary)."""
+        if var.name in self.choices:
+            return var.name
+        if isinstance(value, self.relax.Var):
+            return self.source.get(value, var.name)
+        if not isinstance(value, self.relax.Call):
+            return var.name
+        carrier = layout_carrier(value, op, source=self.source.get)
+        return var.name if carrier is None else self.source.get(carrier, var.name)
+
     def following_layout(self, value, op: str | None) -> str | None:
         """The layout a layout-following op keeps (its computed input's), or None when it is not one."""
-        carrier = layout_carrier(value, op)
+        carrier = layout_carrier(value, op, source=self.source.get)
         return None if carrier is None else self.layout_of(carrier)
 
     def layout_following(self, var, value, op: str, layout: str) -> None:
@@ -319,6 +338,14 @@ class _Rewriter:
             )
         self.emit(var, new_value, NCHW)
 
+    def fused_workload(self, name: str, workload: dict[str, Any]) -> dict[str, Any]:
+        """Node ``name``'s kernel workload with the epilogue its kernel was measured with (the steps
+        ``FuseOps`` fuses into it), validated; a ProblemError naming the node otherwise."""
+        try:
+            return validate_workload({**workload, "epilogue": self.epilogues.get(name, [])})
+        except ProblemError as exc:
+            raise ProblemError(f"node {name!r}: {exc}") from None
+
     def conv2d(self, var, call, candidate: dict[str, Any]) -> None:
         """A conv2d -> the chosen kernel (its family's compute, as measured), weights packed here."""
         relax = self.relax
@@ -332,7 +359,7 @@ class _Rewriter:
                 f"node {name!r}: only an NCHW/OIHW conv2d can take another kernel "
                 f"(this one is {attrs.data_layout}/{attrs.kernel_layout})"
             )
-        workload = conv2d_workload(call)
+        workload = self.fused_workload(name, conv2d_workload(call))
         kernels = _kernel_family(name, workload, candidate)
         data = self.value(call.args[0], in_layout)
         weight = call.args[1]
@@ -352,9 +379,8 @@ class _Rewriter:
             raise ProblemError(f"node {name!r}: kernel {candidate} needs a constant weight "
                                "(bind the weights: prepare(mod, params))")
         tvm = self.tvm
-        hint = {"direct": "conv2d_NCHWc"}.get(kernels.algorithm, f"conv2d_{kernels.algorithm}")
-        if workload["groups"] > 1:
-            hint = f"depthwise_{hint}"
+        hint = {"direct": "conv2d_NCHWc", "depthwise": "depthwise_conv2d_NCHWc"}.get(
+            kernels.algorithm, f"conv2d_{kernels.algorithm}")
         new = self.bb.call_te(lambda d, w: kernels.compute(tvm, [d, w], workload, candidate), data, weight,
                               primfunc_name_hint=hint)
         self.emit(var, new, out_layout)
@@ -372,7 +398,7 @@ class _Rewriter:
         if not is_tensor_constant(weight):
             raise ProblemError(f"node {var.name!r}: kernel {candidate} needs a constant weight "
                                "(bind the weights: prepare(mod, params))")
-        workload = conv2d_transpose_workload(call)
+        workload = self.fused_workload(var.name, conv2d_transpose_workload(call))
         kernels = _kernel_family(var.name, workload, candidate)
         packed = kernels.pack_weight(workload, candidate, weight.value.numpy())
         tvm = self.tvm
@@ -411,6 +437,7 @@ class _Rewriter:
         params = list(func.params)
         for param in params:
             self.env[param] = (param, NCHW if len(static_shape(param) or ()) == 4 else None)
+            self.source[param] = param.name
         with self.bb.function("main", params, attrs=dict(func.attrs) if func.attrs else None,
                               pure=bool(func.is_pure)):
             with self.bb.dataflow():
@@ -460,7 +487,8 @@ def _normalise_choices(choices: Mapping[Hashable, Any]) -> dict[str, dict[str, A
     return {str(node): parse_choice(node, choice) for node, choice in choices.items()}
 
 
-def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True, probes: Sequence[str] = ()):
+def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True, probes: Sequence[str] = (),
+                  epilogues: Mapping[str, Sequence[Any]] | None = None):
     """Rewrite ``mod["main"]`` to the chosen kernels and layouts; the function form of :func:`ApplyLayouts`.
 
     Args:
@@ -470,11 +498,15 @@ def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True, pro
         probes: binding names whose values ``main`` returns too, in ``NCHW``, after its own result (a
             tuple ``(result, *probes)``): to look inside a build, e.g. for the first value that
             diverges (:func:`~layoutopt.tvm.check.first_divergence`).
+        epilogues: conv2d binding name -> the epilogue its kernel's workload carries (the layout
+            graph's workloads: what was measured); None: the epilogue a fused build fuses into it
+            (:func:`~layoutopt.tvm.ops.fused_epilogues`).
 
     Returns:
         A new ``IRModule``; with every choice ``NCHW`` it is structurally equal to ``mod``. A conv2d
         or dense given another kernel calls that kernel's compute (``call_tir``), which carries the
-        candidate (algorithm, schedule knobs) to :func:`build`'s scheduler on its main block.
+        candidate (algorithm, schedule knobs) to :func:`build`'s scheduler on its main block, and the
+        workload (its epilogue included): together, the cost-cache key of the kernel it runs.
 
     Example:
         >>> from layoutopt.tvm import models
@@ -496,7 +528,9 @@ def apply_layouts(mod, choices: Mapping[Hashable, Any], strict: bool = True, pro
             f"choices name {len(missing)} node(s) that are not bindings of main: {', '.join(missing[:5])}"
         )
     others = tvm.IRModule({gv: func for gv, func in mod.functions.items() if gv.name_hint != "main"})
-    new_mod = _Rewriter(normalised, others, probes).function(mod["main"])
+    if epilogues is None:
+        epilogues = fused_epilogues(mod["main"])
+    new_mod = _Rewriter(normalised, others, probes, epilogues).function(mod["main"])
     return new_mod.with_attrs(mod.attrs) if mod.attrs else new_mod
 
 
@@ -523,7 +557,8 @@ def ApplyLayouts(choices: Mapping[Hashable, Any], strict: bool = True):
 
 def apply_assignment(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int], probes: Sequence[str] = ()):
     """Apply an assignment of choice indices of the layout graph extracted from ``mod`` (its
-    ``graph.mod``): each target and multi-input node gets its chosen candidate.
+    ``graph.mod``): each target and multi-input node gets its chosen candidate, each conv2d kernel
+    the workload the graph measured it with.
 
     Example:
         >>> from layoutopt.tvm import extract_layout_graph, fixed_layout_assignment, models
@@ -536,7 +571,9 @@ def apply_assignment(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int]
     """
     if not assignment:
         raise ProblemError("the assignment is empty: nothing to apply")
-    return apply_layouts(mod, graph.decisions(assignment), probes=probes)
+    epilogues = {node.binding: node.workload.get("epilogue", []) for node in graph.layout_nodes()
+                 if node.op == "relax.nn.conv2d"}
+    return apply_layouts(mod, graph.decisions(assignment), probes=probes, epilogues=epilogues)
 
 
 def apply_solution(mod, graph: LayoutGraph, solution):

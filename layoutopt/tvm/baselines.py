@@ -52,7 +52,7 @@ BUILDS = {
 
 def fixed_layout_assignment(
     graph: LayoutGraph, layout: str = "NCHW16c", problem: Problem | None = None,
-    algorithms: Sequence[str] = ("direct",), prefer: Sequence[str] = (),
+    algorithms: Sequence[str] = ("direct", "depthwise"), prefer: Sequence[str] = (),
 ) -> dict[Hashable, int]:
     """For every node, the choice closest to running in ``layout`` throughout.
 
@@ -60,7 +60,8 @@ def fixed_layout_assignment(
     (e.g. the 3-channel image into the first conv: ``NCHW3c->NCHW16c``; SSD's 324-channel heads:
     ``NCHW16c->NCHW`` computed in padded blocks of 16, where the kernels offer it). This is TVM's default
     "one layout everywhere" heuristic. Only choices of the given ``algorithms`` count (direct
-    convolution by default), unless a node has none. Among choices of the same layouts (schedule
+    convolution by default: a depthwise conv's blocked direct kernels are the depthwise family's),
+    unless a node has none. Among choices of the same layouts (schedule
     knobs, such as a conv's loop order), the first, the default schedule, is taken; or, given the
     measured ``problem``, the cheapest. ``prefer``: algorithms (e.g. ``("winograd",)``) taken
     instead wherever a node offers one in the same layouts (the cheapest measured among them).

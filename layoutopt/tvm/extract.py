@@ -6,14 +6,15 @@ a ``networkx.DiGraph`` following the layout model of :mod:`layoutopt.tvm` (the o
 :mod:`layoutopt.tvm.apply` rewrites by):
 
 1. **target** ops choose ``(in, out)`` layouts: conv2d (candidates from
-   :func:`~layoutopt.tvm.kernels.conv2d_candidates`; grouped and depthwise ones fixed ``NCHW``, as
-   the rewrite blocks ``groups=1`` only), conv2d_transpose (ONNX ConvTranspose: blocked per-phase
-   kernels, :mod:`~layoutopt.tvm.kernels.conv2d_transpose`) and dense (``matmul`` by a constant 2-D
-   weight; its candidates are packed weight layouts).
+   :func:`~layoutopt.tvm.kernels.conv2d_candidates`; grouped ones fixed ``NCHW``, depthwise ones in
+   equal blocks too, by the depthwise kernel family), conv2d_transpose (ONNX ConvTranspose: blocked
+   per-phase kernels, :mod:`~layoutopt.tvm.kernels.conv2d_transpose`) and dense (``matmul`` by a constant
+   2-D weight; its candidates are packed weight layouts).
 2. **layout-following** ops are not nodes: unary elementwise ops, binary elementwise ops with a
-   per-channel or scalar constant (bias, folded batch norm), max/avg pooling, nearest and bilinear
-   resizes, and means (max, sums) over height and width that keep their dimensions (squeeze-excite's
-   global pool). They run in the layout their input arrives in.
+   per-channel or scalar constant (bias, folded batch norm) or of two tensors from the same producer
+   (SiLU's ``x * sigmoid(x)``), max/avg pooling, nearest and bilinear resizes, and means (max, sums)
+   over height and width that keep their dimensions (squeeze-excite's global pool). They run in the
+   layout their input arrives in.
 3. **multi**-input ops (binary elementwise ops of two computed tensors, concat) are nodes whose
    choices are one common layout for all inputs and the output: ``NCHW{b}c`` for blocks ``b``
    dividing every input's channels, and ``NCHW``.
@@ -65,6 +66,7 @@ from .ops import (
     CONCAT_OPS,
     SLICE_OPS,
     SPLIT_OPS,
+    EpilogueChains,
     channel_split_sections,
     conv2d_transpose_workload,
     conv2d_workload,
@@ -72,6 +74,7 @@ from .ops import (
     is_tensor_constant,
     layout_carrier,
     slice_ranges,
+    var_uses,
 )
 
 __all__ = ["KINDS", "CandidateOptions", "Candidates", "extract_layout_graph"]
@@ -114,9 +117,9 @@ def extract_layout_graph(
             default blocks).
         prepared: ``mod`` already went through :func:`prepare` (skip it).
         fuse: the build fuses each conv2d with its elementwise epilogue (``FuseOps``): give each
-            conv2d workload that ``epilogue`` (bias, residual add, relu: see
-            :data:`~layoutopt.tvm.kernels.EPILOGUE_STEPS`), so that its kernel is measured as the
-            build runs it. False for unfused builds.
+            conv2d workload that ``epilogue`` (bias, activations, residual add: see
+            :mod:`~layoutopt.tvm.kernels.epilogue` and :class:`~layoutopt.tvm.ops.EpilogueChains`),
+            so that its kernel is measured as the build runs it. False for unfused builds.
 
     Returns:
         A :class:`~layoutopt.tvm.graph.LayoutGraph` keyed by binding name (input nodes by parameter
@@ -255,8 +258,7 @@ class _Extractor:
         self.weights: set = set()  # parameters after the model's inputs (num_input): unbound weights
         self.following: dict[str, str] = {}
         self.fuse = fuse
-        self.uses: Counter = Counter()  # Var -> how many times main reads it
-        self.chains: dict[Any, tuple[str, list[str]]] = {}  # Var -> (conv node, epilogue computing it)
+        self.epilogues = EpilogueChains({})  # each conv's fused chain, from run() on
 
     # -- helpers --------------------------------------------------------------------------------
     def shape(self, expr, where: str) -> list[int] | None:
@@ -342,9 +344,7 @@ class _Extractor:
         body = main.body
         if not isinstance(body, relax.SeqExpr):
             raise ProblemError("'main' is not in normal form (its body is not a sequence of bindings)")
-        relax.analysis.post_order_visit(
-            body, lambda e: self.uses.update([e]) if isinstance(e, relax.Var) else None
-        )
+        self.epilogues = EpilogueChains(var_uses(main), self.is_data)
         for block in body.blocks:
             for binding in block.bindings:
                 self.binding(binding.var, binding.value)
@@ -359,21 +359,10 @@ class _Extractor:
             self.connect(key, [var])
         self.graph.following.update(self.following)
         if self.fuse:
-            for conv, epilogue in self.chains.values():
-                workload = self.graph.layout_node(conv).workload
-                if len(epilogue) > len(workload.get("epilogue", [])):
-                    workload["epilogue"] = epilogue
+            for conv, epilogue in self.epilogues.epilogues().items():
+                if epilogue:
+                    self.graph.layout_node(conv).workload["epilogue"] = epilogue
         return self.graph
-
-    def extend_epilogue(self, var, operands: list, step: str) -> None:
-        """``var`` = ``step`` applied to one of ``operands``: if that operand is a conv's (epilogue's)
-        output read only here, ``FuseOps`` fuses ``step`` into the conv's kernel too. A residual add
-        joins its first operand's conv, as ``FuseOps`` does (one conv per fused kernel)."""
-        for operand in operands:
-            if operand in self.chains and self.uses[operand] == 1:
-                conv, epilogue = self.chains[operand]
-                self.chains[var] = (conv, [*epilogue, step])
-                return
 
     def binding(self, var, value) -> None:
         relax = self.relax
@@ -404,25 +393,27 @@ class _Extractor:
         if not inputs:
             return  # computed from constants only (FoldConstant leaves few of these)
         op = value.op.name if isinstance(value.op, self.tvm.ir.Op) else None
-        carrier = layout_carrier(value, op, self.is_follower_input)
+        self.epilogues.binding(var, value, op)
+        carrier = layout_carrier(value, op, self.is_follower_input, self.source_of)
         if carrier is not None:  # layout-following: same classification as the rewrite's
             producer = self.source_of(carrier)  # the one computed operand
             self.source[var] = producer
             self.following[name] = producer
-            step = {"relax.nn.relu": "relu", "relax.add": "bias"}.get(op)
-            if step is not None:
-                self.extend_epilogue(var, [carrier], step)
             return
         if op in ("relax.nn.conv2d", "relax.nn.conv2d_transpose") and self.conv2d(name, value, op):
-            self.chains[var] = (name, [])
-        elif op == "relax.matmul" and self.dense(name, value):
-            pass
-        elif (op in BINARY_OPS or op in CONCAT_OPS) and self.multi(name, value, op, inputs):
-            if op == "relax.add":
-                self.extend_epilogue(var, list(value.args), "add")
-        elif not self.channel_cut(name, value, op, inputs):
+            self.epilogues.start(name, var)
+        elif not self.other_node(name, value, op, inputs):
             self.boundary(name, value, op, inputs)
         self.source[var] = name  # items of a node's tuple output come from the node too
+
+    def other_node(self, name: str, call, op: str | None, inputs: list) -> bool:
+        """A dense, multi-input, split or channel-slice node for ``call``; False when it is none of them
+        (then a boundary)."""
+        if op == "relax.matmul":
+            return self.dense(name, call)
+        if op in BINARY_OPS or op in CONCAT_OPS:
+            return self.multi(name, call, op, inputs)
+        return self.channel_cut(name, call, op, inputs)
 
     def data_vars_of_call(self, call) -> list:
         return [v for arg in call.args for v in self.data_vars(arg)]

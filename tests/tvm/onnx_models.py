@@ -124,6 +124,76 @@ def mobile_fpn_onnx(path: Path, seed: int = 0, fold_free: bool = False) -> Path:
     return path
 
 
+def mobilenet_v3_block_onnx(path: Path, seed: int = 0, size: int = 16) -> Path:
+    """MobileNetV3-style blocks, each conv followed by another epilogue, batch 1:
+
+    stem conv 3->16 s2 + HardSwish; an inverted residual (1x1 expand + HardSwish, depthwise 3x3 +
+    HardSwish, squeeze-excite: GlobalAveragePool, 1x1 + Relu, 1x1 + HardSigmoid, Mul; 1x1 project,
+    residual Add); a second one with ReLU6 (``Clip(0, 6)``), a depthwise 5x5 stride 2 and a 1x1
+    project with a per-channel scale and shift (a BatchNormalization after a Relu, decomposed); then
+    convs with LeakyRelu, SiLU (``x * Sigmoid(x)``) and GELU as torch exports it (Div, Erf, Add, Mul,
+    Mul) into the output ``y``.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits = []
+
+    def const(name, array):
+        inits.append(numpy_helper.from_array(np.asarray(array, dtype="float32"), name))
+        return name
+
+    def conv(name, source, out_channels, in_channels, kernel=1, stride=1, groups=1, bias=True):
+        fan_in = in_channels // groups * kernel * kernel
+        weight = const(f"{name}_w", rng.standard_normal((out_channels, in_channels // groups, kernel, kernel))
+                       * np.sqrt(2.0 / fan_in))
+        biases = [const(f"{name}_b", rng.standard_normal(out_channels) * 0.1)] if bias else []
+        inputs = [source, weight, *biases]
+        nodes.append(helper.make_node("Conv", inputs, [name], name=name, pads=[kernel // 2] * 4,
+                                      strides=[stride] * 2, group=groups))
+        return name
+
+    def node(op, inputs, name, **attrs):
+        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        return name
+
+    nodes: list = []
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])
+    stem = node("HardSwish", [conv("stem", "x", 16, 3, 3, 2)], "stem_hs")
+    # inverted residual 1: hard-swish, squeeze-excite, residual add
+    expand = node("HardSwish", [conv("b1_expand", stem, 48, 16)], "b1_expand_hs")
+    dw = node("HardSwish", [conv("b1_dw", expand, 48, 48, 3, 1, groups=48)], "b1_dw_hs")
+    pooled = node("GlobalAveragePool", [dw], "b1_se_pool")
+    squeeze = node("Relu", [conv("b1_se_reduce", pooled, 12, 48)], "b1_se_relu")
+    gate = node("HardSigmoid", [conv("b1_se_expand", squeeze, 48, 12)], "b1_se_gate", alpha=1.0 / 6, beta=0.5)
+    excited = node("Mul", [dw, gate], "b1_se_scale")
+    block1 = node("Add", [conv("b1_project", excited, 16, 48), stem], "b1_add")
+    # inverted residual 2: ReLU6, depthwise 5x5 stride 2, a batch norm after a relu
+    lo, hi = const("lo", 0.0), const("hi", 6.0)
+    expand = node("Clip", [conv("b2_expand", block1, 64, 16), lo, hi], "b2_expand_relu6")
+    dw = node("Clip", [conv("b2_dw", expand, 64, 64, 5, 2, groups=64), lo, hi], "b2_dw_relu6")
+    project = node("Relu", [conv("b2_project", dw, 24, 64, bias=False)], "b2_project_relu")
+    normed = node("BatchNormalization", [project, const("bn_scale", rng.uniform(0.5, 1.5, 24)),
+                                         const("bn_shift", rng.standard_normal(24) * 0.1),
+                                         const("bn_mean", rng.standard_normal(24) * 0.1),
+                                         const("bn_var", rng.uniform(0.5, 1.5, 24))], "b2_bn")
+    # other activations
+    leaky = node("LeakyRelu", [conv("leaky", normed, 32, 24, 3)], "leaky_act", alpha=0.1)
+    silu_in = conv("silu", leaky, 32, 32)
+    silu = node("Mul", [silu_in, node("Sigmoid", [silu_in], "silu_sigmoid")], "silu_act")
+    gelu_in = conv("gelu", silu, 16, 32, 3)
+    erf = node("Erf", [node("Div", [gelu_in, const("sqrt2", np.sqrt(2.0))], "gelu_div")], "gelu_erf")
+    gelu = node("Mul", [gelu_in, node("Add", [erf, const("one", 1.0)], "gelu_add")], "gelu_mul")
+    node("Mul", [gelu, const("half", 0.5)], "y")
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, size // 4, size // 4])
+    graph = helper.make_graph(nodes, "mobilenet_v3_block", [x], [y], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
 def unsupported_op_onnx(path: Path) -> Path:
     """conv -> LSTM: an op TVM's ONNX frontend does not import."""
     import onnx

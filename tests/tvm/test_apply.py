@@ -375,8 +375,8 @@ def test_a_depthwise_conv_runs_blocked_and_computes_the_same(tvm):
         return net.conv(x, 16, name="conv2")
 
     mod = prepare(net.finish(body))
-    new_mod = apply_layouts(mod, {"conv1": "NCHW8c->NCHW8c", "depthwise": "NCHW8c->NCHW8c",
-                                  "conv2": "NCHW8c->NCHW8c"})
+    new_mod = apply_layouts(mod, {"conv1": "NCHW8c->NCHW8c", "conv2": "NCHW8c->NCHW8c",
+                                  "depthwise": "NCHW8c->NCHW8c[algorithm=depthwise]"})
     assert count_layout_transforms(new_mod) == 2  # image in, output out: the depthwise stays in 8c
     assert "depthwise_conv2d_NCHWc" in {gv.name_hint for gv in new_mod.get_global_vars()}
     inputs = random_inputs(mod, seed=8)

@@ -115,15 +115,16 @@ def test_two_tensors_on_one_edge_cost_two_transforms(cache_path):
         with bb.dataflow():
             conv = bb.emit(relax.op.nn.conv2d(x, weight, padding=1), "conv1")
             relu = bb.emit(relax.op.nn.relu(conv), "relu")
-            add = bb.emit(relax.op.add(conv, relu), "add")  # conv1 reaches add as two values
-            out = bb.emit_output(relax.op.nn.relu(add))
+            # conv1 reaches concat as two values (an add of the two would follow conv1's layout)
+            joined = bb.emit(relax.op.concat([conv, relu], axis=1), "concat")
+            out = bb.emit_output(relax.op.nn.relu(joined))
         bb.emit_func_output(out)
     graph, costs, meta = build_problem(bb.get(), candidates=BLOCKS, cache=cache_path)
-    assert len(graph.layout_edge("conv1", "add").values) == 2
+    assert len(graph.layout_edge("conv1", "concat").values) == 2
     out_layouts = [pair[1] for pair in graph.layout_node("conv1").layouts]
-    k, l = out_layouts.index("NCHW16c"), graph.nodes["add"]["choices"].index("NCHW8c")  # noqa: E741
+    k, l = out_layouts.index("NCHW16c"), graph.nodes["concat"]["choices"].index("NCHW8c")  # noqa: E741
     single = transform_cost(cache_path, [1, 16, 8, 8], "NCHW16c", "NCHW8c", meta)
-    assert costs.edges["conv1", "add"][k, l] == pytest.approx(2 * single)
+    assert costs.edges["conv1", "concat"][k, l] == pytest.approx(2 * single)
 
 
 def test_failed_measurement_is_infinite_and_reported(cache_path, tmp_path):

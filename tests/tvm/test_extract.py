@@ -298,8 +298,9 @@ def test_depthwise_conv_is_a_target_with_blocked_choices():
     graph = extract_layout_graph(_relax_module(build), DIRECT)
     depthwise = graph.layout_node("depthwise")
     assert depthwise.kind == "target" and depthwise.workload["groups"] == 16
-    # equal in/out blocks (the rewrite runs it as a blocked depthwise kernel), or NCHW
-    assert depthwise.labels == ["NCHW8c->NCHW8c", "NCHW16c->NCHW16c", "NCHW->NCHW"]
+    # the depthwise family's kernels in equal in/out blocks, or the direct NCHW one
+    assert depthwise.labels == ["NCHW8c->NCHW8c[algorithm=depthwise]",
+                                "NCHW16c->NCHW16c[algorithm=depthwise]", "NCHW->NCHW"]
     assert list(graph.predecessors("depthwise")) == ["conv1"]
 
 
@@ -307,11 +308,23 @@ def test_a_value_read_twice_by_one_node_is_one_edge_value():
     def build(bb, x, const, op):
         y = bb.emit(op.nn.conv2d(x, const(16, 8, 3, 3), padding=1), "conv1")
         r = bb.emit(op.nn.relu(y), "relu")
-        return bb.emit(op.add(y, r), "add")
+        return bb.emit(op.concat([y, r], axis=1), "concat")
 
     graph = extract_layout_graph(_relax_module(build), DIRECT)
-    # conv1 reaches add twice, as two different values (conv1 and relu): one edge, two values
-    assert [v.name for v in graph.layout_edge("conv1", "add").values] == ["conv1", "relu"]
+    # conv1 reaches concat twice, as two different values (conv1 and relu): one edge, two values
+    assert [v.name for v in graph.layout_edge("conv1", "concat").values] == ["conv1", "relu"]
+
+
+def test_an_elementwise_op_of_two_values_of_one_producer_follows_its_layout():
+    def build(bb, x, const, op):
+        y = bb.emit(op.nn.conv2d(x, const(16, 8, 3, 3), padding=1), "conv1")
+        gate = bb.emit(op.sigmoid(y), "gate")
+        return bb.emit(op.multiply(y, gate), "silu")
+
+    graph = extract_layout_graph(_relax_module(build), DIRECT)
+    # x * sigmoid(x): both operands arrive in conv1's layout, nothing to choose; fused into conv1
+    assert "silu" not in graph and graph.following["silu"] == "conv1"
+    assert graph.layout_node("conv1").workload["epilogue"] == ["sigmoid", ["multiply", "@0"], "relu"]
 
 
 def test_custom_candidates_and_labels():

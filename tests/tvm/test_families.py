@@ -20,7 +20,8 @@ from layoutopt.tvm.kernels.workload import EPILOGUE_STEPS
 
 pytestmark = pytest.mark.tvm
 
-DIRECT, WINOGRAD, GEMM = (FAMILIES["conv2d", algorithm] for algorithm in ("direct", "winograd", "gemm"))
+DIRECT, DEPTHWISE, WINOGRAD, GEMM = (FAMILIES["conv2d", algorithm]
+                                     for algorithm in ("direct", "depthwise", "winograd", "gemm"))
 DENSE, TRANSFORM = FAMILIES["dense", "direct"], FAMILIES["layout_transform", "direct"]
 TRANSPOSED, RESIZE = FAMILIES["conv2d_transpose", "direct"], FAMILIES["resize2d", "direct"]
 TRANSPOSED_GEMM = FAMILIES["conv2d_transpose", "gemm"]
@@ -58,7 +59,11 @@ CASES = {
     "direct-nchw": (DIRECT, conv([1, 8, 7, 7], [12, 8, 3, 3], strides=2), {"in": "NCHW", "out": "NCHW"},
                     {"blocks": BLOCKS}),
     "direct-depthwise": (DIRECT, conv([1, 16, 8, 8], [16, 1, 3, 3], groups=16),
-                         {"in": "NCHW8c", "out": "NCHW8c"}, {"blocks": BLOCKS}),
+                         {"in": "NCHW", "out": "NCHW"}, {"blocks": BLOCKS}),
+    "depthwise": (DEPTHWISE, conv([1, 16, 9, 7], [16, 1, 5, 5], padding=2, strides=2, groups=16,
+                                  epilogue=("bias", ["add", 3.0], ["clip", 0.0, 6.0], ["divide", 6.0],
+                                            ["multiply", "@1"], "add")),
+                  {"in": "NCHW8c", "out": "NCHW8c", "algorithm": "depthwise"}, {"blocks": BLOCKS}),
     "direct-grouped": (DIRECT, conv([1, 16, 8, 8], [8, 4, 3, 3], groups=4, epilogue=()),
                        {"in": "NCHW", "out": "NCHW"}, {"blocks": BLOCKS}),
     "winograd": (WINOGRAD, conv([1, 16, 9, 7], [16, 16, 3, 3]),

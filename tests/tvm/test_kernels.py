@@ -494,8 +494,8 @@ def test_vector_registers_and_isa_come_from_the_target_not_the_host():
 
 
 def test_an_unknown_epilogue_step_is_a_clear_error():
-    with pytest.raises(ProblemError, match=r"epilogue steps \['sigmoid'\]"):
-        validate_workload({**conv([1, 8, 8, 8], [8, 8, 3, 3]), "epilogue": ["bias", "sigmoid"]})
+    with pytest.raises(ProblemError, match=r"epilogue step 2 'swish': unknown step"):
+        validate_workload({**conv([1, 8, 8, 8], [8, 8, 3, 3]), "epilogue": ["bias", "swish"]})
     # no epilogue: no key, so plain convolutions keep their cache keys
     assert "epilogue" not in validate_workload({**conv([1, 8, 8, 8], [8, 8, 3, 3]), "epilogue": []})
 

@@ -6,11 +6,13 @@ The package is laid out by job:
   :mod:`.candidate`: the :class:`Candidate` record of a candidate dict, and its label;
 - :mod:`.family`: the :class:`KernelFamily` interface (candidates, numpy reference, compute,
   schedule, packing, fused epilogue) that every kernel family implements, one module each:
-  :mod:`.conv2d` (direct: NCHW, NCHWc, depthwise NCHWc), :mod:`.winograd` (Winograd F(m x m, 3x3)
+  :mod:`.conv2d` (direct: NCHW, NCHWc), :mod:`.depthwise` (depthwise NCHWc,
+  ``"algorithm": "depthwise"``), :mod:`.winograd` (Winograd F(m x m, 3x3)
   conv2d, ``"algorithm": "winograd"``), :mod:`.gemm` (1x1 conv2d as a packed GEMM,
   ``"algorithm": "gemm"``), :mod:`.dense`, :mod:`.transform` (layout transforms); the conv2d
   families share :mod:`.convolution`, and :mod:`.padded` runs a blocked conv2d family on padded
-  output channels (``"oc_block"``) where no block divides them;
+  output channels (``"oc_block"``) where no block divides them; :mod:`.epilogue`: the elementwise
+  steps fused after a kernel (bias, activations, residual add), their TE and numpy reference;
 - :mod:`.registry`: :data:`FAMILIES` maps ``(op, algorithm)`` to the families (a new family is one
   line there), and the candidates of a workload over them;
 - :mod:`.isa`: what the *target* CPU offers (vector width, registers, register tiles);
@@ -78,7 +80,9 @@ from .workload import (
 #: runs BLAS on one thread; times of version 2 were inflated.
 #: 4: a partial register tile for prime output widths above 8 (:func:`register_tile`).
 #: 5: register tiles of up to 14 columns and 16 accumulators (:func:`register_tile`).
-SCHEDULE_VERSION = 5
+#: 6: depthwise kernels of their own family (:mod:`.depthwise`: no padded copy, MLAS-style tiles);
+#: every elementwise epilogue step fused and measured (:mod:`.epilogue`), finished in the tile.
+SCHEDULE_VERSION = 6
 
 #: dense weight blocks (the packed output-feature block is the vector width)
 DEFAULT_DENSE_BLOCKS = dense.DEFAULT_BLOCKS

@@ -21,6 +21,10 @@ SCHEDULED_ATTR = "tirx.is_scheduled"
 #: very block they belong to.
 CANDIDATE_ANNOTATION = "layoutopt_candidate"
 
+#: the block annotation carrying the workload a kernel computes (its fused epilogue included), beside
+#: its candidate: with both, a function of a build names the cost-cache entry of the kernel it runs
+WORKLOAD_ANNOTATION = "layoutopt_workload"
+
 #: the widest innermost loop vectorised whole. LLVM splits a wide vector into register-sized pieces,
 #: fine for the rows of NCHW tensors (up to 518 here); but a flattened tensor (SSD's heads: 12 reshapes
 #: to (1, N) fused into one concat, N = 331776) made one giant vector, and LLVM aborted the process
@@ -46,21 +50,38 @@ def param_shapes(func) -> list[list[int]]:
 
 
 def plain_value(value: Any) -> Any:
-    """A TVM annotation value as a plain Python value: tvm-ffi hands back strings and integers as
-    such, but a dict as a ``Map`` (and an integer made in TIR as an ``IntImm``)."""
+    """A TVM annotation value as a plain Python value: tvm-ffi hands back strings and numbers as
+    such, but a dict as a ``Map``, a list as an ``Array`` (and a number made in TIR as an ``IntImm``
+    or ``FloatImm``)."""
+    tvm = import_tvm()
     if hasattr(value, "items"):
         return {str(k): plain_value(v) for k, v in value.items()}
-    if isinstance(value, import_tvm().tirx.IntImm):
-        return int(value.value)
+    if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+        return value.value
+    if not isinstance(value, (str, bytes)) and hasattr(value, "__len__") and hasattr(value, "__getitem__"):
+        return [plain_value(v) for v in value]
     return value
+
+
+def kernel_annotations(workload: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
+    """The annotations of a kernel's main block (``te.compute(..., attrs=...)``): its candidate
+    (:data:`CANDIDATE_ANNOTATION`) and its workload (:data:`WORKLOAD_ANNOTATION`)."""
+    return {CANDIDATE_ANNOTATION: dict(candidate), WORKLOAD_ANNOTATION: dict(workload)}
 
 
 def annotated_candidate(sch, block) -> dict[str, Any] | None:
     """The candidate dict a kernel's main block carries (:data:`CANDIDATE_ANNOTATION`), or None."""
+    return _annotation(sch, block, CANDIDATE_ANNOTATION)
+
+
+def annotated_workload(sch, block) -> dict[str, Any] | None:
+    """The workload dict a kernel's main block carries (:data:`WORKLOAD_ANNOTATION`), or None."""
+    return _annotation(sch, block, WORKLOAD_ANNOTATION)
+
+
+def _annotation(sch, block, key: str) -> dict[str, Any] | None:
     annotations = sch.get(block).annotations
-    if CANDIDATE_ANNOTATION not in annotations:
-        return None
-    return plain_value(annotations[CANDIDATE_ANNOTATION])
+    return plain_value(annotations[key]) if key in annotations else None
 
 
 def parallel_over(sch, loops: Sequence) -> None:

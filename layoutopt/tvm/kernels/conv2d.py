@@ -1,10 +1,11 @@
-"""Direct conv2d: plain NCHW, channel-blocked NCHWc (AutoTVM's x86 template) and depthwise NCHWc.
+"""Direct conv2d: plain NCHW and channel-blocked NCHWc (AutoTVM's x86 template).
 
 Candidates are ``{"in": "NCHW16c", "out": "NCHW8c"}`` (blocked, any pair of dividing blocks) or
 ``{"in": "NCHW", "out": "NCHW"}``; a blocked one may add schedule knobs (:data:`SCHEDULE_KNOBS`).
 Where no block of 8 or more divides the output channels, ``{"in": "NCHW16c", "out": "NCHW",
 "oc_block": 16}`` runs the blocked kernel on padded output channels (:mod:`.padded`).
-Grouped convolutions run in NCHW only, depthwise ones also in NCHW{b}c with equal blocks.
+Grouped convolutions run in NCHW only; a depthwise one also in NCHW{b}c, by the depthwise family's
+kernels (:mod:`.depthwise`), which :meth:`DirectConv2d.candidates` offers beside NCHW.
 
 Example:
     >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
@@ -23,11 +24,12 @@ import numpy as np
 
 from ...errors import ProblemError
 from .._tvm import import_tvm
+from . import depthwise
 from .common import (
-    CANDIDATE_ANNOTATION,
     annotated_candidate,
     block_names,
     finish_register_tile,
+    kernel_annotations,
     parallel_vectorize,
     register_tile_output,
     schedule_epilogue,
@@ -72,7 +74,8 @@ ORDERS = ("oc", "rows")
 #: the loop orders of blocked conv2d candidates unless asked for others
 DEFAULT_ORDERS = ("oc",)
 
-#: the main block of every direct conv compute (TVM's own legalization names them so too)
+#: the main block of every direct conv compute (TVM's own legalization names them so too:
+#: ``DepthwiseConv2d`` is TOPI's plain NCHW depthwise conv)
 MAIN_BLOCKS = ("conv2d_NCHWc", "conv2d_nchw", "group_conv2d_nchw", "DepthwiseConv2d")
 _PAD_BLOCKS = ("pad_temp", "PaddedInput", "data_pad")
 
@@ -81,10 +84,9 @@ _PAD_BLOCKS = ("pad_temp", "PaddedInput", "data_pad")
 # numpy: weights
 
 
-def pack_kernel(kernel: np.ndarray, candidate: dict[str, Any], groups: int = 1) -> np.ndarray:
+def pack_kernel(kernel: np.ndarray, candidate: dict[str, Any]) -> np.ndarray:
     """OIHW weights in the layout the candidate's kernel reads: ``OIHW{ib}i{ob}o`` (shape O/ob, I/ib,
-    KH, KW, ib, ob) for a blocked conv2d, ``(O/b, 1, KH, KW, 1, b)`` for a blocked depthwise one, OIHW
-    unchanged for NCHW.
+    KH, KW, ib, ob) for a blocked conv2d, OIHW unchanged for NCHW.
 
     Example:
         >>> pack_kernel(np.zeros((32, 16, 3, 3)), {"in": "NCHW8c", "out": "NCHW16c"}).shape
@@ -94,10 +96,6 @@ def pack_kernel(kernel: np.ndarray, candidate: dict[str, Any], groups: int = 1) 
     if in_block is None:
         return np.ascontiguousarray(kernel)
     o, i, kh, kw = kernel.shape
-    if groups > 1:  # depthwise: I == 1
-        return np.ascontiguousarray(
-            kernel.reshape(o // out_block, out_block, 1, kh, kw).transpose(0, 2, 3, 4, 1)[..., None, :]
-        )
     packed = kernel.reshape(o // out_block, out_block, i // in_block, in_block, kh, kw)
     return np.ascontiguousarray(packed.transpose(0, 2, 4, 5, 3, 1))
 
@@ -134,26 +132,7 @@ def _conv2d_nchwc(tvm, data, kernel, workload, candidate):
             axis=[ic, ry, rx],
         ),
         name="conv2d_NCHWc",
-        attrs={CANDIDATE_ANNOTATION: dict(candidate)},
-    )
-
-
-def _depthwise_nchwc(tvm, data, kernel, workload, candidate):
-    # topi.nn.depthwise_conv2d_NCHWc is an unregistered generic function in 0.27: write the compute
-    te = tvm.te
-    _, _, kernel_h, kernel_w, _, _ = (int(d) for d in kernel.shape)
-    n, _, out_h, out_w = conv2d_output_shape(workload)
-    (sh, sw), (dh, dw) = workload["strides"], workload["dilation"]
-    padded = _padded(tvm, data, workload["padding"])
-    ry = te.reduce_axis((0, kernel_h), name="ry")
-    rx = te.reduce_axis((0, kernel_w), name="rx")
-    return te.compute(
-        (n, int(data.shape[1]), out_h, out_w, int(data.shape[4])),
-        lambda b, c, y, x, k: te.sum(
-            padded[b, c, y * sh + ry * dh, x * sw + rx * dw, k] * kernel[c, 0, ry, rx, 0, k], axis=[ry, rx]
-        ),
-        name="DepthwiseConv2d",
-        attrs={CANDIDATE_ANNOTATION: dict(candidate)},
+        attrs=kernel_annotations(workload, candidate),
     )
 
 
@@ -217,25 +196,6 @@ def _schedule_nchwc(sch, in_block: int, reg_n: int, fuse_epilogue: bool, rows_ou
     sch.decompose_reduction(conv, ico)
 
 
-def schedule_depthwise_nchwc(func, target):
-    """Depthwise NCHWc: a ``[reg_n x block]`` register tile over (kh, kw), parallel over (n, chunk, oh)."""
-    sch = import_tvm().s_tir.Schedule(func)
-    names = block_names(sch)
-    conv = sch.get_sblock("DepthwiseConv2d")
-    out_shape = _write_shape(sch, conv)
-    reg_n = register_tile(out_shape[3], out_shape[4], target)
-    if "data_pad" in names:
-        parallel_vectorize(sch, sch.get_sblock("data_pad"))
-    n, occ, oh, ow, ocb, kh, kw = sch.get_loops(conv)
-    owo, owi = sch.split(ow, [None, reg_n])
-    sch.reorder(n, occ, oh, owo, kh, kw, owi, ocb)
-    tile = sch.cache_write(conv, 0, "global")
-    finish_register_tile(sch, tile, owo, (n, occ, oh), ocb, owi)
-    schedule_epilogue(sch, names, {"DepthwiseConv2d", "data_pad"})
-    sch.decompose_reduction(conv, kh)
-    return sch
-
-
 def schedule_nchw(func, target=None):
     """Plain NCHW (conv, grouped, depthwise): vectorise along output columns (contiguous input rows for
     stride 1) and keep a [filters x columns] register tile, parallel over (n, filter outer, row)."""
@@ -270,8 +230,8 @@ def schedule_nchw(func, target=None):
 
 
 class DirectConv2d(Conv2dFamily):
-    """Direct conv2d: plain NCHW (grouped and depthwise too), channel-blocked NCHWc, depthwise NCHWc
-    (see the module's docstring)."""
+    """Direct conv2d: plain NCHW (grouped and depthwise too), channel-blocked NCHWc (see the module's
+    docstring)."""
 
     main_blocks = MAIN_BLOCKS
 
@@ -287,7 +247,8 @@ class DirectConv2d(Conv2dFamily):
         ``"order"`` key and comes first), the same on padded output channels where no block of 8 or more
         divides them (:func:`~.workload.padded_pairs`), and NCHW.
 
-        Grouped convolutions only get the plain NCHW kernel, and depthwise ones NCHW plus equal in/out blocks.
+        Grouped convolutions only get the plain NCHW kernel; depthwise ones the depthwise family's
+        blocked kernels (:mod:`.depthwise`, equal in/out blocks) before it.
         """
         orders = checked_orders(orders, ORDERS, "conv2d loop")
         blocks = list(blocks)
@@ -301,9 +262,8 @@ class DirectConv2d(Conv2dFamily):
                 for order in orders:
                     knobs = {} if order == ORDERS[0] else {"order": order}
                     found.append({"in": f"NCHW{ic}c", **out, **knobs})
-        elif is_depthwise(workload):
-            for block in channel_blocks(channels, blocks):
-                found.append({"in": f"NCHW{block}c", "out": f"NCHW{block}c"})
+        else:
+            found += depthwise.FAMILY.candidates(workload, blocks)
         if include_nchw or not found:
             found.append({"in": NCHW, "out": NCHW})
         return found
@@ -318,10 +278,10 @@ class DirectConv2d(Conv2dFamily):
         check_divides(out_block, workload["kernel"][0], f"{what} output")
         if (in_block is None) != (out_block is None):
             raise ProblemError(f"{what}: in and out must both be blocked or both be NCHW")
-        depthwise_pair = is_depthwise(workload) and in_block == out_block
-        if workload["groups"] > 1 and in_block is not None and not depthwise_pair:
-            raise ProblemError(f"{what}: grouped convolutions have NCHW kernels only "
-                               "(depthwise: equal blocks)")
+        if workload["groups"] > 1 and in_block is not None:
+            hint = " (a depthwise conv's blocked kernels: 'algorithm': 'depthwise')" if is_depthwise(
+                workload) else ""
+            raise ProblemError(f"{what}: grouped convolutions have direct NCHW kernels only{hint}")
         reg_n = candidate.get("reg_n", 1)
         if int(reg_n) != reg_n or reg_n < 1:
             raise ProblemError(f"{what}: reg_n must be a positive integer")
@@ -335,20 +295,17 @@ class DirectConv2d(Conv2dFamily):
             raise ProblemError(f"{what}: unknown keys {unknown} (knobs: {list(SCHEDULE_KNOBS)})")
 
     def weight_shape(self, workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
-        """OIHW for NCHW; ``(O/ob, I/ib, KH, KW, ib, ob)`` blocked; ``(O/b, 1, KH, KW, 1, b)`` depthwise
-        blocked (:func:`pack_kernel`)."""
+        """OIHW for NCHW; ``(O/ob, I/ib, KH, KW, ib, ob)`` blocked (:func:`pack_kernel`)."""
         in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
         o, i, kh, kw = workload["kernel"]
         if in_block is None:
             return (o, i, kh, kw)
-        if workload["groups"] > 1:
-            return (o // out_block, 1, kh, kw, 1, out_block)
         return (o // out_block, i // in_block, kh, kw, in_block, out_block)
 
     def pack_weight(self, workload: dict[str, Any], candidate: dict[str, Any],
                     weight: np.ndarray) -> np.ndarray:
         """:func:`pack_kernel` of the OIHW weight."""
-        return pack_kernel(weight, candidate, workload["groups"])
+        return pack_kernel(weight, candidate)
 
     def compute(self, tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
         """The conv's output tensor (no epilogue) from the :meth:`placeholders` ``inputs`` (data and
@@ -369,18 +326,12 @@ class DirectConv2d(Conv2dFamily):
                                                      out_dtype=dtype)
             return topi.nn.group_conv2d_nchw(data, kernel, strides, padding, dilation, workload["groups"],
                                              dtype)
-        if workload["groups"] > 1:
-            return _depthwise_nchwc(tvm, data, kernel, workload, candidate)
         return _conv2d_nchwc(tvm, data, kernel, workload, candidate)
 
     def schedule(self, func, target):
-        """The direct conv2d schedule the PrimFunc's main block asks for (blocked, depthwise or plain)."""
-        sch = import_tvm().s_tir.Schedule(func)
-        names = block_names(sch)
-        if "conv2d_NCHWc" in names:
+        """The direct conv2d schedule the PrimFunc's main block asks for (blocked or plain)."""
+        if "conv2d_NCHWc" in block_names(import_tvm().s_tir.Schedule(func)):
             return schedule_nchwc(func, target)
-        if "DepthwiseConv2d" in names and len(_write_shape(sch, sch.get_sblock("DepthwiseConv2d"))) == 5:
-            return schedule_depthwise_nchwc(func, target)
         return schedule_nchw(func, target)
 
 

@@ -1,9 +1,10 @@
 """What every conv2d kernel family shares: :class:`Conv2dFamily` and the blocked algorithms' base.
 
-Every conv2d family (direct, Winograd, 1x1 GEMM, and any of them on padded output channels) reads
-the same logical inputs (NCHW data, OIHW weight, then one operand per bias or residual-add step of
-the fused epilogue), computes the same numpy reference, takes its data in the candidate's input
-layout and its epilogue operands in its output layout, and writes its output in the output layout.
+Every conv2d family (direct, depthwise, Winograd, 1x1 GEMM, and any of them on padded output
+channels) reads the same logical inputs (NCHW data, OIHW weight, then one operand per bias, scale or
+residual-add step of the fused epilogue), computes the same numpy reference, takes its data in the
+candidate's input layout and its epilogue operands in its output layout, and writes its output in
+the output layout.
 A family differs by its weight (:meth:`~Conv2dFamily.weight_shape`, :meth:`~Conv2dFamily.pack_weight`),
 candidates, compute and schedule. :class:`BlockedConv2dAlgorithm` adds what the algorithms beside
 the direct kernel share (NCHW{ib}c in, NCHW{ob}c out, vectorised along the output block, an
@@ -27,6 +28,7 @@ import numpy as np
 
 from ...errors import ProblemError
 from .candidate import algorithm_of
+from .epilogue import apply_numpy
 from .family import KernelFamily
 from .workload import (
     EPILOGUE_STEPS,
@@ -77,11 +79,9 @@ def conv2d_reference(workload: dict[str, Any], inputs: Sequence[np.ndarray]) -> 
 
 
 def apply_epilogue(workload: dict[str, Any], out: np.ndarray, operands: Sequence[np.ndarray]) -> np.ndarray:
-    """A conv's numpy output with its workload's epilogue applied (bias/residual operands in order)."""
-    remaining = iter(operands)
-    for step in workload.get("epilogue", []):
-        out = np.maximum(out, 0.0) if step == "relu" else out + next(remaining)  # bias broadcasts
-    return out
+    """A conv's numpy output with its workload's epilogue applied (:func:`.epilogue.apply_numpy`;
+    the operands of its bias, scale and residual steps in order)."""
+    return apply_numpy(workload.get("epilogue", []), out, operands)
 
 
 class Conv2dFamily(KernelFamily):

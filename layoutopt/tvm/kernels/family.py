@@ -13,8 +13,8 @@ candidates' ``"algorithm"`` key, absent for ``"direct"``). It offers, for a work
 - packing: logical inputs to the kernel's (:meth:`~KernelFamily.pack_inputs`, and
   :meth:`~KernelFamily.pack_weight` for the constant the rewrite stores), its output back
   (:meth:`~KernelFamily.unpack_output`);
-- :attr:`~KernelFamily.epilogue`: the elementwise steps (:data:`~.workload.EPILOGUE_STEPS`) it takes
-  fused, as ``FuseOps`` fuses them.
+- :attr:`~KernelFamily.epilogue`: the elementwise steps (:mod:`.epilogue`) it takes fused, as
+  ``FuseOps`` fuses them.
 
 A new family is a module with a subclass and its instance (``FAMILY``), plus one line in
 :data:`~layoutopt.tvm.kernels.registry.FAMILIES`. The conv2d families share their inputs, reference,
@@ -42,6 +42,7 @@ import numpy as np
 
 from ...errors import ProblemError
 from .candidate import DIRECT
+from .epilogue import apply_te, step_name, takes_operand
 
 __all__ = ["KernelFamily"]
 
@@ -60,7 +61,7 @@ class KernelFamily(ABC):
     #: the names of its compute's main block, by which :mod:`.module` finds the functions to schedule
     #: with :meth:`schedule` (a fused function keeps them); empty: the generic schedule runs it
     main_blocks: ClassVar[tuple[str, ...]] = ()
-    #: the epilogue steps it computes fused after its output (see :meth:`output`)
+    #: the names of the epilogue steps it computes fused after its output (see :meth:`output`)
     epilogue: ClassVar[tuple[str, ...]] = ()
 
     @property
@@ -140,8 +141,9 @@ class KernelFamily(ABC):
         """
 
     def output(self, tvm: Any, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]) -> Any:
-        """:meth:`compute`, then the workload's epilogue steps (each among :attr:`epilogue`), as
-        ``FuseOps`` fuses them: ``relu``, or ``+`` the next operand of ``inputs`` (a bias or a residual).
+        """:meth:`compute`, then the workload's epilogue steps (each named in :attr:`epilogue`), as
+        ``FuseOps`` fuses them (:func:`.epilogue.apply_te`); the last ``inputs`` are the operands of
+        its per-channel and residual-add steps.
 
         Example:
             >>> import tvm
@@ -157,12 +159,9 @@ class KernelFamily(ABC):
             (1, 2, 8, 8, 8)
         """
         steps = list(workload.get("epilogue", []))
-        unfused = [step for step in steps if step not in self.epilogue]
+        unfused = [step for step in steps if step_name(step) not in self.epilogue]
         if unfused:
             raise ProblemError(f"{self!r} does not fuse the epilogue steps {unfused}")
-        operands = len([step for step in steps if step != "relu"])
+        operands = sum(takes_operand(step) for step in steps)
         out = self.compute(tvm, inputs[: len(inputs) - operands], workload, candidate)
-        remaining = iter(inputs[len(inputs) - operands:])
-        for step in steps:
-            out = tvm.topi.nn.relu(out) if step == "relu" else tvm.topi.add(out, next(remaining))
-        return out
+        return apply_te(tvm, steps, out, inputs[len(inputs) - operands:])

@@ -34,6 +34,7 @@ from .common import (
     CANDIDATE_ANNOTATION,
     annotated_candidate,
     block_names,
+    kernel_annotations,
     register_tile_output,
     schedule_epilogue,
 )
@@ -126,7 +127,7 @@ class Gemm(BlockedConv2dAlgorithm):
                 data[n, c // in_block, y * stride_h, x * stride_w, c % in_block] * weight[ko, c, ki], axis=c
             ),
             name=MAIN_BLOCKS[0],
-            attrs={CANDIDATE_ANNOTATION: dict(candidate)},
+            attrs=kernel_annotations(workload, candidate),
         )
 
     def schedule(self, func, target: Any = None):

@@ -8,7 +8,7 @@ Example:
     >>> FAMILIES["conv2d", "winograd"]
     <kernel family conv2d/winograd>
     >>> sorted(algorithm for op, algorithm in FAMILIES if op == "conv2d")
-    ['direct', 'gemm', 'winograd']
+    ['depthwise', 'direct', 'gemm', 'winograd']
     >>> sorted(algorithm for op, algorithm in FAMILIES if op == "conv2d_transpose")
     ['direct', 'gemm']
 """
@@ -20,7 +20,17 @@ from functools import cache
 from typing import Any
 
 from ...errors import ProblemError
-from . import conv2d, conv2d_transpose, conv2d_transpose_gemm, dense, gemm, resize, transform, winograd
+from . import (
+    conv2d,
+    conv2d_transpose,
+    conv2d_transpose_gemm,
+    dense,
+    depthwise,
+    gemm,
+    resize,
+    transform,
+    winograd,
+)
 from .candidate import DIRECT, algorithm_of
 from .family import KernelFamily
 from .padded import PaddedKernels
@@ -32,6 +42,7 @@ __all__ = ["DEFAULT_ALGORITHMS", "FAMILIES", "candidates", "conv2d_candidates", 
 #: ``(op, algorithm)`` -> the kernel family computing that op by that algorithm
 FAMILIES: dict[tuple[str, str], KernelFamily] = {found.key: found for found in (
     conv2d.FAMILY,
+    depthwise.FAMILY,
     winograd.FAMILY,
     gemm.FAMILY,
     dense.FAMILY,
@@ -84,9 +95,10 @@ def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> N
 def conv2d_candidates(workload: dict[str, Any], algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
                       **options: Any) -> list[dict[str, Any]]:
     """Kernel candidates of a conv2d: the direct ones (see :meth:`.conv2d.DirectConv2d.candidates`:
-    ``blocks``, ``include_nchw``, ``orders``), then those of every other algorithm in ``algorithms``
-    that applies (:data:`FAMILIES`: ``"winograd"`` for 3x3 stride-1 convs, ``"gemm"`` for 1x1 ones),
-    over the same ``blocks``.
+    ``blocks``, ``include_nchw``, ``orders``; for a depthwise conv, the blocked kernels of
+    :mod:`.depthwise` and NCHW), then those of every other algorithm in ``algorithms`` that applies
+    (:data:`FAMILIES`: ``"winograd"`` for 3x3 stride-1 convs, ``"gemm"`` for 1x1 ones), over the same
+    ``blocks``, each candidate once.
 
     Example:
         >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
@@ -108,7 +120,8 @@ def conv2d_candidates(workload: dict[str, Any], algorithms: Sequence[str] = DEFA
                                f"{sorted(a for op, a in FAMILIES if op == 'conv2d')}")
         if kernels.applies(workload):
             blocks = options.get("blocks")
-            found += kernels.candidates(workload, **({} if blocks is None else {"blocks": blocks}))
+            more = kernels.candidates(workload, **({} if blocks is None else {"blocks": blocks}))
+            found += [candidate for candidate in more if candidate not in found]  # the direct ones' too
     if not found:
         found = direct.candidates(workload, **options)  # no other algorithm applies: direct kernels
     return found

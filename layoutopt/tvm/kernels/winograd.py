@@ -49,10 +49,10 @@ import numpy as np
 from ...errors import ProblemError
 from .._tvm import import_tvm
 from .common import (
-    CANDIDATE_ANNOTATION,
     annotated_candidate,
     block_names,
     is_elementwise_after,
+    kernel_annotations,
     schedule_epilogue,
 )
 from .convolution import BlockedConv2dAlgorithm, blocked_weight
@@ -239,7 +239,7 @@ def gemm_output(tvm, transformed, weight, workload: dict[str, Any], candidate: d
             axis=reduce_c,
         ),
         name="winograd_gemm",
-        attrs={**_stage(_GEMM), CANDIDATE_ANNOTATION: dict(candidate)},
+        attrs={**_stage(_GEMM), **kernel_annotations(workload, candidate)},
     )
 
     def output_rows(a, n, y, x, j, k):
@@ -533,20 +533,26 @@ def _schedule_gemm(sch, stages: dict[str, Any], register_tile: tuple[int, int, i
 
 
 def _inline_epilogue(sch, output) -> None:
-    """Inline the elementwise blocks FuseOps put after the conv (bias, add, relu) into ``output``."""
+    """Inline the elementwise blocks FuseOps put after the conv (bias, activations, residual add) into
+    ``output``: the middle ones into the last (an activation may read a value twice: hard-swish,
+    SiLU), the last into ``output``."""
     tvm = import_tvm()
-    while consumers := list(sch.get_consumers(output)):
-        # (not the NCHW unpack of padded output channels: inlined, it breaks the stages' affine loops)
-        if not is_elementwise_after(sch, sch.get(consumers[0]).name_hint, output):
-            break
-        try:
-            sch.reverse_compute_inline(consumers[0])
-        except tvm.s_tir.ScheduleError:
-            break
-    if not consumers:
-        return
-    # the first block that could not be inlined, and every block after it, on their own
     stages = {sch.get(block).name_hint for block in _stage_blocks(sch).values()}
+    names = [name for name in block_names(sch) if name not in stages and "pad" not in name]
+    # (not the NCHW unpack of padded output channels: inlined, it breaks the stages' affine loops)
+    elementwise = []
+    for name in names:
+        if not is_elementwise_after(sch, name, output):
+            break
+        elementwise.append(name)
+    try:
+        for name in elementwise[:-1]:
+            sch.compute_inline(sch.get_sblock(name))
+        if elementwise:
+            sch.reverse_compute_inline(sch.get_sblock(elementwise[-1]))
+    except tvm.s_tir.ScheduleError:
+        pass
+    # the blocks that could not be inlined, and every block after them, on their own
     schedule_epilogue(sch, [name for name in block_names(sch) if name not in stages and "pad" not in name],
                       set())
 

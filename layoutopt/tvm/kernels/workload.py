@@ -5,7 +5,8 @@ stays plain data:
 
 - conv2d: ``{"op": "conv2d", "data": [N,C,H,W], "kernel": [O,C/groups,KH,KW], "strides": [sh,sw],
   "padding": [top,left,bottom,right], "dilation": [dh,dw], "groups": g, "dtype": "float32"}``, with
-  an optional ``"epilogue"`` (:data:`EPILOGUE_STEPS`) that ``FuseOps`` fuses into the kernel;
+  an optional ``"epilogue"``: the elementwise steps ``FuseOps`` fuses into the kernel (bias,
+  activations, residual add: :mod:`.epilogue`), so that it is measured as the build runs it;
 - conv2d_transpose: ``{"op": "conv2d_transpose", "data": [N,C,H,W], "kernel": [C,O/groups,KH,KW]`` (IOHW,
   as Relax and ONNX hold it), ``"strides"``, ``"padding"``, ``"dilation"``, ``"groups"`` as conv2d,
   ``"output_padding": [oh,ow]}``, and an optional ``"epilogue"``;
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ProblemError
+from .epilogue import EPILOGUE_STEPS, epilogue_shapes, validate_epilogue
 
 __all__ = [
     "DEFAULT_BLOCKS",
@@ -66,10 +68,6 @@ __all__ = [
 NCHW = "NCHW"
 #: channel blocks tried by default (plus C itself when C < 8), each kept only where it divides C
 DEFAULT_BLOCKS = (4, 8, 16, 32, 64)
-#: Elementwise steps a conv2d workload's ``epilogue`` may list, in order, as ``FuseOps`` fuses them
-#: into the convolution's kernel: ``bias`` (+ a per-channel constant), ``add`` (+ another tensor of
-#: the output's shape: a residual), ``relu``. The kernel is then measured as the build runs it.
-EPILOGUE_STEPS = ("bias", "add", "relu")
 #: the smallest output block a kernel vectorised along its output block (the GEMMs, Winograd) takes:
 #: a 4-lane vector leaves most of an AVX register idle
 MIN_VECTOR_BLOCK = 8
@@ -270,12 +268,12 @@ def _window(workload: dict[str, Any], op: str) -> tuple[list[int], list[int], li
     return strides, padding, dilation, int(workload.get("groups", 1))
 
 
-def _epilogue(workload: dict[str, Any], op: str) -> list[str]:
-    epilogue = list(workload.get("epilogue") or [])
-    unknown = [step for step in epilogue if step not in EPILOGUE_STEPS]
-    if unknown:
-        raise ProblemError(f"{op} epilogue steps {unknown} are not among {list(EPILOGUE_STEPS)}")
-    return epilogue
+def _epilogue(workload: dict[str, Any], op: str) -> list:
+    """The workload's fused epilogue steps, validated (:mod:`.epilogue`); ``op`` names the workload."""
+    try:
+        return validate_epilogue(workload.get("epilogue") or [])
+    except ProblemError as exc:
+        raise ProblemError(f"{op} {exc}") from None
 
 
 def _validate_conv2d(workload: dict[str, Any]) -> dict[str, Any]:
@@ -424,18 +422,6 @@ def conv2d_transpose_output_shape(workload: dict[str, Any]) -> tuple[int, int, i
 def is_depthwise(workload: dict[str, Any]) -> bool:
     """A conv2d with one input and one output channel per group."""
     return workload["groups"] == workload["data"][1] == workload["kernel"][0]
-
-
-def epilogue_shapes(steps: Sequence[str], out: Sequence[int]) -> list[list[int]]:
-    """Logical shapes of an epilogue's operands, in order, for a conv of logical output shape ``out``:
-    (1, O, 1, 1) per bias, the output per add (relu takes none).
-
-    Example:
-        >>> epilogue_shapes(["bias", "add", "relu"], [1, 64, 56, 56])
-        [[1, 64, 1, 1], [1, 64, 56, 56]]
-    """
-    shapes = {"bias": [1, int(out[1]), 1, 1], "add": [int(d) for d in out]}
-    return [shapes[step] for step in steps if step in shapes]
 
 
 def layout_transform_workload(

@@ -1,0 +1,290 @@
+"""A kernel's fused epilogue: the elementwise steps after a conv that ``FuseOps`` fuses into its kernel.
+
+A conv2d workload's ``"epilogue"`` lists them in order, one Relax op per step, as plain data (the
+workload is a cost-cache key). A step is:
+
+- ``"bias"`` / ``"scale"``: ``+`` / ``*`` a per-channel constant, an operand of shape ``(1, O, 1, 1)``
+  (a conv's bias, a folded batch norm's shift and scale); ``[op, "channel"]``: the other binary ops
+  of :data:`BINARY_STEPS` by such an operand (a batch norm that could not be folded into a conv,
+  decomposed: subtract the mean, divide by the deviation);
+- ``"add"``: ``+`` a tensor of the output's shape, an operand (the residual add);
+- a unary op (:data:`UNARY_STEPS`): ``"relu"``, ``"sigmoid"``, ``"tanh"``, ``"erf"``, ``"exp"``,
+  ``"gelu"``, ``"gelu_tanh"``, ``"silu"``;
+- ``["clip", lo, hi]`` and ``["leaky_relu", alpha]``;
+- ``["broadcast_multiply", H, W]``: a ``(N, O, H, W)`` feature map (an operand) times the running
+  value, ``(N, O, 1, 1)``, which it broadcasts to: the kernel's output is then that map's shape (a
+  squeeze-excite gate's conv, into which ``FuseOps`` fuses the excite multiply);
+- ``[op, value]`` with ``op`` one of :data:`BINARY_STEPS`: the running value ``op`` a scalar ``value``,
+  or ``op`` an earlier value of the chain when ``value`` is ``"@k"`` (``"@0"``: the conv's output,
+  ``"@k"``: the value after step ``k``). That is how an activation reading its input twice fuses.
+
+The activations of mobile CNNs, as TVM's ONNX frontend and :func:`~layoutopt.tvm.prepare` write them
+(each after the conv's ``"bias"``, its value ``"@1"``):
+
+============================== =============================================================
+activation                     steps
+============================== =============================================================
+ReLU6, ``Clip(0, 6)``          ``["maximum", 0.0], ["minimum", 6.0]``
+hard-sigmoid                   ``["multiply", 0.2], ["add", 0.5], ["clip", 0.0, 1.0]``
+hard-swish                     ``["add", 3.0], ["clip", 0.0, 6.0], ["divide", 6.0], ["multiply", "@1"]``
+SiLU (``x * sigmoid(x)``)      ``"sigmoid", ["multiply", "@1"]``
+GELU (erf form)                ``["divide", 1.4142135], "erf", ["add", 1.0], ["multiply", "@1"],
+                               ["multiply", 0.5]``
+leaky ReLU                     ``["leaky_relu", 0.1]``
+============================== =============================================================
+
+Each step's TE (:func:`apply_te`) is the TOPI computation Relax's legalization gives its op, so the
+kernel measured computes what the build's fused function computes; :func:`apply_numpy` is its
+float64 reference.
+
+Example:
+    >>> validate_epilogue(["bias", ["clip", 0, 6], ["multiply", "@1"]])
+    ['bias', ['clip', 0.0, 6.0], ['multiply', '@1']]
+    >>> epilogue_shapes(["bias", "relu", "add"], [1, 8, 4, 4])
+    [[1, 8, 1, 1], [1, 8, 4, 4]]
+    >>> apply_numpy(["bias", ["maximum", 0.0]], np.array([[-2.0, 1.0]]), [np.array([[0.5, 0.5]])]).tolist()
+    [[0.0, 1.5]]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import ProblemError
+
+__all__ = ["BINARY_STEPS", "BROADCAST_MULTIPLY", "CHANNEL", "EPILOGUE_STEPS", "OPERAND_STEPS", "UNARY_STEPS",
+           "apply_numpy", "apply_te", "epilogue_shapes", "step_name", "takes_operand", "validate_epilogue"]
+
+#: named steps taking an operand of the kernel: per-channel ``"bias"`` and ``"scale"``, the residual
+#: ``"add"`` (``[op, "channel"]`` takes one too: :func:`takes_operand`)
+OPERAND_STEPS = ("bias", "scale", "add")
+#: the value of a binary step by a per-channel operand (``"bias"`` and ``"scale"`` for add and multiply)
+CHANNEL = "channel"
+#: unary steps, written as their name alone
+UNARY_STEPS = ("relu", "sigmoid", "tanh", "erf", "exp", "gelu", "gelu_tanh", "silu")
+#: binary steps with a scalar or an earlier value of the chain: ``[op, value]``
+BINARY_STEPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
+#: the names of every step an epilogue may hold (a step's name: :func:`step_name`)
+EPILOGUE_STEPS = tuple(dict.fromkeys((*OPERAND_STEPS, *UNARY_STEPS, *BINARY_STEPS, "clip", "leaky_relu",
+                                      "broadcast_multiply")))
+
+#: parameterised steps other than the binary ones: name -> number of numeric parameters
+_PARAMETERS = {"clip": 2, "leaky_relu": 1}
+#: the step multiplying a feature map by the running value broadcast over it: ``[name, H, W]``
+BROADCAST_MULTIPLY = "broadcast_multiply"
+
+
+def step_name(step: Any) -> str:
+    """The name of a step: the string itself, or the first item of a list.
+
+    Example:
+        >>> step_name("bias"), step_name(["clip", 0.0, 6.0])
+        ('bias', 'clip')
+    """
+    return step if isinstance(step, str) else str(step[0])
+
+
+def takes_operand(step: Any) -> bool:
+    """Does ``step`` read an operand of the kernel (a per-channel constant or the residual)?
+
+    Example:
+        >>> [takes_operand(step) for step in ("bias", "relu", ["divide", "channel"], ["divide", 6.0])]
+        [True, False, True, False]
+    """
+    if isinstance(step, str):
+        return step in OPERAND_STEPS
+    return step[0] == BROADCAST_MULTIPLY or list(step[1:]) == [CHANNEL]
+
+
+def validate_epilogue(steps: Any) -> list[Any]:
+    """``steps`` normalised (lists, numbers as floats), or ProblemError naming the step at fault.
+
+    Example:
+        >>> validate_epilogue([("leaky_relu", 1), ["divide", 6]])
+        [['leaky_relu', 1.0], ['divide', 6.0]]
+    """
+    if isinstance(steps, (str, bytes)) or not isinstance(steps, Sequence):
+        raise ProblemError(f"conv2d epilogue {steps!r} must be a list of steps")
+    normal: list[Any] = []
+    for index, step in enumerate(steps, start=1):
+        normal.append(_validate_step(step, index, len(normal)))
+    return normal
+
+
+def _validate_step(step: Any, index: int, earlier: int) -> Any:
+    what = f"conv2d epilogue step {index} {step!r}"
+    if isinstance(step, str):
+        if step in OPERAND_STEPS or step in UNARY_STEPS:
+            return step
+        raise ProblemError(f"{what}: unknown step (known: {', '.join(EPILOGUE_STEPS)})")
+    if not isinstance(step, Sequence) or not step or not isinstance(step[0], str):
+        raise ProblemError(f"{what}: a step is a name or a list [name, parameters...]")
+    name, *parameters = step
+    if name in BINARY_STEPS:
+        if len(parameters) != 1:
+            raise ProblemError(f"{what}: {name} takes one value (a number, '@k' for a value of the chain, "
+                           f"or {CHANNEL!r})")
+        value = parameters[0]
+        if value == CHANNEL:
+            if name in ("add", "multiply"):
+                raise ProblemError(f"{what}: write {'bias' if name == 'add' else 'scale'!r} for {name} by a "
+                                   "per-channel constant")
+            return [name, CHANNEL]
+        if isinstance(value, str):
+            if not (value.startswith("@") and value[1:].isdigit() and int(value[1:]) <= earlier):
+                raise ProblemError(f"{what}: {value!r} names no earlier value of the chain "
+                                   f"(@0 to @{earlier})")
+            return [name, f"@{int(value[1:])}"]
+        return [name, _number(value, what)]
+    if name == BROADCAST_MULTIPLY:
+        if len(parameters) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
+                                       for v in parameters):
+            raise ProblemError(f"{what}: {name} takes the map's height and width (positive integers)")
+        return [name, *parameters]
+    if name in _PARAMETERS:
+        if len(parameters) != _PARAMETERS[name]:
+            raise ProblemError(f"{what}: {name} takes {_PARAMETERS[name]} number(s)")
+        return [name, *(_number(value, what) for value in parameters)]
+    raise ProblemError(f"{what}: unknown step (known: {', '.join(EPILOGUE_STEPS)})")
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ProblemError(f"{what}: {value!r} is not a finite number")
+    return float(value)
+
+
+def epilogue_shapes(steps: Sequence[Any], out: Sequence[int]) -> list[list[int]]:
+    """Logical shapes of an epilogue's operands, in order, for a kernel of logical output ``out``:
+    ``(1, O, 1, 1)`` per per-channel step, the running value's per ``"add"``, the map's per
+    ``"broadcast_multiply"`` (the others take none).
+
+    Example:
+        >>> epilogue_shapes(["bias", "add", "relu"], [1, 64, 56, 56])
+        [[1, 64, 1, 1], [1, 64, 56, 56]]
+    """
+    batch, channels = int(out[0]), int(out[1])
+    shapes, spatial = [], [int(out[2]), int(out[3])]
+    for step in steps:
+        if step == "add":
+            shapes.append([batch, channels, *spatial])
+        elif step_name(step) == BROADCAST_MULTIPLY:
+            spatial = [int(step[1]), int(step[2])]
+            shapes.append([batch, channels, *spatial])
+        elif takes_operand(step):
+            shapes.append([1, channels, 1, 1])
+    return shapes
+
+
+def _chain_index(value: str) -> int:
+    return int(value[1:])
+
+
+def _erf(values: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(values)
+
+
+def _sigmoid(values: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-values))
+
+
+_NUMPY_UNARY = {
+    "relu": lambda x: np.maximum(x, 0.0),
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+    "erf": _erf,
+    "exp": np.exp,
+    "gelu": lambda x: x * (0.5 + _erf(x * math.sqrt(0.5)) * 0.5),
+    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * x * (1 + 0.044715 * x * x))),
+    "silu": lambda x: x * _sigmoid(x),
+}
+_NUMPY_BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+                 "maximum": np.maximum, "minimum": np.minimum}
+
+
+def apply_numpy(steps: Sequence[Any], out: np.ndarray, operands: Sequence[np.ndarray]) -> np.ndarray:
+    """A kernel's numpy output with the (validated) epilogue ``steps`` applied; ``operands`` in order."""
+    values = [out]
+    remaining = iter(operands)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        for step in steps:
+            x = values[-1]
+            name = step_name(step)
+            if step in ("bias", "add"):
+                x = x + next(remaining)
+            elif step == "scale":
+                x = x * next(remaining)
+            elif isinstance(step, str):
+                x = _NUMPY_UNARY[step](x)
+            elif name == "clip":
+                x = np.clip(x, step[1], step[2])
+            elif name == "leaky_relu":
+                x = np.where(x > 0, x, x * step[1])
+            elif name == BROADCAST_MULTIPLY:
+                x = next(remaining) * x
+            else:
+                value = step[1]
+                other = next(remaining) if value == CHANNEL else \
+                    values[_chain_index(value)] if isinstance(value, str) else value
+                x = _NUMPY_BINARY[name](x, other)
+            values.append(x)
+    return values[-1]
+
+
+def _te_unary(tvm, name: str, x):
+    """The TE of a unary step: Relax's legalization of its op (``relax.transform.legalize_ops``)."""
+    topi, tirx = tvm.topi, tvm.tirx
+    dtype = x.dtype
+    if name == "relu":
+        return topi.nn.relu(x)
+    if name in ("sigmoid", "tanh", "erf", "exp"):
+        return getattr(topi, name)(x)
+    if name == "silu":
+        return topi.multiply(x, topi.sigmoid(x))
+
+    if name == "gelu":
+        erf = topi.erf(x * tirx.const(0.5**0.5, dtype))
+        return x * (tirx.const(0.5, dtype) + erf * tirx.const(0.5, dtype))
+    # gelu_tanh
+    inner = tirx.const(math.sqrt(2.0 / math.pi), dtype) * x * (1 + tirx.const(0.044715, dtype) * x * x)
+    return tirx.const(0.5, dtype) * x * (tirx.const(1.0, dtype) + topi.tanh(inner))
+
+
+def apply_te(tvm: Any, steps: Sequence[Any], out: Any, operands: Sequence[Any]) -> Any:
+    """The TE tensor of ``out`` with the (validated) epilogue ``steps`` applied; ``operands`` are the
+    placeholders of its operand steps, in order. Each step is the TOPI computation Relax legalizes its
+    op to, so that a measured kernel computes what the build's fused function computes.
+
+    Example::
+
+        out = apply_te(tvm, ["bias", ["maximum", 0.0], ["minimum", 6.0]], conv, [bias])
+    """
+    topi = tvm.topi
+    values = [out]
+    remaining = iter(operands)
+    for step in steps:
+        x = values[-1]
+        name = step_name(step)
+        if step in ("bias", "add"):
+            x = topi.add(x, next(remaining))
+        elif step == "scale":
+            x = topi.multiply(x, next(remaining))
+        elif isinstance(step, str):
+            x = _te_unary(tvm, step, x)
+        elif name == "clip":
+            x = topi.clip(x, step[1], step[2])
+        elif name == "leaky_relu":
+            x = topi.nn.leaky_relu(x, step[1])
+        elif name == BROADCAST_MULTIPLY:
+            x = topi.multiply(next(remaining), x)
+        else:
+            value = step[1]
+            other = next(remaining) if value == CHANNEL else \
+                values[_chain_index(value)] if isinstance(value, str) else tvm.tirx.const(value, x.dtype)
+            x = getattr(topi, name)(x, other)
+        values.append(x)
+    return values[-1]

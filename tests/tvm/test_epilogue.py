@@ -1,0 +1,201 @@
+"""The epilogue is part of the kernel, measured as it is built: every elementwise chain FuseOps fuses
+into a conv (bias, ReLU6, hard-swish, hard-sigmoid, SiLU, leaky ReLU, GELU, per-channel scale and
+shift, the residual add) is captured in the conv's workload, computed by its kernel, and the kernel a
+build runs is one that was measured."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")  # the tvm extra; CI installs it
+
+from onnx_models import mobile_fpn_onnx, mobilenet_v3_block_onnx  # tests/tvm is on sys.path
+
+from layoutopt import ProblemError
+from layoutopt.tvm import builder, extract_layout_graph, load_model, prepare, resolve_target
+from layoutopt.tvm._tvm import import_tvm
+from layoutopt.tvm.apply import apply_assignment, apply_layouts
+from layoutopt.tvm.baselines import fixed_layout_assignment
+from layoutopt.tvm.cache import task_key
+from layoutopt.tvm.check import relative_error
+from layoutopt.tvm.kernels import build_kernel, validate_workload
+from layoutopt.tvm.kernels.common import annotated_candidate, annotated_workload, block_names
+from layoutopt.tvm.kernels.epilogue import apply_numpy, validate_epilogue
+from layoutopt.tvm.kernels.kernel import kernel_tensors
+from layoutopt.tvm.kernels.module import family_of_function, schedule_primfunc
+from layoutopt.tvm.ops import fused_epilogues
+from layoutopt.tvm.problem import kernel_tasks
+from layoutopt.tvm.timing import random_inputs, run
+
+pytestmark = pytest.mark.tvm
+
+HARD_SWISH = ["bias", ["add", 3.0], ["clip", 0.0, 6.0], ["divide", 6.0], ["multiply", "@1"]]
+RELU6 = ["bias", ["maximum", 0.0], ["minimum", 6.0]]
+
+
+def test_steps_are_validated_and_named_in_errors():
+    assert validate_epilogue([["leaky_relu", 1], "scale", ["divide", "channel"]]) == \
+        [["leaky_relu", 1.0], "scale", ["divide", "channel"]]
+    for steps, message in [
+        (["bias", "swish"], "step 2 'swish': unknown step"),
+        ([["multiply", "@2"]], "names no earlier value of the chain"),
+        ([["add", "channel"]], "write 'bias'"),
+        ([["clip", 0.0]], "clip takes 2 number"),
+        ([["divide", float("nan")]], "not a finite number"),
+        ("relu", "must be a list of steps"),
+    ]:
+        with pytest.raises(ProblemError, match=message):
+            validate_epilogue(steps)
+
+
+def test_numpy_reference_of_the_activations():
+    x = np.linspace(-8.0, 8.0, 33)
+    hard_swish = apply_numpy(HARD_SWISH, x, [np.zeros(1)])
+    np.testing.assert_allclose(hard_swish, x * np.clip(x + 3, 0, 6) / 6)
+    np.testing.assert_allclose(apply_numpy(["sigmoid", ["multiply", "@0"]], x, []), x / (1 + np.exp(-x)))
+    gelu = apply_numpy([["divide", np.sqrt(2.0)], "erf", ["add", 1.0], ["multiply", "@0"], ["multiply", 0.5]],
+                       x, [])
+    np.testing.assert_allclose(gelu, apply_numpy(["gelu"], x, []), rtol=1e-12)
+    operands = [np.full(1, 2.0), np.full(1, 4.0)]
+    shift = apply_numpy([["subtract", "channel"], ["divide", "channel"]], x, operands)
+
+    np.testing.assert_allclose(shift, (x - 2) / 4)
+
+
+def test_each_activation_of_a_mobile_block_is_in_its_convs_workload():
+    graph = extract_layout_graph(_model(mobilenet_v3_block_onnx), prepared=True)
+    epilogues = [node.workload.get("epilogue") for node in graph.layout_nodes() if node.kind == "target"]
+    assert epilogues == [
+        HARD_SWISH,  # stem
+        HARD_SWISH, HARD_SWISH,  # expand, depthwise
+        ["bias", "relu"],  # squeeze
+        # the hard-sigmoid gate, and the excite multiply FuseOps fuses after it
+        ["bias", ["multiply", 0.1666666716337204], ["add", 0.5], ["clip", 0.0, 1.0],
+         ["broadcast_multiply", 8, 8]],
+        ["bias", "add"],  # project + residual
+        RELU6, RELU6,  # expand, depthwise 5x5 s2 (Clip(0, 6) as maximum/minimum)
+        ["relu", ["subtract", "channel"], ["divide", "channel"], "scale", "bias"],  # relu, then a batch norm
+        ["bias", ["leaky_relu", 0.10000000149011612]],
+        ["bias", "sigmoid", ["multiply", "@1"]],  # SiLU
+        ["bias", ["divide", 1.4142135381698608], "erf", ["add", 1.0], ["multiply", "@1"], ["multiply", 0.5]],
+    ]
+    # hard-swish's and SiLU's multiplies read two values of one conv's chain: they follow its layout
+    multi = [node.op for node in graph.layout_nodes() if node.kind == "multi"]
+    assert multi == ["relax.multiply", "relax.add"]  # squeeze-excite's (map x gate), the residual add
+
+
+def test_a_value_read_outside_the_chain_ends_it():
+    # mobile_fpn's squeeze-excite multiply reads the depthwise conv's ReLU6 output twice (the mean and
+    # the multiply): the chain stops there; its stem's hard-swish is fused whole
+    graph = extract_layout_graph(_model(mobile_fpn_onnx), prepared=True)
+    epilogues = {node.name: node.workload.get("epilogue") for node in graph.layout_nodes()
+                 if node.kind == "target"}
+    assert epilogues["lv"] == HARD_SWISH and epilogues["lv7"] == RELU6
+    unfused = extract_layout_graph(_model(mobile_fpn_onnx), prepared=True, fuse=False)
+    assert not any("epilogue" in node.workload for node in unfused.layout_nodes())
+
+
+def test_a_winograd_conv_followed_by_gelu_builds_and_computes_what_tvm_computes():
+    """The Winograd schedule inlined its epilogue consumer by consumer: GELU's ``x * (1 + erf(x / √2))``
+    reads the biased conv twice, and the build failed (``T_add_intermediate is used before its
+    definition``); an epilogue is inlined as a whole now."""
+    tvm = import_tvm()
+    relax = tvm.relax
+    rng = np.random.default_rng(0)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 16, 8, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            weight = relax.const(rng.standard_normal((16, 16, 3, 3)).astype("float32") * 0.1)
+            conv = bb.emit(relax.op.nn.conv2d(x, weight, padding=1), "conv")
+            y = bb.emit(relax.op.add(conv, relax.const(rng.standard_normal((1, 16, 1, 1)).astype("float32"))))
+            erf = bb.emit(relax.op.erf(bb.emit(relax.op.divide(y, relax.const(np.float32(np.sqrt(2.0)))))))
+            gelu = bb.emit(relax.op.multiply(y, bb.emit(relax.op.add(erf, relax.const(np.float32(1.0))))))
+            output = bb.emit_output(relax.op.multiply(gelu, relax.const(np.float32(0.5))))
+        bb.emit_func_output(output)
+    mod = prepare(bb.get())
+    assert fused_epilogues(mod["main"])["conv"][-3:] == [["add", 1.0], ["multiply", "@1"], ["multiply", 0.5]]
+    target = resolve_target(None)
+    inputs = random_inputs(mod, seed=2)
+    built = builder.build(apply_layouts(mod, {"conv": "NCHW8c->NCHW8c[algorithm=winograd,tile=2]"}), target)
+    assert relative_error(run(built, inputs), run(tvm.compile(mod, target=target), inputs)) < 1e-4
+
+
+@pytest.mark.parametrize("model", [mobile_fpn_onnx, mobilenet_v3_block_onnx],
+                         ids=["mobile_fpn", "mobilenet_v3"])
+@pytest.mark.parametrize("layout, prefer", [("NCHW8c", ()), ("NCHW16c", ("winograd", "gemm"))],
+                         ids=["8c", "16c"])
+def test_every_fused_conv_of_a_build_runs_a_kernel_that_was_measured(model, layout, prefer, monkeypatch):
+    tvm = import_tvm()
+    target = resolve_target(None)
+    graph = extract_layout_graph(_model(model), prepared=True)
+    measured = {task_key(validate_workload(workload), candidate)
+                for workload, candidate in kernel_tasks(graph)}
+    assignment = fixed_layout_assignment(graph, layout, prefer=prefer)
+    scheduled = []  # what build() hands to schedule_module: its legalized, fused module
+    schedule_module = builder.schedule_module
+    monkeypatch.setattr(builder, "schedule_module",
+                        lambda mod, tgt: scheduled.append(mod) or schedule_module(mod, tgt))
+    builder.build(apply_assignment(graph.mod, graph, assignment), target)
+
+    convs = [node for node in graph.layout_nodes() if node.op == "relax.nn.conv2d"]
+    checked = []
+    for gvar, func in scheduled[0].functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        sch = tvm.s_tir.Schedule(func)
+        names = block_names(sch)
+        family = family_of_function(sch, names)
+        if family is None or family.op != "conv2d":
+            continue
+        main = next(name for name in names if name in family.main_blocks)
+        workload = annotated_workload(sch, sch.get_sblock(main))
+        candidate = annotated_candidate(sch, sch.get_sblock(main))
+        assert workload is not None, f"{gvar.name_hint}: a conv kernel of the build carries no workload"
+        assert task_key(validate_workload(workload), candidate) in measured, gvar.name_hint
+        _assert_computes_the_measured_kernel(func, workload, candidate, target, gvar.name_hint)
+        checked.append(workload.get("epilogue", []))
+    # every conv of the graph was built as one of these fused kernels, none left in TVM's own NCHW conv
+    assert len(checked) == len(convs)
+    assert HARD_SWISH in checked and RELU6 in checked
+
+
+def _model(write):
+    return prepare(load_model(write(Path(_tmp()) / f"{write.__name__}.onnx"), [1, 3, 16, 16]))
+
+
+def _tmp() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="layoutopt-epilogue-")
+
+
+def _op_blocks(sch) -> list[str]:
+    """A function's block names without the numbers FuseTIR and TE append to repeated ops."""
+    return [re.sub(r"_?\d+$", "", name) for name in block_names(sch)]
+
+
+def _assert_computes_the_measured_kernel(func, workload, candidate, target, name: str) -> None:
+    """The build's fused function has the measured kernel's ops, in order, and computes its output
+    from the same inputs."""
+    tvm = import_tvm()
+    with target:
+        measured = tvm.te.create_prim_func(kernel_tensors(tvm, workload, candidate))
+    assert _op_blocks(tvm.s_tir.Schedule(func)) == _op_blocks(tvm.s_tir.Schedule(measured)), name
+    kernel = build_kernel(workload, candidate, target)
+    shapes = [tuple(int(d) for d in param.shape) for param in func.params]
+    assert shapes == [tuple(shape) for shape in kernel.arg_shapes], name
+    with target:
+        built = schedule_primfunc(func, target, strict=True).with_attr("global_symbol", "kernel")
+    outputs = []
+    rng = np.random.default_rng(0)
+    arrays = [rng.uniform(-1, 1, shape).astype("float32") for shape in shapes]
+    for module in (tvm.IRModule({"kernel": built}), kernel.module):
+        args = [tvm.runtime.tensor(array) for array in arrays]
+        tvm.compile(module, target=target).mod["kernel"](*args)
+        outputs.append(args[-1].numpy())
+    np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-6, atol=1e-6, err_msg=name)
