@@ -25,7 +25,7 @@ if importlib.util.find_spec("pytoulbar2") is None:
 #: the cost cache the examples name (``cache="costs.jsonl"``)
 EXAMPLES_COST_CACHE = "costs.jsonl"
 #: calls by which an example measures kernels (or reads them from the cache) and builds on them
-_MEASURING_CALLS = ("tune_and_build(", "build_problem(", "measure(")
+_MEASURING_CALLS = ("tune_and_build(", "build_problem(", "measure_graph(", "measure(", "MeasureRequest(")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -19,11 +19,11 @@ import layoutopt
 
 TVM_EXAMPLES = [
     "_tvm", "apply", "baselines", "builder", "cache", "calibrate", "check", "cli", "deploy", "extract",
-    "graph", "guard", "load", "memory", "models", "normalise", "ops", "profile", "report", "result",
-    "runner", "stages", "timing", "tune", "kernels", "kernels.candidate", "kernels.conv2d",
-    "kernels.convolution", "kernels.dense", "kernels.family", "kernels.gemm", "kernels.isa",
-    "kernels.kernel", "kernels.module", "kernels.padded", "kernels.registry", "kernels.transform",
-    "kernels.winograd", "kernels.workload",
+    "graph", "guard", "load", "measure", "memory", "models", "normalise", "ops", "problem", "profile",
+    "report", "result", "runner", "stages", "timing", "tune", "worker", "kernels", "kernels.candidate",
+    "kernels.conv2d", "kernels.convolution", "kernels.dense", "kernels.family", "kernels.gemm",
+    "kernels.isa", "kernels.kernel", "kernels.module", "kernels.padded", "kernels.registry",
+    "kernels.transform", "kernels.winograd", "kernels.workload",
 ]
 
 EXAMPLES = [
@@ -59,12 +59,6 @@ EXAMPLES = [
       for name in ["", *TVM_EXAMPLES]),
 ]
 
-#: files whose ``Example::`` blocks another change is turning into examples that run (issue 27: the
-#: measurer's worker and orchestration, the cost cache, the problem builder, the constraints); each
-#: leaves this set once it has none
-UNCONVERTED = {"layoutopt/tvm/measure.py", "layoutopt/tvm/worker.py", "layoutopt/tvm/problem.py",
-               "layoutopt/tvm/cache.py", "layoutopt/constraints.py"}
-
 #: a literal block introduced as an example ("Example::", "Examples::", "Example (shell)::"): code that
 #: no test runs
 _UNRUN_EXAMPLE = re.compile(r"^\s*Examples?\b[^:]*::\s*$")
@@ -83,13 +77,10 @@ def test_pytest_runs_the_docstring_examples_of_the_package(pytestconfig):
 
 
 def unrun_examples(package: Path) -> list[str]:
-    """``path:line: text`` of every ``Example::`` literal block under ``package`` (a directory), the
-    :data:`UNCONVERTED` files left out."""
+    """``path:line: text`` of every ``Example::`` literal block under ``package`` (a directory)."""
     found = []
     for path in sorted(package.rglob("*.py")):
         name = path.relative_to(package.parent).as_posix()
-        if name in UNCONVERTED:
-            continue
         for number, line in enumerate(path.read_text().splitlines(), start=1):
             if _UNRUN_EXAMPLE.match(line):
                 found.append(f"{name}:{number}: {line.strip()}")
@@ -106,7 +97,6 @@ def test_an_example_written_as_a_literal_block_is_found(tmp_path):
     package = tmp_path / "layoutopt"
     (package / "tvm").mkdir(parents=True)
     (package / "tvm" / "model.py").write_text('"""Doc.\n\nExample::\n\n    run()\n"""\n')
-    (package / "tvm" / "measure.py").write_text('"""Doc.\n\nExample::\n\n    run()\n"""\n')  # unconverted
     (package / "shell.py").write_text('def f():\n    """Doc.\n\n    Example (shell)::\n\n        ls\n"""\n')
     (package / "run.py").write_text('"""Doc.\n\nExample:\n    >>> 1 + 1\n    2\n\nFormat::\n\n    {}\n"""\n')
     assert unrun_examples(package) == ["layoutopt/shell.py:4: Example (shell)::",

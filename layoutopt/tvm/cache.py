@@ -14,11 +14,21 @@ infinite). Each record is written with one ``write`` and ``fsync``-ed, so a kill
 one torn last line, which is skipped (with a warning) when the file is read again. The latest record of
 a key wins, so re-measuring simply appends.
 
-Example::
+Example:
+    A dense kernel's cost, stored by one run and found by the next (in a cache of its own here, so
+    that its made-up cost meets no example that measures):
 
-    cache = CostCache("costs.jsonl")
-    context = CostContext({"kind": "llvm", "mcpu": "znver4"}, tvm="0.27.0.post1", schedules=5)
-    cache.get(context, workload, candidate)     # a record dict, or None
+    >>> context = CostContext({"kind": "llvm", "mcpu": "znver4"}, tvm="0.27.0.post1", schedules=5)
+    >>> workload = {"op": "dense", "data": [1, 64], "weight": [24, 64], "dtype": "float32"}
+    >>> candidate = {"in": "NC", "out": "NC", "weight": "NK8n"}
+    >>> cache = CostCache("measured.jsonl")
+    >>> cache.get(context, workload, candidate) is None     # not measured yet
+    True
+    >>> _ = cache.put({**context.record_fields(), "workload": workload, "candidate": candidate,
+    ...                "median": 1.2e-3, "results": [1.2e-3, 1.3e-3], "error": None})
+    >>> record = CostCache("measured.jsonl").get(context, workload, candidate)    # the next run
+    >>> record["median"], record_cost(record), record["tvm"]
+    (0.0012, 0.0012, '0.27.0.post1+schedules.5+cold')
 """
 
 from __future__ import annotations
@@ -210,12 +220,23 @@ class CostCache:
         ProblemError: ``path`` is a directory, cannot be read, or cannot be written (checked when the
             cache is opened, before anything is measured into it).
 
-    Example::
+    Example:
+        A run killed while appending leaves a torn last line: the next run skips it and appends on a
+        fresh line; the latest record of a kernel wins.
 
-        cache = CostCache("costs.jsonl")
-        if cache.get(context, workload, candidate) is None:
-            cache.put({**context.record_fields(), "workload": workload, "candidate": candidate,
-                       "median": 1.2e-3, "results": [1.2e-3], "error": None})
+        >>> context = CostContext({"kind": "llvm", "mcpu": "znver4"}, "0.27.0.post1", schedules=5)
+        >>> workload, candidate = {"op": "dense", "data": [1, 8], "weight": [4, 8]}, {"weight": "NK"}
+        >>> record = {**context.record_fields(), "workload": workload, "candidate": candidate,
+        ...           "median": 2e-5, "results": [2e-5], "error": None}
+        >>> _ = CostCache("measured.jsonl").put(record)
+        >>> with open("measured.jsonl", "a") as file:      # killed in the middle of a line
+        ...     _ = file.write('{"target": "{')
+        >>> cache = CostCache("measured.jsonl")
+        >>> cache, cache.skipped_lines
+        (CostCache('measured.jsonl', 1 records), 1)
+        >>> _ = cache.put({**record, "median": 1.9e-5})     # measured again
+        >>> CostCache("measured.jsonl").get(context, workload, candidate)["median"]
+        1.9e-05
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:

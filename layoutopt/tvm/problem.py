@@ -129,14 +129,18 @@ def build_problem(
     Raises:
         ProblemError: a bad module, shape, target, runner or candidate set (before measuring).
 
-    Example::
+    Example:
+        >>> import layoutopt
+        >>> from layoutopt.tvm import build_problem, models
+        >>> graph, costs, meta = build_problem(models.chain((8, 8)), cache="costs.jsonl")
+        >>> solution = layoutopt.solve(graph, costs)      # its labels are this CPU's answer
+        >>> solution.status, list(solution.labels), solution.objective > 0     # seconds
+        ('optimal', ['data', 'conv1', 'conv2', 'output:gv'], True)
+        >>> meta.stats.requested, len(meta.measured), meta.failures, sorted(meta.seconds)
+        (32, 19, (), ['extract', 'measure'])
 
-        import layoutopt
-        from layoutopt.tvm import build_problem, models
-        graph, costs, meta = build_problem(models.residual(16, 8), candidates=[8, 16], cache="costs.jsonl")
-        solution = layoutopt.solve(graph, costs)
-        solution.labels["conv1"], solution.objective      # e.g. ('NCHW->NCHW', 7.3e-05): seconds
-        meta.stats     # MeasureStats(requested=20, cached=0, retimed=0, measured=15, failed=0, ...)
+        The 32 tasks are conv1's and conv2's 13 kernels (the same ones: measured once) and the 6
+        distinct transforms of the edges: 19 costs.
     """
     started = time.perf_counter()
     graph = extract_layout_graph(mod, candidates, fuse=fuse)
@@ -175,11 +179,14 @@ def measure_graph(
     Raises:
         ProblemError: a bad target, runner, workload or candidate (before measuring).
 
-    Example::
-
-        graph = extract_layout_graph(models.chain((16, 16)), [8, 16])
-        costs, meta = measure_graph(graph, cache="costs.jsonl")
-        meta.failures, meta.context.target     # (), {'kind': 'llvm', 'mcpu': 'znver4'}
+    Example:
+        >>> from layoutopt.tvm import extract_layout_graph, measure_graph, models
+        >>> graph = extract_layout_graph(models.chain((8, 8)))
+        >>> costs, meta = measure_graph(graph, cache="costs.jsonl")
+        >>> costs.nodes["conv1"].shape, costs.edges["conv1", "conv2"].shape     # 13 kernels each
+        ((13,), (13, 13))
+        >>> meta.failures, meta.context.target["kind"], meta.context.timing
+        ((), 'llvm', 'cold')
     """
     started = time.perf_counter()
     tasks = kernel_tasks(graph) + transform_tasks(graph)
@@ -209,9 +216,15 @@ def _failures(results: Sequence[MeasureResult]) -> tuple[MeasureFailure, ...]:
 def kernel_tasks(graph: LayoutGraph) -> list[tuple[dict, dict]]:
     """Every target node's (workload, candidate) kernel, in graph order (repeats included).
 
-    Example::
-
-        tasks = kernel_tasks(extract_layout_graph(models.chain((16, 16)), [8, 16]))
+    Example:
+        >>> from layoutopt.tvm import extract_layout_graph, models
+        >>> graph = extract_layout_graph(models.chain((8, 8)), {"blocks": [8], "algorithms": ["direct"]})
+        >>> tasks = kernel_tasks(graph)
+        >>> [(workload["op"], candidate) for workload, candidate in tasks]     # conv1's, then conv2's
+        [('conv2d', {'in': 'NCHW8c', 'out': 'NCHW8c'}), ('conv2d', {'in': 'NCHW', 'out': 'NCHW'}),
+         ('conv2d', {'in': 'NCHW8c', 'out': 'NCHW8c'}), ('conv2d', {'in': 'NCHW', 'out': 'NCHW'})]
+        >>> tasks[0] == tasks[2]        # the same workload: measured once
+        True
     """
     return [(node.workload, dict(choice.candidate)) for node in graph.layout_nodes() if node.kind == "target"
             for choice in node.choices]
@@ -220,9 +233,12 @@ def kernel_tasks(graph: LayoutGraph) -> list[tuple[dict, dict]]:
 def transform_workload(shape: Sequence[int] | None, src: str, dst: str, dtype: str) -> dict[str, Any] | None:
     """The layout_transform workload of one (logical shape, src, dst), or None when it is impossible.
 
-    Example::
-
-        transform_workload([1, 64, 56, 56], "NCHW8c", "NCHW16c", "float32")["op"]    # 'layout_transform'
+    Example:
+        >>> transform_workload([1, 64, 56, 56], "NCHW8c", "NCHW16c", "float32")
+        {'op': 'layout_transform', 'shape': [1, 64, 56, 56], 'src': 'NCHW8c', 'dst': 'NCHW16c',
+         'dtype': 'float32'}
+        >>> transform_workload([1, 12, 8, 8], "NCHW", "NCHW8c", "float32") is None    # 8 does not divide 12
+        True
     """
     if shape is None or len(shape) != 4:
         return None  # only 4-D tensors have blocked layouts
@@ -244,10 +260,11 @@ def _layout_pairs(graph: LayoutGraph, producer, consumer):
 def transform_tasks(graph: LayoutGraph) -> list[tuple[dict, dict]]:
     """Every distinct layout transform the graph's edges may need, as ``(workload, {})`` tasks.
 
-    Example::
-
-        tasks = transform_tasks(extract_layout_graph(models.chain((16, 16)), [8, 16]))
-        tasks[0][0]     # {'op': 'layout_transform', 'shape': [1, 8, 8, 8], 'src': 'NCHW', 'dst': 'NCHW8c'...}
+    Example:
+        >>> from layoutopt.tvm import extract_layout_graph, models
+        >>> graph = extract_layout_graph(models.chain((8, 8)), {"blocks": [8], "algorithms": ["direct"]})
+        >>> [(workload["shape"], workload["src"], workload["dst"]) for workload, _ in transform_tasks(graph)]
+        [([1, 8, 8, 8], 'NCHW', 'NCHW8c'), ([1, 8, 8, 8], 'NCHW8c', 'NCHW')]
     """
     tasks: dict[tuple, tuple[dict, dict]] = {}
     for producer, consumer in graph.edges:
@@ -266,9 +283,19 @@ def transform_edge_costs(graph: LayoutGraph,
     :func:`~layoutopt.tvm.cache.task_key` of their workload): 0 where the layouts agree, the sum of
     the transforms of every tensor on the edge otherwise, ``inf`` where a block does not divide.
 
-    Example::
+    Example:
+        The measured costs are :func:`measure_graph`'s ``meta.measured``; here every transform takes
+        2 microseconds:
 
-        edges = transform_edge_costs(graph, meta.measured)
+        >>> from layoutopt.tvm import extract_layout_graph, models
+        >>> from layoutopt.tvm.cache import task_key
+        >>> graph = extract_layout_graph(models.chain((8, 8)), {"blocks": [8], "algorithms": ["direct"]})
+        >>> seconds = {task_key(workload, candidate): 2e-6 for workload, candidate in transform_tasks(graph)}
+        >>> [choice.label for choice in graph.layout_node("conv1").choices]
+        ['NCHW8c->NCHW8c', 'NCHW->NCHW']
+        >>> transform_edge_costs(graph, seconds)["conv1", "conv2"]
+        array([[0.e+00, 2.e-06],
+               [2.e-06, 0.e+00]])
     """
     return {(u, v): _edge_matrix(graph, u, v, transform_costs) for u, v in graph.edges}
 

@@ -14,12 +14,26 @@ asked to do one thing at a time by a :class:`Request`, and answers with a :class
 Every request and answer is a record: they cross the process boundary pickled. :class:`Lane` is the
 caller's side of one worker: the one thread that talks to it.
 
-Example::
+Example:
+    One lane compiles a tiny conv (``conv1`` of a two-conv model: 3x3, 8 -> 8 channels at 8x8, with its
+    bias and relu) as an ``NCHW8c`` kernel into a library in this directory, then checks and times it,
+    as a :class:`~layoutopt.tvm.measure.Measurer` does with every kernel:
 
-    lane = Lane(0)
-    task = KernelTask(key, workload, {"in": "NCHW8c", "out": "NCHW8c"})
-    reply = lane.submit(CompileRequest(LocalRunner(), {"kind": "llvm"}, (task,), directory), 60, "compiling")
-    reply.result().value[key].library          # the library holding the compiled kernel
+    >>> from layoutopt.tvm import LocalRunner, extract_layout_graph, models
+    >>> from layoutopt.tvm.cache import task_key
+    >>> workload = extract_layout_graph(models.chain((8, 8))).layout_node("conv1").workload
+    >>> candidate = {"in": "NCHW8c", "out": "NCHW8c"}
+    >>> task = KernelTask(task_key(workload, candidate), workload, candidate)
+    >>> lane = Lane(0)
+    >>> compiled = lane.submit(CompileRequest(LocalRunner(), {"kind": "llvm"}, (task,), "."), 60, "compiling")
+    >>> build = compiled.result().value[task.key]
+    >>> build.ok, build.arg_shapes       # data, weight, bias, output: in blocks of 8 channels
+    (True, ((1, 1, 8, 8, 8), (1, 1, 3, 3, 8, 8), (1, 1, 1, 1, 8), (1, 1, 8, 8, 8)))
+    >>> request = MeasureRequest(LocalRunner(), task, build, check=True, keep=False)
+    >>> run = lane.submit(request, 60, "checking and timing").result().value
+    >>> run.check_error < 1e-5, run.timing.median > 0     # its error against numpy; seconds
+    (True, True)
+    >>> lane.close()
 """
 
 from __future__ import annotations
