@@ -430,10 +430,11 @@ def epilogue_step(call, op: str | None, values: Sequence, is_data: Callable[[Any
     ``(N, O, 1, 1)`` (a squeeze-excite gate). ``is_data`` tells computed tensors from other Vars (default:
     every Var is one). A non-commutative op (subtract, divide) must have the running value first.
 
-    Example::
-
-        epilogue_step(add_call, "relax.add", [conv_var])        # ('bias', [0])
-        epilogue_step(mul_call, "relax.multiply", [conv, b, t])  # (['multiply', '@1'], [2, 1])
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> bindings = {b.var.name: b for b in models.chain()["main"].body.blocks[0].bindings}
+        >>> epilogue_step(bindings["conv1_bias"].value, "relax.add", [bindings["conv1"].var])
+        ('bias', [0])
     """
     tvm = import_tvm()
     head = values[-1]
@@ -522,13 +523,16 @@ class EpilogueChains:
     whose step it is (one conv per fused kernel): a residual add of two convs its first operand's, a
     squeeze-excite multiply (map times gate) the gate conv's.
 
-    Example::
-
-        chains = EpilogueChains(uses)
-        chains.start("conv", conv_var)
-        for var, call, op in later_bindings:
-            chains.binding(var, call, op)
-        chains.epilogues()     # {'conv': ['bias', ['maximum', 0.0], ['minimum', 6.0]]}
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> main = models.chain()["main"]
+        >>> bindings = {b.var.name: b for b in main.body.blocks[0].bindings}
+        >>> chains = EpilogueChains(var_uses(main))
+        >>> chains.start("conv1", bindings["conv1"].var)
+        >>> for name in ("conv1_bias", "conv1_relu"):
+        ...     chains.binding(bindings[name].var, bindings[name].value, bindings[name].value.op.name)
+        >>> chains.epilogues()
+        {'conv1': ['bias', 'relu']}
     """
 
     def __init__(self, uses: Mapping[Any, int], is_data: Callable[[Any], bool] | None = None):
@@ -576,9 +580,10 @@ def fused_epilogues(function) -> dict[str, list]:
     """The epilogue ``FuseOps`` fuses into each NCHW/OIHW conv2d by a constant weight of a Relax
     ``function`` (``main`` of a prepared module): binding name -> steps (:class:`EpilogueChains`).
 
-    Example::
-
-        fused_epilogues(prepare(mod)["main"])   # {'lv': ['bias', 'relu'], 'lv7': ['bias', ...], ...}
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> fused_epilogues(models.chain()["main"])
+        {'conv1': ['bias', 'relu'], 'conv2': ['bias', 'relu']}
     """
     tvm = import_tvm()
     relax = tvm.relax

@@ -259,9 +259,13 @@ def apply_te(tvm: Any, steps: Sequence[Any], out: Any, operands: Sequence[Any]) 
     placeholders of its operand steps, in order. Each step is the TOPI computation Relax legalizes its
     op to, so that a measured kernel computes what the build's fused function computes.
 
-    Example::
-
-        out = apply_te(tvm, ["bias", ["maximum", 0.0], ["minimum", 6.0]], conv, [bias])
+    Example:
+        >>> import tvm
+        >>> conv = tvm.te.placeholder((1, 4, 2, 2), name="conv")
+        >>> bias = tvm.te.placeholder((1, 4, 1, 1), name="bias")
+        >>> out = apply_te(tvm, ["bias", ["maximum", 0.0], ["minimum", 6.0]], conv, [bias])   # ReLU6
+        >>> [int(d) for d in out.shape], out.op.name
+        ([1, 4, 2, 2], 'T_minimum')
     """
     topi = tvm.topi
     values = [out]

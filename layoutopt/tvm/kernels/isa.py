@@ -126,11 +126,12 @@ def depthwise_register_tile(out_width: int, block: int, kernel_w: int, target: A
     :func:`register_tile`): the weights are reloaded from L1, cheaper than a tile that reuses no input
     load.
 
-    Example::
-
-        depthwise_register_tile(56, 8, 3, {"kind": "llvm", "mcpu": "znver3"})     # 7
-        depthwise_register_tile(14, 16, 3, {"kind": "llvm", "mcpu": "znver3"})    # 2
-        depthwise_register_tile(56, 16, 3, {"kind": "llvm", "mcpu": "znver4"})    # 14
+    Example:
+        >>> avx2, avx512 = {"kind": "llvm", "mcpu": "znver3"}, {"kind": "llvm", "mcpu": "znver4"}
+        >>> depthwise_register_tile(56, 8, 3, avx2), depthwise_register_tile(14, 16, 3, avx2)
+        (7, 2)
+        >>> depthwise_register_tile(56, 16, 3, avx512)    # one zmm a column: more columns fit
+        14
     """
     lanes, registers = vector_registers(target)
     per_column = -(-block // lanes)
