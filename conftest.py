@@ -8,10 +8,12 @@ Each example runs in a directory of its own, so that it writes what a user's scr
 (``"model.so"``, ``"report/"``) without touching the checkout or another example's files; and the
 examples share one cost cache, ``costs.jsonl`` there: the first example that measures the tiny model's
 kernels pays for it, the others find them cached. The examples that measure kernels or tune a model
-(a few seconds each) carry the ``slow`` marker, as the tests that tune do: ``-m "not slow"`` skips them.
+(a few seconds each) carry the ``slow`` marker, as do the tests that run a whole tune (``tune_and_build``
+or ``layoutopt tune``, themselves or through a fixture of their module): ``-m "not slow"`` skips them.
 """
 
 import importlib.util
+import inspect
 import shutil
 
 import pytest
@@ -26,15 +28,40 @@ if importlib.util.find_spec("pytoulbar2") is None:
 EXAMPLES_COST_CACHE = "costs.jsonl"
 #: calls by which an example measures kernels (or reads them from the cache) and builds on them
 _MEASURING_CALLS = ("tune_and_build(", "build_problem(", "measure_graph(", "measure(", "MeasureRequest(")
+#: what a test (or a fixture it uses) calls to run a whole tune: the library's or the command line's
+_TUNING_CALLS = ("tune_and_build(", '"tune",', "'tune',")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.startswith("layoutopt/tvm/"):
             item.add_marker(pytest.mark.tvm)
-        if isinstance(item, pytest.DoctestItem) and any(
-                call in example.source for example in item.dtest.examples for call in _MEASURING_CALLS):
+        if _slow(item):
             item.add_marker(pytest.mark.slow)
+
+
+def _slow(item) -> bool:
+    """An example that measures kernels, or a test that runs a whole tune."""
+    if isinstance(item, pytest.DoctestItem):
+        return any(call in example.source for example in item.dtest.examples for call in _MEASURING_CALLS)
+    return isinstance(item, pytest.Function) and _tunes(item)
+
+
+def _tunes(item) -> bool:
+    """Whether a test, or a fixture of its module it uses, runs a whole tune (``slow``)."""
+    functions = [item.function]
+    for name in item.fixturenames:
+        for definition in item._fixtureinfo.name2fixturedefs.get(name, ()):
+            if getattr(definition.func, "__module__", None) == item.module.__name__:
+                functions.append(definition.func)
+    for function in functions:
+        try:
+            source = inspect.getsource(function)
+        except (OSError, TypeError):
+            continue
+        if any(call in source for call in _TUNING_CALLS):
+            return True
+    return False
 
 
 @pytest.fixture(scope="session")
