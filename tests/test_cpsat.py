@@ -55,7 +55,10 @@ def test_time_limit_returns_the_incumbent_with_the_best_bound(capfd):
     sol = layoutopt.solve_problem(problem, "cpsat", time_limit=0.5)
     assert capfd.readouterr() == ("", "")
     assert sol.status == "feasible"
-    assert sol.stats["cpsat_status"] in ("FEASIBLE", "UNKNOWN")  # UNKNOWN (loaded machine): the warm start
+    if "cpsat_status" in sol.stats:  # UNKNOWN (loaded machine): the warm start
+        assert sol.stats["cpsat_status"] in ("FEASIBLE", "UNKNOWN")
+    else:  # a slow host: building the model met the deadline, and the answer is the pbqp warm start's
+        assert "while building the cpsat model" in sol.message or "before building" in sol.message
     assert 0 < sol.lower_bound < sol.objective < math.inf
     assert "time limit" in sol.message
 

@@ -364,6 +364,9 @@ class Measurer:
         the later passes (until each kernel has ``passes``)."""
         tasks = {**missing, **incomplete}
         keys = list(tasks)
+        # the caller's own session (a reference build it ran on the device, say) would hold a device
+        # of the farm: a worker asking for it would wait until its kernel timed out
+        self.runner.close()
         devices = min(self.runner.devices(), len(keys))
         workers = max(1, min(self.workers, math.ceil(min(len(keys), _ROUND) / _BATCH)))
         self._phases.update(workers=workers, devices=devices)

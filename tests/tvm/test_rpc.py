@@ -93,6 +93,8 @@ def test_tune_and_build_checks_times_and_hands_back_builds_for_the_device(rpc_tr
                             cache=tmp_path / "c.jsonl")
     assert result.ran_on == f"RPC tracker {address} key {key!r}" and target["mcpu"] in result.target
     assert result.meta.stats.devices == RPC_DEVICES and result.meta.context.target["mcpu"] == target["mcpu"]
+    # every kernel timed: a session the tune itself held (the reference build) starved no worker
+    assert result.meta.stats.failed == 0 and result.meta.stats.measured == result.meta.stats.requested
     # the reference (TVM's default build of the untouched model, and the untouched model in float64: the
     # check's truth), the tuned build and b*'s members were all built for the target, exported, uploaded
     # and run on the device, each uploaded once
@@ -124,6 +126,7 @@ def test_the_tune_command_with_rpc_measures_checks_and_times_on_the_device(rpc_t
     assert "not calibrated nor profiled" in out and "handed back:" in out
     records = [json.loads(line) for line in cache.read_text().splitlines()]
     assert records and all(r["runner"] == f"RPC tracker {address} key {key!r}" for r in records)
+    assert not [r for r in records if r.get("error")]  # no kernel starved of a device
     assert all(json.loads(r["target"])["mcpu"] == target["mcpu"] for r in records)
 
 
