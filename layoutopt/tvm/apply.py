@@ -366,7 +366,7 @@ class _Rewriter:
         if is_tensor_constant(weight):
             packed = kernels.pack_weight(workload, candidate, weight.value.numpy())
             weight = relax.const(packed, str(packed.dtype))
-        elif kernels is conv2d.FAMILY and workload["groups"] == 1:
+        elif kernels is conv2d.FAMILY:
             # a runtime parameter: repack it in the program (FoldConstant removes it once bound)
             in_block, out_block = layout_block(in_layout), layout_block(out_layout)
 

@@ -98,19 +98,27 @@ class _NetBuilder:
         return self.bb.get()
 
 
-def chain(channels: Sequence[int] = (16, 16), in_channels: int = 8, size: int = 8, seed: int = 0):
-    """A chain of 3x3 conv + bias + relu, one conv per entry of ``channels``.
+def chain(channels: Sequence[int] = (16, 16), in_channels: int = 8, size: int = 8, seed: int = 0,
+          groups: int = 1):
+    """A chain of 3x3 conv + bias + relu, one conv per entry of ``channels``, each in ``groups`` groups
+    (which must divide every channel count).
 
     Example:
         >>> mod = chain((16, 32), in_channels=8, size=8)   # conv1: 8->16, conv2: 16->32
         >>> mod["main"].body.ty
         R.Tensor((1, 32, 8, 8), dtype="float32")
+        >>> chain((32,), in_channels=32, groups=4).script().count("groups=4")   # RegNet's groups of 8
+        1
     """
     net = _NetBuilder(in_channels, size, seed)
+    for count in (in_channels, *channels):
+        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1 or count % groups:
+            raise ProblemError(f"groups={groups!r} must be a positive integer dividing every channel count "
+                               f"({in_channels}, {', '.join(map(str, channels))})")
 
     def build(x):
         for i, out_channels in enumerate(channels, start=1):
-            x = net.conv(x, out_channels, name=f"conv{i}")
+            x = net.conv(x, out_channels, groups=groups, name=f"conv{i}")
         return x
 
     return net.finish(build)

@@ -101,15 +101,29 @@ def test_candidate_blocks_are_configurable():
     assert cands == [block8, {**block8, "algorithm": "gemm"}]
 
 
-def test_depthwise_gets_equal_blocks_and_grouped_only_nchw():
+def test_depthwise_gets_equal_blocks_and_grouped_the_blocks_of_a_group():
     depthwise = conv2d_candidates(conv([1, 16, 8, 8], [16, 1, 3, 3], groups=16), blocks=[4, 8, 32])
     assert [(c["in"], c["out"]) for c in depthwise] == [
         ("NCHW4c", "NCHW4c"),
         ("NCHW8c", "NCHW8c"),
         ("NCHW", "NCHW"),
     ]
-    grouped = conv2d_candidates(conv([1, 16, 8, 8], [8, 4, 3, 3], groups=4))
-    assert grouped == [{"in": "NCHW", "out": "NCHW"}]
+    # 4 input and 2 output channels per group: blocks of 4 in, none out (no block below 4 is made up)
+    assert conv2d_candidates(conv([1, 16, 8, 8], [8, 4, 3, 3], groups=4)) == [{"in": "NCHW", "out": "NCHW"}]
+    # RegNet's groups of 8 (and 16 out): every pair of dividing blocks, blocked first, NCHW last
+    workload = conv([1, 32, 8, 8], [64, 8, 3, 3], groups=4)
+    grouped = conv2d_candidates(workload, blocks=[4, 8, 16, 32])
+    assert [(c["in"], c["out"]) for c in grouped] == [
+        (f"NCHW{i}c", f"NCHW{o}c") for i in (4, 8) for o in (4, 8, 16)] + [("NCHW", "NCHW")]
+    assert not any("algorithm" in c for c in grouped)  # Winograd and GEMM stay ungrouped
+    direct = kernels.FAMILIES["conv2d", "direct"]
+    for candidate, message in [
+        ({"in": "NCHW16c", "out": "NCHW8c"}, "input, in each of its 4 groups: block 16 does not"),
+        ({"in": "NCHW8c", "out": "NCHW32c"}, "output, in each of its 4 groups: block 32 does not"),
+    ]:
+        with pytest.raises(ProblemError, match=message):
+            direct.validate_candidate(workload, candidate)
+    assert direct.weight_shape(workload, {"in": "NCHW8c", "out": "NCHW16c"}) == (4, 1, 3, 3, 8, 16)
 
 
 def test_dense_candidates_pack_the_weight_where_blocks_divide():
@@ -125,6 +139,10 @@ WORKLOADS = {
     "conv1x1s2_asym": conv([1, 8, 7, 7], [16, 8, 1, 1], (2, 2), (0, 1, 1, 0)),
     "depthwise": conv([1, 16, 6, 6], [16, 1, 3, 3], groups=16),
     "grouped": conv([1, 8, 6, 6], [8, 2, 3, 3], groups=4),
+    # blocked grouped kernels: prime sizes, stride 2 on odd sizes, 1x1, output chunks wider than input's
+    "grouped_blocked": conv([1, 32, 13, 11], [48, 8, 3, 3], groups=4),
+    "grouped_s2_odd": conv([1, 48, 15, 9], [48, 8, 3, 3], (2, 2), groups=6),
+    "grouped_1x1_asym": conv([1, 32, 7, 5], [64, 16, 1, 1], padding=(0, 1, 1, 0), groups=2),
     "dense": {"op": "dense", "data": [2, 32], "weight": [16, 32], "dtype": "float32"},
 }
 

@@ -4,8 +4,11 @@ Candidates are ``{"in": "NCHW16c", "out": "NCHW8c"}`` (blocked, any pair of divi
 ``{"in": "NCHW", "out": "NCHW"}``; a blocked one may add schedule knobs (:data:`SCHEDULE_KNOBS`).
 Where no block of 8 or more divides the output channels, ``{"in": "NCHW16c", "out": "NCHW",
 "oc_block": 16}`` runs the blocked kernel on padded output channels (:mod:`.padded`).
-Grouped convolutions run in NCHW only; a depthwise one also in NCHW{b}c, by the depthwise family's
-kernels (:mod:`.depthwise`), which :meth:`DirectConv2d.candidates` offers beside NCHW.
+A grouped convolution runs blocked too when the blocks divide its channels per group (RegNet's and
+ResNeXt's groups of 8 or 16 channels): then each output chunk belongs to one group and reads that
+group's input chunks only, and the kernel is the ungrouped one with a group offset on the input chunk.
+A depthwise one (one channel per group) runs in NCHW{b}c by the depthwise family's kernels
+(:mod:`.depthwise`), which :meth:`DirectConv2d.candidates` offers beside NCHW.
 
 Example:
     >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
@@ -86,7 +89,8 @@ _PAD_BLOCKS = ("pad_temp", "PaddedInput", "data_pad")
 
 def pack_kernel(kernel: np.ndarray, candidate: dict[str, Any]) -> np.ndarray:
     """OIHW weights in the layout the candidate's kernel reads: ``OIHW{ib}i{ob}o`` (shape O/ob, I/ib,
-    KH, KW, ib, ob) for a blocked conv2d, OIHW unchanged for NCHW.
+    KH, KW, ib, ob) for a blocked conv2d, OIHW unchanged for NCHW. A grouped conv's I is its channels
+    per group, so the same packing serves it.
 
     Example:
         >>> pack_kernel(np.zeros((32, 16, 3, 3)), {"in": "NCHW8c", "out": "NCHW16c"}).shape
@@ -113,21 +117,29 @@ def _padded(tvm, data, padding):
 
 def _conv2d_nchwc(tvm, data, kernel, workload, candidate):
     # the compute of topi.nn.conv2d_NCHWc (same loops: n, oc chunk, oh, ow, oc block | ic, kh, kw),
-    # written here so that its block carries the candidate
+    # written here so that its block carries the candidate. Grouped: ic runs over the channels of one
+    # group, and an output chunk (inside one group: the blocks divide the channels per group) reads
+    # from its group's first input chunk on; ungrouped, that offset is 0
     te = tvm.te
     dtype = workload["dtype"]
     in_block = int(data.shape[4])
-    out_chunks, _, kernel_h, kernel_w, _, out_block = (int(d) for d in kernel.shape)
+    out_chunks, in_chunks, kernel_h, kernel_w, _, out_block = (int(d) for d in kernel.shape)
+    out_chunks_per_group = out_chunks // workload["groups"]
     batch, _, out_h, out_w = conv2d_output_shape(workload)
     (sh, sw), (dh, dw) = workload["strides"], workload["dilation"]
     padded = _padded(tvm, data, workload["padding"])
-    ic = te.reduce_axis((0, workload["data"][1]), name="ic")
+    ic = te.reduce_axis((0, in_chunks * in_block), name="ic")
     ry = te.reduce_axis((0, kernel_h), name="kh")
     rx = te.reduce_axis((0, kernel_w), name="kw")
+
+    def first_chunk(oc_chunk):
+        return 0 if workload["groups"] == 1 else oc_chunk // out_chunks_per_group * in_chunks
+
     return te.compute(
         (batch, out_chunks, out_h, out_w, out_block),
         lambda n, oc_chunk, oh, ow, oc_block: te.sum(
-            padded[n, ic // in_block, oh * sh + ry * dh, ow * sw + rx * dw, ic % in_block].astype(dtype)
+            padded[n, first_chunk(oc_chunk) + ic // in_block, oh * sh + ry * dh, ow * sw + rx * dw,
+                   ic % in_block].astype(dtype)
             * kernel[oc_chunk, ic // in_block, ry, rx, ic % in_block, oc_block].astype(dtype),
             axis=[ic, ry, rx],
         ),
@@ -230,8 +242,8 @@ def schedule_nchw(func, target=None):
 
 
 class DirectConv2d(Conv2dFamily):
-    """Direct conv2d: plain NCHW (grouped and depthwise too), channel-blocked NCHWc (see the module's
-    docstring)."""
+    """Direct conv2d: plain NCHW (grouped and depthwise too), channel-blocked NCHWc (grouped too, where
+    the blocks divide the channels per group: see the module's docstring)."""
 
     main_blocks = MAIN_BLOCKS
 
@@ -247,23 +259,35 @@ class DirectConv2d(Conv2dFamily):
         ``"order"`` key and comes first), the same on padded output channels where no block of 8 or more
         divides them (:func:`~.workload.padded_pairs`), and NCHW.
 
-        Grouped convolutions only get the plain NCHW kernel; depthwise ones the depthwise family's
-        blocked kernels (:mod:`.depthwise`, equal in/out blocks) before it.
+        A grouped conv gets the pairs of blocks (from ``blocks``) dividing its input and output
+        channels per group (none: NCHW only); a depthwise one the depthwise family's blocked kernels
+        (:mod:`.depthwise`, equal in/out blocks) before NCHW.
+
+        Example:
+            >>> grouped = {"op": "conv2d", "data": [1, 32, 8, 8], "kernel": [32, 8, 3, 3], "strides": [1, 1],
+            ...            "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 4, "dtype": "float32"}
+            >>> [f"{c['in']}->{c['out']}" for c in FAMILY.candidates(grouped, blocks=[4, 8, 16])]
+            ['NCHW4c->NCHW4c', 'NCHW4c->NCHW8c', 'NCHW8c->NCHW4c', 'NCHW8c->NCHW8c', 'NCHW->NCHW']
         """
         orders = checked_orders(orders, ORDERS, "conv2d loop")
         blocks = list(blocks)
-        channels, out_channels = workload["data"][1], workload["kernel"][0]
+        groups, channels, out_channels = workload["groups"], workload["data"][1], workload["kernel"][0]
         found: list[dict[str, Any]] = []
-        if workload["groups"] == 1:
+        if groups == 1:
             pairs = itertools.product(channel_blocks(channels, blocks), channel_blocks(out_channels, blocks))
             layouts = [(ic, {"out": f"NCHW{oc}c"}) for ic, oc in pairs]
             layouts += [(ic, {"out": NCHW, "oc_block": oc}) for ic, oc in padded_pairs(workload, blocks)]
-            for ic, out in layouts:
-                for order in orders:
-                    knobs = {} if order == ORDERS[0] else {"order": order}
-                    found.append({"in": f"NCHW{ic}c", **out, **knobs})
-        else:
+        elif is_depthwise(workload):
+            layouts = []
             found += depthwise.FAMILY.candidates(workload, blocks)
+        else:  # blocks of the tensor's own list only: not a group's width below 8 (an odd layout)
+            pairs = itertools.product(*([b for b in blocks if (c // groups) % b == 0]
+                                        for c in (channels, out_channels)))
+            layouts = [(ic, {"out": f"NCHW{oc}c"}) for ic, oc in pairs]
+        for ic, out in layouts:
+            for order in orders:
+                knobs = {} if order == ORDERS[0] else {"order": order}
+                found.append({"in": f"NCHW{ic}c", **out, **knobs})
         if include_nchw or not found:
             found.append({"in": NCHW, "out": NCHW})
         return found
@@ -274,28 +298,30 @@ class DirectConv2d(Conv2dFamily):
         if not isinstance(candidate, dict) or "in" not in candidate or "out" not in candidate:
             raise ProblemError(f"{what} needs 'in' and 'out' layouts")
         in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
-        check_divides(in_block, workload["data"][1], f"{what} input")
-        check_divides(out_block, workload["kernel"][0], f"{what} output")
+        if in_block is not None and is_depthwise(workload):
+            raise ProblemError(f"{what}: a depthwise conv's blocked kernels are the depthwise family's "
+                               "('algorithm': 'depthwise')")
+        groups = workload["groups"]
+        per_group = f", in each of its {groups} groups" if groups > 1 else ""
+        check_divides(in_block, workload["data"][1] // groups, f"{what} input{per_group}")
+        check_divides(out_block, workload["kernel"][0] // groups, f"{what} output{per_group}")
         if (in_block is None) != (out_block is None):
             raise ProblemError(f"{what}: in and out must both be blocked or both be NCHW")
-        if workload["groups"] > 1 and in_block is not None:
-            hint = " (a depthwise conv's blocked kernels: 'algorithm': 'depthwise')" if is_depthwise(
-                workload) else ""
-            raise ProblemError(f"{what}: grouped convolutions have direct NCHW kernels only{hint}")
         reg_n = candidate.get("reg_n", 1)
         if int(reg_n) != reg_n or reg_n < 1:
             raise ProblemError(f"{what}: reg_n must be a positive integer")
         order = candidate.get("order", ORDERS[0])
         if order not in ORDERS:
             raise ProblemError(f"{what}: order must be one of {ORDERS}")
-        if order != ORDERS[0] and (in_block is None or workload["groups"] > 1):
-            raise ProblemError(f"{what}: only a blocked conv2d with groups=1 has a loop order to choose")
+        if order != ORDERS[0] and in_block is None:
+            raise ProblemError(f"{what}: only a blocked conv2d has a loop order to choose")
         unknown = sorted(set(candidate) - {"in", "out", *SCHEDULE_KNOBS})
         if unknown:
             raise ProblemError(f"{what}: unknown keys {unknown} (knobs: {list(SCHEDULE_KNOBS)})")
 
     def weight_shape(self, workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
-        """OIHW for NCHW; ``(O/ob, I/ib, KH, KW, ib, ob)`` blocked (:func:`pack_kernel`)."""
+        """OIHW for NCHW; ``(O/ob, I/ib, KH, KW, ib, ob)`` blocked (:func:`pack_kernel`; I: channels per
+        group)."""
         in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
         o, i, kh, kw = workload["kernel"]
         if in_block is None:
