@@ -24,6 +24,7 @@ from ._tvm import first_line, import_tvm, resolve_target
 from .apply import apply_assignment
 from .graph import LayoutGraph
 from .kernels import schedule_module
+from .kernels.epilogue import sigmoid_te
 from .kernels.module import Fallback, fallbacks
 
 __all__ = ["Compiled", "build", "check_rewrite", "compile_module", "legalize"]
@@ -49,6 +50,24 @@ def _legalize_conv2d(bb, call):
     )
 
 
+def _legalize_sigmoid(bb, call):
+    """``relax.sigmoid`` -> :func:`~layoutopt.tvm.kernels.epilogue.sigmoid_te` (vectorised), as the
+    kernels measured with a fused sigmoid compute it."""
+    tvm = import_tvm()
+    return bb.call_te(lambda x: sigmoid_te(tvm, x), call.args[0], primfunc_name_hint="sigmoid")
+
+
+def _legalize_silu(bb, call):
+    """``relax.nn.silu`` -> ``x * sigmoid(x)`` with the vectorised sigmoid (:func:`_legalize_sigmoid`)."""
+    tvm = import_tvm()
+    return bb.call_te(lambda x: tvm.topi.multiply(x, sigmoid_te(tvm, x)), call.args[0],
+                      primfunc_name_hint="silu")
+
+
+#: the ops this module legalizes itself, the others by TVM's legalizer
+_LEGALIZERS = {"relax.nn.conv2d": _legalize_conv2d, "relax.sigmoid": _legalize_sigmoid,
+               "relax.nn.silu": _legalize_silu}
+
 #: ops that may remain after legalization: the VM runs them itself
 _VM_OPS = frozenset({"relax.shape_of", "relax.null_value", "relax.print", "relax.assert_op",
                      "relax.tensor_to_shape", "relax.shape_to_tensor", "relax.hint_on_device",
@@ -57,7 +76,8 @@ _VM_OPS = frozenset({"relax.shape_of", "relax.null_value", "relax.print", "relax
 
 def legalize(mod, target=None):
     """The build's first step: every Relax op becomes a TIR PrimFunc (a blocked conv2d through this
-    module's legalizer: TVM's refuses it; sort, scan and sampling ops through TVM's dispatchers).
+    module's legalizer: TVM's refuses it; sigmoid and SiLU through this module's too, vectorised; sort,
+    scan and sampling ops through TVM's dispatchers).
 
     Raises :class:`~layoutopt.ProblemError` naming an op that no legalization covers (the VM could
     not run it, and :func:`build` would fail at code generation).
@@ -71,11 +91,10 @@ def legalize(mod, target=None):
     """
     tvm = import_tvm()
     target = resolve_target(target)
-    legalizers = {"relax.nn.conv2d": _legalize_conv2d}
     relax = tvm.relax
     with target:  # sort, scan and sampling ops have no legalization: TVM's pipeline dispatches them first
         mod = relax.backend.DispatchSortScan()(relax.backend.DispatchSampling()(mod))
-        mod = relax.transform.LegalizeOps(customize_legalize_map=legalizers)(mod)
+        mod = relax.transform.LegalizeOps(customize_legalize_map=_LEGALIZERS)(mod)
     for block in mod["main"].body.blocks:
         for binding in block.bindings:
             value = binding.value

@@ -24,7 +24,7 @@ from layoutopt.tvm.cache import task_key
 from layoutopt.tvm.check import relative_error
 from layoutopt.tvm.kernels import build_kernel, validate_workload
 from layoutopt.tvm.kernels.common import annotated_candidate, annotated_workload, block_names
-from layoutopt.tvm.kernels.epilogue import apply_numpy, validate_epilogue
+from layoutopt.tvm.kernels.epilogue import apply_numpy, sigmoid_te, validate_epilogue
 from layoutopt.tvm.kernels.kernel import kernel_tensors
 from layoutopt.tvm.kernels.module import family_of_function, schedule_primfunc
 from layoutopt.tvm.ops import fused_epilogues
@@ -199,3 +199,46 @@ def _assert_computes_the_measured_kernel(func, workload, candidate, target, name
         tvm.compile(module, target=target).mod["kernel"](*args)
         outputs.append(args[-1].numpy())
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def test_the_sigmoid_is_vectorised_and_float32_accurate_over_its_whole_range():
+    tvm = import_tvm()
+    x = tvm.te.placeholder((4096,), name="x")
+    lib = tvm.compile(tvm.IRModule({"main": tvm.te.create_prim_func([x, sigmoid_te(tvm, x)])}), target="llvm")
+    values = np.linspace(-120, 120, 4096).astype("float32")
+    values[:8] = [-1e30, 1e30, -89.0, 89.0, -88.0, 88.0, 1e-30, 0.0]  # beyond fast_exp's clamp, tiny, zero
+    out = tvm.runtime.tensor(np.zeros(4096, "float32"))
+    lib["main"](tvm.runtime.tensor(values), out)
+    with np.errstate(over="ignore"):
+        truth = 1.0 / (1.0 + np.exp(-values.astype(np.float64)))
+    got = out.numpy()
+    assert np.isfinite(got).all() and np.abs(got - truth).max() < 1e-6  # absolute: values in [0, 1]
+    held = truth > 1e-30  # relative, where float32 holds the value
+    assert (np.abs(got - truth)[held] / truth[held]).max() < 1e-5
+    assert "expf" not in lib.mod.inspect_source("asm")  # no libm call per element: vectorised
+
+
+def test_builds_compute_sigmoid_and_silu_vectorised_as_tvm_computes_them():
+    tvm = import_tvm()
+    relax = tvm.relax
+    rng = np.random.default_rng(0)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 6, 6), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            weight = relax.const(rng.standard_normal((16, 8, 3, 3)).astype("float32"))
+            conv = bb.emit(relax.op.nn.conv2d(x, weight, padding=1))
+            silu = bb.emit(relax.op.multiply(conv, bb.emit(relax.op.sigmoid(conv))))  # fused into the conv
+            gate = bb.emit(relax.op.nn.silu(silu))  # relax.nn.silu, then a sigmoid of large values
+            large = bb.emit(relax.op.multiply(gate, relax.const(np.float32(30))))
+            out = bb.emit_output(relax.op.sigmoid(large))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    target = resolve_target(None)
+    inputs = random_inputs(mod, seed=1)
+    expected = run(tvm.compile(mod, target=target), inputs)
+    graph = extract_layout_graph(prepare(mod), prepared=True)
+    assignment = fixed_layout_assignment(graph, "NCHW8c")
+    built = builder.build(apply_assignment(graph.mod, graph, assignment), target)
+    assert relative_error(run(built, inputs), expected) < 1e-5
+    assert "expf" not in built.mod.imports[0].inspect_source("asm")

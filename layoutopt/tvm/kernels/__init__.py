@@ -82,7 +82,9 @@ from .workload import (
 #: 5: register tiles of up to 14 columns and 16 accumulators (:func:`register_tile`).
 #: 6: depthwise kernels of their own family (:mod:`.depthwise`: no padded copy, MLAS-style tiles);
 #: every elementwise epilogue step fused and measured (:mod:`.epilogue`), finished in the tile.
-SCHEDULE_VERSION = 6
+#: 7: the sigmoid (fused, SiLU's, a gate's) vectorised with ``fast_exp`` (:func:`.epilogue.sigmoid_te`),
+#: not one libm ``expf`` call per element.
+SCHEDULE_VERSION = 7
 
 #: dense weight blocks (the packed output-feature block is the vector width)
 DEFAULT_DENSE_BLOCKS = dense.DEFAULT_BLOCKS

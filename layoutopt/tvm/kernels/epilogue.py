@@ -235,16 +235,40 @@ def apply_numpy(steps: Sequence[Any], out: np.ndarray, operands: Sequence[np.nda
     return values[-1]
 
 
+def sigmoid_te(tvm: Any, x: Any) -> Any:
+    """``1 / (1 + exp(-x))`` with TOPI's ``fast_exp``: what the build computes for ``relax.sigmoid``
+    and ``relax.nn.silu`` (:func:`layoutopt.tvm.builder.legalize`) and a fused step computes.
+
+    TOPI's own sigmoid lowers to one call of libm's ``expf`` per element, which LLVM cannot vectorise:
+    a SiLU after a 1x1 conv of 96 channels at 112x112 took 2.9 ms on znver3 beside the conv's 0.41 ms.
+    ``fast_exp`` (a range reduction and a polynomial, float32-accurate on its clamped range of about
+    +-88) vectorises with the rest of the epilogue; beyond that range the sigmoid is 0 or 1 in float32
+    anyway.
+
+    Example:
+        >>> import tvm
+        >>> x = tvm.te.placeholder((4,), name="x")
+        >>> [int(d) for d in sigmoid_te(tvm, x).shape]
+        [4]
+    """
+    topi = tvm.topi
+    one = tvm.tirx.const(1.0, x.dtype)
+    return topi.divide(one, topi.add(one, topi.fast_exp(topi.negative(x))))
+
+
 def _te_unary(tvm, name: str, x):
-    """The TE of a unary step: Relax's legalization of its op (``relax.transform.legalize_ops``)."""
+    """The TE of a unary step: Relax's legalization of its op (``relax.transform.legalize_ops``), but
+    for the sigmoid (:func:`sigmoid_te`)."""
     topi, tirx = tvm.topi, tvm.tirx
     dtype = x.dtype
     if name == "relu":
         return topi.nn.relu(x)
-    if name in ("sigmoid", "tanh", "erf", "exp"):
+    if name == "sigmoid":
+        return sigmoid_te(tvm, x)
+    if name in ("tanh", "erf", "exp"):
         return getattr(topi, name)(x)
     if name == "silu":
-        return topi.multiply(x, topi.sigmoid(x))
+        return topi.multiply(x, sigmoid_te(tvm, x))
 
     if name == "gelu":
         erf = topi.erf(x * tirx.const(0.5**0.5, dtype))
