@@ -60,8 +60,7 @@ def _legalize_sigmoid(bb, call):
 def _legalize_silu(bb, call):
     """``relax.nn.silu`` -> ``x * sigmoid(x)`` with the vectorised sigmoid (:func:`_legalize_sigmoid`)."""
     tvm = import_tvm()
-    return bb.call_te(lambda x: tvm.topi.multiply(x, sigmoid_te(tvm, x)), call.args[0],
-                      primfunc_name_hint="silu")
+    return bb.call_te(lambda x: sigmoid_te(tvm, x, times_input=True), call.args[0], primfunc_name_hint="silu")
 
 
 #: the ops this module legalizes itself, the others by TVM's legalizer

@@ -242,3 +242,25 @@ def test_builds_compute_sigmoid_and_silu_vectorised_as_tvm_computes_them():
     built = builder.build(apply_assignment(graph.mod, graph, assignment), target)
     assert relative_error(run(built, inputs), expected) < 1e-5
     assert "expf" not in built.mod.imports[0].inspect_source("asm")
+
+
+def test_chained_sigmoids_compile_without_the_expression_blowing_up():
+    # each sigmoid's input is bound once (Let): chained and inlined, the TIR grows linearly (with TOPI's
+    # fast_exp reading its input several times, four chained ran for minutes and gigabytes)
+    tvm = import_tvm()
+    x = tvm.te.placeholder((64,), name="x")
+    y = x
+    for times_input in (False, True, False, True):
+        y = sigmoid_te(tvm, y, times_input=times_input)
+    sch = tvm.s_tir.Schedule(tvm.te.create_prim_func([x, y]))
+    for block in sch.get_child_blocks(sch.get_sblock("root"))[:-1]:
+        sch.compute_inline(block)
+    assert len(str(sch.mod)) < 8000
+    lib = tvm.compile(sch.mod, target="llvm")
+    values = np.linspace(-8, 8, 64).astype("float32")
+    out = tvm.runtime.tensor(np.zeros(64, "float32"))
+    lib["main"](tvm.runtime.tensor(values), out)
+    expected = values.astype(np.float64)
+    for step in ("sigmoid", "silu", "sigmoid", "silu"):
+        expected = apply_numpy([step], expected, [])
+    assert np.abs(out.numpy() - expected).max() < 1e-6

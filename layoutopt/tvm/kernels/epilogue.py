@@ -235,15 +235,59 @@ def apply_numpy(steps: Sequence[Any], out: np.ndarray, operands: Sequence[np.nda
     return values[-1]
 
 
-def sigmoid_te(tvm: Any, x: Any) -> Any:
-    """``1 / (1 + exp(-x))`` with TOPI's ``fast_exp``: what the build computes for ``relax.sigmoid``
-    and ``relax.nn.silu`` (:func:`layoutopt.tvm.builder.legalize`) and a fused step computes.
+#: Cephes' float32 ``exp``: the input clamp, ln 2 in two parts (Cody-Waite), the polynomial's
+#: coefficients (highest degree first)
+_EXP_CLAMP = 88.3762626647949
+_LN2_HIGH, _LN2_LOW = 0.693359375, -2.12194440e-4
+_EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+                   5.0000001201e-1)
+
+
+def _exp_float32(tirx: Any, value: Any) -> Any:
+    """``exp(value)`` as a float32 TIR expression that vectorises (no libm call): range reduction by
+    ln 2, a polynomial, the power of two built in the exponent bits. Each intermediate is bound once
+    (``Let``), so that the expression grows linearly when it is inlined into a chain."""
+    f32 = "float32"
+    clamped, power, rest = tirx.Var("clamped", f32), tirx.Var("power", f32), tirx.Var("rest", f32)
+    polynomial = tirx.const(_EXP_POLYNOMIAL[0], f32)
+    for coefficient in _EXP_POLYNOMIAL[1:]:
+        polynomial = polynomial * rest + tirx.const(coefficient, f32)
+    mantissa = polynomial * rest * rest + rest + tirx.const(1.0, f32)
+    exponent = tirx.reinterpret(f32, tirx.shift_left(tirx.Cast("int32", power) + 127, 23))
+    body = tirx.Let(rest, clamped - power * tirx.const(_LN2_HIGH, f32) - power * tirx.const(_LN2_LOW, f32),
+                    mantissa * exponent)
+    body = tirx.Let(power, tirx.floor(clamped * tirx.const(1.4426950408889634, f32) + tirx.const(0.5, f32)),
+                    body)
+    bound = tirx.const(_EXP_CLAMP, f32)
+    return tirx.Let(clamped, tirx.max(tirx.min(value, bound), -bound), body)
+
+
+def _pointwise_te(tvm: Any, x: Any, scalar: Any, name: str) -> Any:
+    """``scalar(v)`` of each element ``v`` of ``x``, the element bound once (``Let``): inlining ``x``'s
+    expression into it copies it once, however often ``scalar`` uses ``v``."""
+    tirx = tvm.tirx
+
+    def element(*index):
+        value = tirx.Var("value", x.dtype)
+        return tirx.Let(value, x(*index), scalar(value))
+
+    return tvm.te.compute(x.shape, element, name=name, tag="elemwise")
+
+
+def sigmoid_te(tvm: Any, x: Any, times_input: bool = False) -> Any:
+    """``1 / (1 + exp(-x))`` (``x * sigmoid(x)``, SiLU, with ``times_input``), vectorisable: what the
+    build computes for ``relax.sigmoid`` and ``relax.nn.silu`` (:func:`layoutopt.tvm.builder.legalize`)
+    and a fused step computes.
 
     TOPI's own sigmoid lowers to one call of libm's ``expf`` per element, which LLVM cannot vectorise:
-    a SiLU after a 1x1 conv of 96 channels at 112x112 took 2.9 ms on znver3 beside the conv's 0.41 ms.
-    ``fast_exp`` (a range reduction and a polynomial, float32-accurate on its clamped range of about
-    +-88) vectorises with the rest of the epilogue; beyond that range the sigmoid is 0 or 1 in float32
-    anyway.
+    a SiLU after a 1x1 conv of 96 channels at 112x112 took 2.9 ms on znver3 beside the conv's 0.41 ms,
+    and 0.99 ms with a vectorised ``exp`` (Cephes' float32 polynomial, within 2e-7 of the truth on its
+    clamped range of +-88.4; beyond it the sigmoid is 0 or 1 in float32 anyway). Its intermediates are
+    bound once (``Let``): with TOPI's ``fast_exp``, whose body reads its input several times, three
+    sigmoids chained in one conv's epilogue took 6 s to build and four ran out of time. Bound once,
+    the TIR grows linearly, but compiling still grows with the chain: 3, 4 and 5 sigmoids chained in
+    one function compiled in 0.05, 0.5 and 16 s (znver3). A CNN has one per conv (a SiLU, a gate).
+    Other dtypes than float32 keep TOPI's sigmoid.
 
     Example:
         >>> import tvm
@@ -251,9 +295,17 @@ def sigmoid_te(tvm: Any, x: Any) -> Any:
         >>> [int(d) for d in sigmoid_te(tvm, x).shape]
         [4]
     """
-    topi = tvm.topi
-    one = tvm.tirx.const(1.0, x.dtype)
-    return topi.divide(one, topi.add(one, topi.fast_exp(topi.negative(x))))
+    if str(x.dtype) != "float32":
+        gate = tvm.topi.sigmoid(x)
+        return tvm.topi.multiply(x, gate) if times_input else gate
+    tirx = tvm.tirx
+    one = tirx.const(1.0, "float32")
+
+    def sigmoid(value):
+        gate = one / (one + _exp_float32(tirx, -value))
+        return value * gate if times_input else gate
+
+    return _pointwise_te(tvm, x, sigmoid, "T_silu" if times_input else "T_sigmoid")
 
 
 def _te_unary(tvm, name: str, x):
@@ -268,7 +320,7 @@ def _te_unary(tvm, name: str, x):
     if name in ("tanh", "erf", "exp"):
         return getattr(topi, name)(x)
     if name == "silu":
-        return topi.multiply(x, sigmoid_te(tvm, x))
+        return sigmoid_te(tvm, x, times_input=True)
 
     if name == "gelu":
         erf = topi.erf(x * tirx.const(0.5**0.5, dtype))
