@@ -72,18 +72,23 @@ def flops(workload: dict) -> float:
     return 2.0 * n * channels * out_h * out_w * workload["kernel"][2] * workload["kernel"][3]
 
 
-def after_kernel(workload: dict, block: int, target):
-    """This code's kernel: ``(module, name, args)``, checked against numpy."""
+def compiled_kernel(workload: dict, candidate: dict, target):
+    """The candidate's kernel of this code: ``(module, name, args)``, checked against numpy (1e-4)."""
     import tvm
 
     from layoutopt.tvm.kernels import build_kernel, check_kernel
 
-    kernel = build_kernel(workload, {"in": f"NCHW{block}c", "out": f"NCHW{block}c", "algorithm": "depthwise"},
-                          target)
+    kernel = build_kernel(workload, candidate, target)
     module = tvm.compile(kernel.module, target=target).mod
     args = kernel.device_args(kernel.logical_inputs(), tvm.cpu())
-    check_kernel(kernel, module, args=args)
+    assert check_kernel(kernel, module, args=args) < 1e-4, (workload, candidate)
     return module, kernel.name, args
+
+
+def after_kernel(workload: dict, block: int, target):
+    """This code's depthwise kernel in ``NCHW{block}c``: :func:`compiled_kernel`."""
+    layout = f"NCHW{block}c"
+    return compiled_kernel(workload, {"in": layout, "out": layout, "algorithm": "depthwise"}, target)
 
 
 def _compiled_and_checked(func, workload: dict, packed: list, unpack, target):

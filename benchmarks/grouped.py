@@ -27,7 +27,7 @@ os.environ.setdefault("TVM_NUM_THREADS", "2")
 
 import numpy as np
 
-from benchmarks.depthwise import flops
+from benchmarks.depthwise import compiled_kernel, flops
 from benchmarks.networks import MODELS, export_torchvision
 from benchmarks.ort_layers import match_convs, node_times
 from benchmarks.runtimes import onnxruntime_options
@@ -47,19 +47,6 @@ def grouped_layers(path: Path) -> list[dict]:
             and not is_depthwise(node.workload)]
 
 
-def compiled(workload: dict, candidate: dict, target):
-    """``(module, name, args)`` of the candidate's kernel, checked against numpy."""
-    import tvm
-
-    from layoutopt.tvm.kernels import build_kernel, check_kernel
-
-    kernel = build_kernel(workload, candidate, target)
-    module = tvm.compile(kernel.module, target=target).mod
-    args = kernel.device_args(kernel.logical_inputs(), tvm.cpu())
-    assert check_kernel(kernel, module, args=args) < 1e-4, (workload, candidate)
-    return module, kernel.name, args
-
-
 def time_layers(path: Path, rounds: int, blocks: list[int], target, directory: str) -> list[dict]:
     import onnxruntime as ort
     import tvm
@@ -76,7 +63,7 @@ def time_layers(path: Path, rounds: int, blocks: list[int], target, directory: s
     kernels = {}
     for index, layer in enumerate(layers):
         for candidate in conv2d_candidates(layer["workload"], blocks=blocks, algorithms=["direct"]):
-            kernels[index, Choice(candidate).label] = compiled(layer["workload"], candidate, target)
+            kernels[index, Choice(candidate).label] = compiled_kernel(layer["workload"], candidate, target)
         print(f"built {index + 1}/{len(layers)}", file=sys.stderr, flush=True)
     runner = LocalRunner(repeat=1, cold_runs=10)  # as the measurer times: cold, median of 10 runs
     samples: dict = {key: [] for key in kernels}

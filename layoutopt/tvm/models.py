@@ -111,10 +111,11 @@ def chain(channels: Sequence[int] = (16, 16), in_channels: int = 8, size: int = 
         1
     """
     net = _NetBuilder(in_channels, size, seed)
-    for count in (in_channels, *channels):
-        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1 or count % groups:
-            raise ProblemError(f"groups={groups!r} must be a positive integer dividing every channel count "
-                               f"({in_channels}, {', '.join(map(str, channels))})")
+    counts = (in_channels, *channels)
+    valid = isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1
+    if not valid or any(n % groups for n in counts):
+        raise ProblemError(f"groups={groups!r} must be a positive integer dividing every channel count "
+                           f"({', '.join(map(str, counts))})")
 
     def build(x):
         for i, out_channels in enumerate(channels, start=1):

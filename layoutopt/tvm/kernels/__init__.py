@@ -82,8 +82,8 @@ from .workload import (
 #: 5: register tiles of up to 14 columns and 16 accumulators (:func:`register_tile`).
 #: 6: depthwise kernels of their own family (:mod:`.depthwise`: no padded copy, MLAS-style tiles);
 #: every elementwise epilogue step fused and measured (:mod:`.epilogue`), finished in the tile.
-#: 7: the sigmoid (fused, SiLU's, a gate's) vectorised with ``fast_exp`` (:func:`.epilogue.sigmoid_te`),
-#: not one libm ``expf`` call per element.
+#: 7: the sigmoid (fused, SiLU's, a gate's) vectorised with its own float32 exp
+#: (:func:`.epilogue.sigmoid_te`), not one libm ``expf`` call per element.
 SCHEDULE_VERSION = 7
 
 #: dense weight blocks (the packed output-feature block is the vector width)
