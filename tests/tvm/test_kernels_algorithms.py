@@ -183,7 +183,8 @@ def test_gemm_applies_to_unpadded_1x1_convs():
     assert not GEMM.applies(conv([1, 16, 8, 8], [32, 16, 3, 3]))
     cands = GEMM.candidates(conv([1, 16, 8, 8], [32, 16, 1, 1], padding=(0, 0, 0, 0)), blocks=[4, 16],
                                     orders=kernels_gemm.ORDERS)
-    assert cands == [gemm(4, 16), gemm(4, 16, order="rows"), gemm(16, 16), gemm(16, 16, order="rows")]
+    assert cands == [gemm(4, 16), gemm(4, 16, order="rows"), gemm(16, 16), gemm(16, 16, order="rows"),
+                     kernels_gemm.NCHW_CANDIDATE]  # stride 1 on a map 8-pixel vectors tile
 
 
 def test_gemm_weight_is_the_direct_kernels_packing():

@@ -12,13 +12,25 @@ relu) is finished in the register tile.
 How it compares with the direct kernel on ResNet-50's 1x1 layers, per ISA, in time and in error:
 ``benchmarks/results/algorithms.md`` and ``algorithms_error.md``.
 
+The same GEMM also runs in plain NCHW (``{"in": "NCHW", "out": "NCHW", "algorithm": "gemm"}``, stride 1),
+vectorised along the pixels instead: ``out[k, pixel] = sum_c weight[k, c] * data[c, pixel]``, a
+register tile of one output channel times whole vectors of contiguous pixels
+(:func:`~.isa.pixel_register_tile`), each weight broadcast, the weight OIHW as it comes. It is for the
+channel counts no block divides (ShuffleNetV2's 58, 116, 232: 29 times 2, 4, 8), which otherwise run
+the direct NCHW kernel (vectorised along one row's columns, 14 of them at 28x28, which LLVM splits
+into scalar inserts) or a 4-channel block; ONNX Runtime runs them so too (its NCHWc transformer
+leaves convs whose channels are not a multiple of 4 in NCHW, to its SGEMM). It applies where the
+output map has a run of 8 pixels that tiles it (:func:`~.isa.pixel_tiles`: 28x28, 56x56; not 14x14
+or 7x7). On ShuffleNetV2's 1x1 58->58 at 28x28 (znver3, 2 threads, warm) it ran 0.072 ms where the
+direct NCHW kernel ran 0.33.
+
 Example:
     >>> wl = {"op": "conv2d", "data": [1, 64, 56, 56], "kernel": [256, 64, 1, 1], "strides": [1, 1],
     ...       "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
     >>> FAMILY.applies(wl)
     True
     >>> FAMILY.candidates(wl, blocks=[16])
-    [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'gemm'}]
+    [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'gemm'}, {'in': 'NCHW', 'out': 'NCHW', 'algorithm': 'gemm'}]
 """
 
 from __future__ import annotations
@@ -39,16 +51,19 @@ from .common import (
     schedule_epilogue,
 )
 from .convolution import BlockedConv2dAlgorithm, blocked_weight
-from .isa import gemm_register_tile
-from .workload import DEFAULT_BLOCKS, conv2d_output_shape, layout_block
+from .isa import gemm_register_tile, pixel_register_tile, pixel_tiles
+from .workload import DEFAULT_BLOCKS, NCHW, conv2d_output_shape, layout_block
 
-__all__ = ["ALGORITHM", "FAMILY", "MAIN_BLOCKS", "ORDERS", "Gemm", "schedule_gemm", "weight_transform"]
+__all__ = ["ALGORITHM", "FAMILY", "MAIN_BLOCKS", "NCHW_CANDIDATE", "ORDERS", "Gemm", "schedule_gemm",
+           "schedule_gemm_nchw", "weight_transform"]
 
 #: the candidates' ``"algorithm"`` value
 ALGORITHM = "gemm"
 #: the GEMM block (carrying the candidate as its ``CANDIDATE_ANNOTATION``), by which
 #: :mod:`~layoutopt.tvm.kernels.module` recognises the kernel
-MAIN_BLOCKS = ("conv2d_1x1_gemm",)
+MAIN_BLOCKS = ("conv2d_1x1_gemm", "conv2d_1x1_gemm_nchw")
+#: the candidate of the GEMM in plain NCHW, vectorised along the pixels
+NCHW_CANDIDATE = {"in": NCHW, "out": NCHW, "algorithm": ALGORITHM}
 #: values of the ``"order"`` schedule knob, the default first: the parallel loops run over
 #: output-channel blocks, then pixel tiles (``"oc"``), or pixel tiles, then channel blocks (``"rows"``)
 ORDERS = ("oc", "rows")
@@ -78,11 +93,25 @@ class Gemm(BlockedConv2dAlgorithm):
         """A 1x1 unpadded kernel, any stride (``FAMILY.applies(wl)``: see the module's example)."""
         return workload["kernel"][2:] == [1, 1] and not any(workload["padding"])
 
+    def fits_nchw(self, workload: dict[str, Any]) -> bool:
+        """Does the NCHW kernel (vectorised along the pixels) compute this conv: an ungrouped 1x1,
+        unpadded, stride-1 conv whose output map some :func:`~.isa.pixel_tiles` tile covers?
+
+        Example:
+            >>> wl = {"op": "conv2d", "data": [1, 58, 28, 28], "kernel": [58, 58, 1, 1], "strides": [1, 1],
+            ...       "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+            >>> FAMILY.fits_nchw(wl), FAMILY.fits_nchw({**wl, "data": [1, 58, 14, 14]})
+            (True, False)
+        """
+        _, _, out_h, out_w = conv2d_output_shape(workload)
+        return self.applies(workload) and workload["strides"] == [1, 1] and bool(pixel_tiles(out_h, out_w))
+
     def candidates(self, workload: dict[str, Any], blocks: Iterable[int] = DEFAULT_BLOCKS,
                    orders: Iterable[str] = ORDERS[:1]) -> list[dict[str, Any]]:
         """GEMM candidates of a 1x1 conv2d: every (NCHW{ib}c, NCHW{ob}c) pair of dividing ``blocks``
         (output blocks of 8 or more: the GEMM is vectorised along them), once per loop order in
-        ``orders`` (the default order has no ``"order"`` key); none where it does not apply.
+        ``orders`` (the default order has no ``"order"`` key), then :data:`NCHW_CANDIDATE` where it
+        :meth:`fits_nchw`; none where it does not apply.
 
         Example:
             >>> wl = {"op": "conv2d", "data": [1, 32, 7, 7], "kernel": [64, 32, 1, 1], "strides": [1, 1],
@@ -95,27 +124,56 @@ class Gemm(BlockedConv2dAlgorithm):
             {'in': 'NCHW32c', 'out': 'NCHW32c', 'algorithm': 'gemm'}
             >>> FAMILY.candidates({**wl, "kernel": [64, 32, 3, 3], "padding": [1, 1, 1, 1]})   # not 1x1
             []
+            >>> FAMILY.candidates({**wl, "data": [1, 58, 28, 28], "kernel": [58, 58, 1, 1]})  # no block: NCHW
+            [{'in': 'NCHW', 'out': 'NCHW', 'algorithm': 'gemm'}]
         """
-        return self.blocked_candidates(workload, blocks, orders)
+        nchw = [dict(NCHW_CANDIDATE)] if self.fits_nchw(workload) else []
+        return self.blocked_candidates(workload, blocks, orders) + nchw
+
+    def validate_candidate(self, workload: dict[str, Any], candidate: dict[str, Any]) -> None:
+        """ProblemError unless ``candidate`` is one of its blocked kernels of ``workload``, or its NCHW
+        kernel (:data:`NCHW_CANDIDATE`, exactly) where it :meth:`fits_nchw`."""
+        if not _is_nchw(candidate):
+            return super().validate_candidate(workload, candidate)
+        what = f"{self.algorithm} candidate {candidate!r} of {workload!r}"
+        if candidate != NCHW_CANDIDATE:
+            raise ProblemError(f"{what}: the NCHW GEMM is {NCHW_CANDIDATE} (no other keys)")
+        if not self.fits_nchw(workload):
+            raise ProblemError(f"{what}: the NCHW GEMM needs a 1x1, unpadded, stride-1 conv2d with groups 1 "
+                               "whose output map a whole number of 8-pixel vectors tiles (part of a row, "
+                               "or whole rows)")
 
     def weight_shape(self, workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
-        """``(O/ob, I, ob)``: :func:`weight_transform`'s output."""
+        """``(O/ob, I, ob)``: :func:`weight_transform`'s output; OIHW for the NCHW kernel."""
+        if _is_nchw(candidate):
+            return tuple(workload["kernel"])
         out_block = layout_block(candidate["out"])
         o, i = workload["kernel"][:2]
         return (o // out_block, i, out_block)
 
     def pack_weight(self, workload: dict[str, Any], candidate: dict[str, Any],
                     weight: np.ndarray) -> np.ndarray:
-        """:func:`weight_transform`."""
+        """:func:`weight_transform`; the OIHW weight unchanged for the NCHW kernel."""
+        if _is_nchw(candidate):
+            return np.ascontiguousarray(weight)
         return weight_transform(weight, candidate)
 
     def compute(self, tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
         """The 1x1 conv2d as a TE tensor of shape (N, O/ob, OH, OW, ob), from the data
-        (N, C/ib, H, W, ib) and weight (O/ob, C, ob) placeholders, without its epilogue; the block
-        carries ``candidate`` as its ``CANDIDATE_ANNOTATION``."""
+        (N, C/ib, H, W, ib) and weight (O/ob, C, ob) placeholders (NCHW kernel: NCHW from NCHW data and
+        the OIHW weight), without its epilogue; the block carries ``candidate`` as its
+        ``CANDIDATE_ANNOTATION``."""
         te = tvm.te
         data, weight = inputs[:2]
         self.validate_candidate(workload, candidate)
+        if _is_nchw(candidate):
+            c = te.reduce_axis((0, workload["kernel"][1]), name="c")
+            return te.compute(
+                conv2d_output_shape(workload),
+                lambda n, k, y, x: te.sum(data[n, c, y, x] * weight[k, c, 0, 0], axis=c),
+                name=MAIN_BLOCKS[1],
+                attrs=kernel_annotations(workload, candidate),
+            )
         in_block = int(data.shape[4])
         out_outer, channels, out_block = (int(d) for d in weight.shape)
         batch, _, out_h, out_w = conv2d_output_shape(workload)
@@ -140,7 +198,9 @@ class Gemm(BlockedConv2dAlgorithm):
         written from the tile, vectorised along the output block.
         """
         sch = import_tvm().s_tir.Schedule(func)
-        schedule_gemm(sch, _main_block(sch), target, lambda sch, names: schedule_epilogue(sch, names, set()))
+        conv = _main_block(sch)
+        scheduler = schedule_gemm_nchw if sch.get(conv).name_hint == MAIN_BLOCKS[1] else schedule_gemm
+        scheduler(sch, conv, target, lambda sch, names: schedule_epilogue(sch, names, set()))
         return sch
 
 
@@ -179,6 +239,43 @@ def schedule_gemm(sch, conv, target: Any, finish: Callable[[Any, list[str]], Non
     sch.vectorize(ki)
     finish(sch, epilogue)
     sch.decompose_reduction(conv, co)
+
+
+def schedule_gemm_nchw(sch, conv, target: Any, finish: Callable[[Any, list[str]], None]) -> None:
+    """Schedule the NCHW GEMM block ``conv`` of ``sch`` (loops ``(n, k, y, x | c)``) by its
+    :func:`~.isa.pixel_register_tile` tile: parallel over (n, pixel tile, output channel); per tile,
+    the reduction over the input channels into one accumulator per vector of ``lanes`` contiguous
+    pixels, then the epilogue written from the tile, vectorised along the pixels; ``finish`` as
+    :func:`schedule_gemm`'s.
+    """
+    main = sch.get(conv).name_hint
+    _, _, out_h, out_w = (int(d) for d in sch.get(conv).writes[0].source.shape)
+    tile_shape = pixel_register_tile(out_h, out_w, target)
+    if tile_shape is None:
+        raise ProblemError(f"gemm schedule: no pixel tile covers the {out_h}x{out_w} output of {main}")
+    rows, columns, lanes = tile_shape
+    n, k, y, x, c = sch.get_loops(conv)
+    yo, yi = sch.split(y, [None, rows])
+    xo, xi = sch.split(x, [None, columns])
+    # channels inside pixel tiles: the tile's input (all channels) stays in L1 while each uses it
+    sch.reorder(n, yo, xo, k, c, yi, xi)
+    # the tile's pixels are contiguous (part of a row, or whole rows): one run cut into vectors, each
+    # one load (the flattened index y * W + x simplifies back to the run's offset)
+    vectors, lane = sch.split(sch.fuse(yi, xi), [None, lanes])
+    epilogue = [name for name in block_names(sch) if name != main]
+    tile, epilogue = register_tile_output(sch, conv, epilogue)
+    sch.reverse_compute_at(tile, k, preserve_unit_loops=True)  # (rows, columns) stay two loops
+    sch.parallel(sch.fuse(n, yo, xo, k))
+    *_, tile_rows, tile_columns = sch.get_loops(tile)
+    sch.vectorize(sch.split(sch.fuse(tile_rows, tile_columns), [None, lanes])[1])
+    sch.unroll(vectors)
+    sch.vectorize(lane)
+    finish(sch, epilogue)
+    sch.decompose_reduction(conv, c)
+
+
+def _is_nchw(candidate: dict[str, Any]) -> bool:
+    return candidate.get("in") == NCHW and candidate.get("out") == NCHW
 
 
 def _main_block(sch):

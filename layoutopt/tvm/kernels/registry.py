@@ -34,7 +34,7 @@ from . import (
 from .candidate import DIRECT, algorithm_of
 from .family import KernelFamily
 from .padded import PaddedKernels
-from .workload import validate_workload
+from .workload import NCHW, validate_workload
 
 __all__ = ["DEFAULT_ALGORITHMS", "FAMILIES", "candidates", "conv2d_candidates", "dense_candidates",
            "family", "validate_candidate"]
@@ -97,8 +97,9 @@ def conv2d_candidates(workload: dict[str, Any], algorithms: Sequence[str] = DEFA
     """Kernel candidates of a conv2d: the direct ones (see :meth:`.conv2d.DirectConv2d.candidates`:
     ``blocks``, ``include_nchw``, ``orders``; for a depthwise conv, the blocked kernels of
     :mod:`.depthwise` and NCHW), then those of every other algorithm in ``algorithms`` that applies
-    (:data:`FAMILIES`: ``"winograd"`` for 3x3 stride-1 convs, ``"gemm"`` for 1x1 ones), over the same
-    ``blocks``, each candidate once.
+    (:data:`FAMILIES`: ``"winograd"`` for 3x3 stride-1 convs, ``"gemm"`` for 1x1 ones, blocked and
+    NCHW), over the same ``blocks``, each candidate once; ``include_nchw=False`` drops every plain
+    NCHW kernel.
 
     Example:
         >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
@@ -121,6 +122,8 @@ def conv2d_candidates(workload: dict[str, Any], algorithms: Sequence[str] = DEFA
         if kernels.applies(workload):
             blocks = options.get("blocks")
             more = kernels.candidates(workload, **({} if blocks is None else {"blocks": blocks}))
+            if not options.get("include_nchw", True):  # no plain NCHW kernel of any algorithm then
+                more = [c for c in more if (c["in"], c["out"]) != (NCHW, NCHW)]
             found += [candidate for candidate in more if candidate not in found]  # the direct ones' too
     if not found:
         found = direct.candidates(workload, **options)  # no other algorithm applies: direct kernels
