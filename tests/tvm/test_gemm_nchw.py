@@ -43,7 +43,7 @@ def test_offered_for_stride_1_maps_a_vector_run_tiles_and_refused_elsewhere():
     assert NCHW_GEMM in GEMM.candidates(pointwise(64, 64, 56, 56), blocks=[16])  # beside the blocked ones
     for refused in (pointwise(58, 58, 14, 14), pointwise(58, 58, 7, 7), pointwise(58, 58, 56, 56, (2, 2))):
         assert NCHW_GEMM not in GEMM.candidates(refused, blocks=[8])
-        with pytest.raises(ProblemError, match="stride-1.*8-pixel vectors"):
+        with pytest.raises(ProblemError, match=r"stride-1.*8-pixel vectors"):
             GEMM.validate_candidate(refused, NCHW_GEMM)
     with pytest.raises(ProblemError, match="no other keys"):
         GEMM.validate_candidate(shuffle, {**NCHW_GEMM, "order": "rows"})
@@ -148,3 +148,4 @@ def test_a_conv_given_the_nchw_gemm_runs_it_with_its_epilogue_in_the_tile():
     inputs = random_inputs(mod, seed=1)
     expected = run(tvm.compile(mod, target=resolve_target(None)), inputs)
     assert relative_error(run(build(applied, resolve_target(None)), inputs), expected) < 1e-4
+

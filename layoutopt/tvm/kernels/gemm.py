@@ -29,8 +29,10 @@ Example:
     ...       "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
     >>> FAMILY.applies(wl)
     True
-    >>> FAMILY.candidates(wl, blocks=[16])
-    [{'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'gemm'}, {'in': 'NCHW', 'out': 'NCHW', 'algorithm': 'gemm'}]
+    >>> for candidate in FAMILY.candidates(wl, blocks=[16]):   # blocked, then NCHW
+    ...     print(candidate)
+    {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'gemm'}
+    {'in': 'NCHW', 'out': 'NCHW', 'algorithm': 'gemm'}
 """
 
 from __future__ import annotations
