@@ -85,6 +85,12 @@ MODELS = {
     "yolov8n": Model("nudenet==3.4.2", "nudenet/320n.onnx", (1, 3, 320, 320),
                      "YOLOv8n detector (C2f blocks: split, SiLU, concat; SPPF max-pools; PAN neck with "
                      "resize; dynamic batch and size folded)"),
+    # issue 29's deployment sizes: the same files at the size they are deployed at
+    "ppocr_det_640": Model("rapidocr-onnxruntime==1.4.4",
+                           "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", (1, 3, 640, 640),
+                           "PP-OCRv4 text detector at its deployment size (as ppocr_det)"),
+    "yolov8n_640": Model("nudenet==3.4.2", "nudenet/320n.onnx", (1, 3, 640, 640),
+                         "YOLOv8n detector at 640x640 (as yolov8n; its size is dynamic)"),
     "yolox_ddddocr": Model("ddddocr==1.6.1", "ddddocr/common_det.onnx", (1, 3, 416, 416),
                            "YOLOX-style detector (focus slicing, SiLU, SPP max-pools, PAN concat neck)"),
     "ppocr_cls": Model("rapidocr-onnxruntime==1.4.4",
