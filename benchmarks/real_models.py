@@ -183,6 +183,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
         row[f"{variant.name}_predicted"] = variant.predicted
         row[f"{variant.name}_in_network"] = variant.in_network
         row[f"{variant.name}_transforms"] = variant.transforms
+        row[f"{variant.name}_bytes_moved"] = variant.bytes_moved
     # the final comparison: what a user deploys (the exported builds), ORT and OpenVINO side by side
     builds = Path(args.builds)
     libraries = {HANDED_BACK: result.export(builds / f"{name}.so", model=str(path))[0]}
@@ -211,6 +212,16 @@ def _prediction(row: dict, build: str) -> str:
     """The build's modelled calls timed in the network over the layout problem's prediction."""
     predicted, in_network = row.get(f"{build}_predicted"), row.get(f"{build}_in_network")
     return f"{in_network / predicted:.3f}" if predicted and in_network else "-"
+
+
+def _moved(row: dict) -> str:
+    """Megabytes the calls of the build handed back, and of b*, read and write per inference
+    (``layoutopt.tvm.memory.bytes_moved``; rows tuned before it was reported have none)."""
+    def megabytes(build: str) -> str:
+        moved = row.get(f"{build}_bytes_moved")
+        return "-" if moved is None else f"{moved / 1e6:.1f}"
+
+    return f"{megabytes(row['chosen'])} / {megabytes('best_fixed')}"
 
 
 def timing_cells(row: dict) -> list[str]:
@@ -286,8 +297,9 @@ def write_markdown(rows: list[dict], out: Path) -> None:
         "| model | package (file, MB) | input | ONNX nodes (convs) | layout nodes: target/multi/boundary "
         "| kernels measured | tune s | handed back | .so handed back ms | .so b* ms (which) | ORT ms "
         "| OpenVINO ms | vs ORT | vs OpenVINO | vs b* | layoutopt in network / predicted "
-        "| b* in network / predicted | max rel. err vs ORT: .so / OpenVINO | load avg before / after |",
-        "|---" * 19 + "|",
+        "| b* in network / predicted | MB moved per inference: handed back / b* "
+        "| max rel. err vs ORT: .so / OpenVINO | load avg before / after |",
+        "|---" * 20 + "|",
     ]
     for r in rows:
         shape = "x".join(map(str, r["shape"]))
@@ -298,7 +310,7 @@ def write_markdown(rows: list[dict], out: Path) -> None:
             f"| {r['onnx_nodes']} ({r['onnx_convs']}) | {nodes} "
             f"| {r['stats']['measured']} new + {r['stats']['cached']} cached | {r['tune_seconds']:.0f} "
             f"| {r['chosen']} | " + " | ".join(cells[:7]) + f" | {_prediction(r, 'layoutopt')} "
-            f"| {_prediction(r, 'best_fixed')} | {cells[7]} | {cells[8]} |")
+            f"| {_prediction(r, 'best_fixed')} | {_moved(r)} | {cells[7]} | {cells[8]} |")
     lines += ["", "## The models", ""]
     for r in rows:
         side = r.get("side_by_side")

@@ -26,6 +26,7 @@ from .graph import LayoutGraph
 from .kernels import schedule_module
 from .kernels.epilogue import sigmoid_te
 from .kernels.module import Fallback, fallbacks
+from .memory import bytes_moved
 
 __all__ = ["Compiled", "build", "check_rewrite", "compile_module", "legalize"]
 
@@ -158,11 +159,13 @@ def build(mod, target=None, fuse: bool = True):
 
 @dataclass(frozen=True)
 class Compiled:
-    """A build: its ``executable`` and the functions of it that took a fallback (no schedule rule
-    covered them: :class:`~layoutopt.tvm.kernels.module.Fallback`)."""
+    """A build: its ``executable``, the functions of it that took a fallback (no schedule rule
+    covered them: :class:`~layoutopt.tvm.kernels.module.Fallback`), and the bytes its calls read and
+    write per inference (:func:`~layoutopt.tvm.memory.bytes_moved` of the fused module)."""
 
     executable: Any
     fallbacks: tuple[Fallback, ...] = ()
+    bytes_moved: int | None = None
 
 
 def compile_module(mod, target=None, fuse: bool = True) -> Compiled:
@@ -173,6 +176,8 @@ def compile_module(mod, target=None, fuse: bool = True) -> Compiled:
         >>> compiled = compile_module(apply_layouts(models.chain(), {"conv1": "NCHW8c->NCHW8c"}), "llvm")
         >>> compiled.fallbacks      # every function got a parallel schedule
         ()
+        >>> compiled.bytes_moved    # each fused call's inputs (weights too) and output, summed
+        40576
     """
     tvm = import_tvm()
     from tvm.relax.backend.cpu_generic import pipeline as cpu
@@ -186,7 +191,8 @@ def compile_module(mod, target=None, fuse: bool = True) -> Compiled:
             mod = relax.transform.AnnotateTIROpPattern()(mod)
             mod = relax.transform.FuseOps()(mod)
             mod = relax.transform.FuseTIR()(mod)
+        moved = bytes_moved(mod)  # one call per fused kernel, before calls become VM instructions
         mod = schedule_module(mod, target)
         left = tuple(fallbacks(mod))
         mod = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
-    return Compiled(tvm.compile(mod, target=target, relax_pipeline=None), left)
+    return Compiled(tvm.compile(mod, target=target, relax_pipeline=None), left, moved)

@@ -39,7 +39,7 @@ from pathlib import Path
 from ..errors import ProblemError
 from ._tvm import import_tvm
 
-__all__ = ["MemoryEstimate", "available_memory", "check_memory", "estimate_memory"]
+__all__ = ["MemoryEstimate", "available_memory", "bytes_moved", "check_memory", "estimate_memory"]
 
 #: bytes per element of the float64 draw the random inputs are cast from
 _DRAW_BYTES = 8
@@ -145,6 +145,27 @@ def estimate_memory(mod) -> MemoryEstimate:
     return MemoryEstimate(inputs=sum(_bytes(param.ty) for param in main.params),
                           drawn=sum(_bytes(param.ty, _DRAW_BYTES) for param in main.params),
                           weights=sum(constants.values()), largest_op=largest, largest_op_bytes=largest_bytes)
+
+
+def bytes_moved(mod) -> int:
+    """Bytes the calls of ``mod``'s ``main`` read and write per inference: every tensor argument of
+    every call (weights included) and every call's output, from their static shapes, summed. On a
+    fused module (one call per fused kernel: :func:`~layoutopt.tvm.builder.compile_module` counts it
+    so) it is the traffic at the kernels' boundaries, what a build's memory-bound parts scale with; it
+    is not a count of DRAM traffic (a tensor read from cache counts the same).
+
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> bytes_moved(models.chain())    # two convs, each then a bias add and a relu, not fused
+        61056
+    """
+    tvm = import_tvm()
+    total = 0
+    for block in getattr(mod["main"].body, "blocks", []):
+        for binding in block.bindings:
+            if isinstance(binding.value, tvm.relax.Call):
+                total += _bytes(binding.var.ty) + sum(_bytes(arg.ty) for arg in binding.value.args)
+    return total
 
 
 def available_memory() -> tuple[int, str] | None:

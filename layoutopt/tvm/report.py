@@ -14,8 +14,8 @@ Example:
     >>> print(paths["markdown"].read_text())
     # layoutopt tune report
     ...
-    | variant | how layouts are chosen | predicted (ms) | measured (ms) | transforms | max rel. error | ...
-    |---|---|---|---|---|---|---|
+    | variant | how layouts are chosen | predicted (ms) | measured (ms) | transforms | MB moved | ...
+    |---|---|---|---|---|---|---|---|
     | layoutopt | layoutopt, method 'auto' | ... | 1.00x |
     ...
 """
@@ -33,18 +33,20 @@ __all__ = ["breakdown_markdown", "handed_back_layers", "layer_markdown", "summar
 
 
 def summary_markdown(result: TuneResult) -> str:
-    """The variants table: predicted and measured latency, transforms, error, speed-up of layoutopt."""
+    """The variants table: predicted and measured latency, transforms, bytes moved per inference (what
+    its calls read and write: :func:`~layoutopt.tvm.memory.bytes_moved`), error, speed-up of layoutopt."""
     lines = [
-        "| variant | how layouts are chosen | predicted (ms) | measured (ms) | transforms | max rel. error "
-        "| layoutopt speed-up |",
-        "|---|---|---|---|---|---|---|",
+        "| variant | how layouts are chosen | predicted (ms) | measured (ms) | transforms | MB moved "
+        "| max rel. error | layoutopt speed-up |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for variant in [result.tuned, *result.baselines.values()]:
         speedup = result.speedup(variant.name) if variant is not result.tuned else 1.0
         error = "-" if variant.max_relative_error is None else f"{variant.max_relative_error:.1e}"
+        moved = "-" if variant.bytes_moved is None else f"{variant.bytes_moved / 1e6:.2f}"
         lines.append(
             f"| {variant.name} | {variant.description} | {ms(variant.predicted)} | {ms(variant.measured)} "
-            f"| {variant.transforms if variant.transforms is not None else '-'} | {error} "
+            f"| {variant.transforms if variant.transforms is not None else '-'} | {moved} | {error} "
             f"| {'-' if speedup is None else f'{speedup:.2f}x'} |"
         )
     return "\n".join(lines)

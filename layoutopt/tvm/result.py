@@ -57,7 +57,8 @@ class Variant:
     (:func:`~layoutopt.tvm.profile.observe`). ``max_relative_error`` its check
     (:mod:`layoutopt.tvm.check`: against the untouched model in float64). ``fallbacks`` the functions of
     the build no schedule rule covered (unscheduled or serial), with their in-network time once
-    profiled. ``None`` when not applicable.
+    profiled. ``bytes_moved`` the bytes its calls read and write per inference
+    (:func:`~layoutopt.tvm.memory.bytes_moved`). ``None`` when not applicable.
     Each stage of :mod:`layoutopt.tvm.stages` fills in its part, as a new record
     (``dataclasses.replace``).
     """
@@ -76,6 +77,7 @@ class Variant:
     executable: Any = field(default=None, repr=False)
     observation: Observation | None = field(default=None, repr=False)
     fallbacks: tuple[Fallback, ...] = ()
+    bytes_moved: int | None = None
 
     @property
     def in_network(self) -> float | None:
@@ -236,6 +238,7 @@ def _variant_line(variant: Variant) -> str:
     return (f"{variant.name:<14} predicted {ms(variant.predicted):>9} ms"
             f"   measured {ms(variant.measured):>9} ms{spread}"
             f"   transforms {variant.transforms if variant.transforms is not None else '-':>3}"
+            + ("" if variant.bytes_moved is None else f"   moves {variant.bytes_moved / 1e6:.2f} MB")
             + ("" if variant.max_relative_error is None else f"   error {variant.max_relative_error:.1e}"))
 
 

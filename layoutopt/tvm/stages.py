@@ -352,7 +352,7 @@ def build_variant(extracted: Extracted, name: str, description: str, assignment:
     return Variant(name, description, None, transforms=count_layout_transforms(new_mod),
                    max_relative_error=None if verdict is None else verdict.error,
                    assignment=dict(assignment), module=new_mod, executable=executable,
-                   fallbacks=compiled.fallbacks)
+                   fallbacks=compiled.fallbacks, bytes_moved=compiled.bytes_moved)
 
 
 def _divergence(extracted: Extracted, assignment: Mapping[Hashable, int], options: TuneOptions) -> str:

@@ -66,3 +66,17 @@ def test_the_tune_command_refuses_a_huge_input_before_allocating_it(tmp_path, ca
                                    "memory to tune, above the 16 GB available")
     assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
     assert "cost cache" not in captured.out  # nothing measured, no input drawn
+
+
+def test_bytes_moved_counts_each_calls_inputs_weights_and_output_and_fusion_lowers_it():
+    from layoutopt.tvm import models
+    from layoutopt.tvm.builder import compile_module
+    from layoutopt.tvm.memory import bytes_moved
+
+    mod = models.chain((16,), in_channels=8, size=8)  # conv (8 -> 16, 3x3), bias add, relu
+    activation = 16 * 8 * 8 * 4
+    conv = 8 * 8 * 8 * 4 + 16 * 8 * 3 * 3 * 4 + activation
+    assert bytes_moved(mod) == conv + (activation + 16 * 4 + activation) + 2 * activation
+    fused = compile_module(mod, "llvm").bytes_moved  # one call: input, weight, bias, output
+    assert fused == conv + 16 * 4
+    assert compile_module(mod, "llvm", fuse=False).bytes_moved == bytes_moved(mod)
