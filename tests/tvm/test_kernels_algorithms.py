@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("tvm")
 
+from kernel_checks import AVX2, AVX512, build_and_check  # tests/tvm is on sys.path
+
 from layoutopt import ProblemError
 from layoutopt.tvm import kernels
 from layoutopt.tvm._tvm import import_tvm, resolve_target
@@ -22,8 +24,6 @@ from layoutopt.tvm.kernels.isa import gemm_register_tile
 pytestmark = pytest.mark.tvm
 
 WINOGRAD, GEMM = kernels_winograd.FAMILY, kernels_gemm.FAMILY
-AVX512 = {"kind": "llvm", "mcpu": "skylake-avx512"}
-AVX2 = {"kind": "llvm", "mcpu": "znver3"}
 
 
 def conv(data, kernel, strides=(1, 1), padding=(1, 1, 1, 1), groups=1, epilogue=()):
@@ -40,24 +40,6 @@ def winograd(ib, ob, tile, **knobs):
 
 def gemm(ib, ob, **knobs):
     return {"in": f"NCHW{ib}c", "out": f"NCHW{ob}c", "algorithm": "gemm", **knobs}
-
-
-def host_runs(target) -> bool:
-    """Can this machine run code compiled for ``target`` (an AVX-512 target needs an AVX-512 host)?"""
-    tvm = import_tvm()
-    host = resolve_target(None)
-    has = tvm.target.codegen.target_has_features
-    return not has("avx512f", resolve_target(target)) or has("avx512f", host)
-
-
-def build_and_check(workload, candidate, target) -> float:
-    """Build for ``target``; run and compare against numpy when this host can run it (else compile only)."""
-    tvm = import_tvm()
-    kernel = build_kernel(workload, candidate, target)
-    executable = tvm.compile(kernel.module, target=resolve_target(target))
-    if not host_runs(target):
-        return 0.0
-    return kernels.check_kernel(kernel, executable)
 
 
 # -- Winograd --------------------------------------------------------------------------------------
