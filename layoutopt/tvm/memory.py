@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +111,15 @@ def _bytes(ty, per_element: int | None = None) -> int:
     return elements * per_element
 
 
+def _call_bindings(main) -> Iterator:
+    """The bindings of a Relax function's blocks whose value is a call (an op or a ``call_tir``)."""
+    tvm = import_tvm()
+    for block in getattr(main.body, "blocks", []):
+        for binding in block.bindings:
+            if isinstance(binding.value, tvm.relax.Call):
+                yield binding
+
+
 def estimate_memory(mod) -> MemoryEstimate:
     """The lower bound of the memory tuning ``mod`` needs, from its ``main``'s static shapes.
 
@@ -132,16 +142,13 @@ def estimate_memory(mod) -> MemoryEstimate:
 
     tvm.relax.analysis.post_order_visit(main, visit)
     largest, largest_bytes = "", 0
-    for block in getattr(main.body, "blocks", []):
-        for binding in block.bindings:
-            value = binding.value
-            if not isinstance(value, tvm.relax.Call):
-                continue
-            step = _bytes(binding.var.ty) + sum(_bytes(arg.ty) for arg in value.args
-                                                if not isinstance(arg, tvm.ir.expr.Constant))
-            if step > largest_bytes:
-                op = value.op.name if isinstance(value.op, tvm.ir.Op) else "call"
-                largest, largest_bytes = f"{binding.var.name} ({op})", step
+    for binding in _call_bindings(main):
+        value = binding.value
+        step = _bytes(binding.var.ty) + sum(_bytes(arg.ty) for arg in value.args
+                                            if not isinstance(arg, tvm.ir.expr.Constant))
+        if step > largest_bytes:
+            op = value.op.name if isinstance(value.op, tvm.ir.Op) else "call"
+            largest, largest_bytes = f"{binding.var.name} ({op})", step
     return MemoryEstimate(inputs=sum(_bytes(param.ty) for param in main.params),
                           drawn=sum(_bytes(param.ty, _DRAW_BYTES) for param in main.params),
                           weights=sum(constants.values()), largest_op=largest, largest_op_bytes=largest_bytes)
@@ -159,13 +166,8 @@ def bytes_moved(mod) -> int:
         >>> bytes_moved(models.chain())    # two convs, each then a bias add and a relu, not fused
         61056
     """
-    tvm = import_tvm()
-    total = 0
-    for block in getattr(mod["main"].body, "blocks", []):
-        for binding in block.bindings:
-            if isinstance(binding.value, tvm.relax.Call):
-                total += _bytes(binding.var.ty) + sum(_bytes(arg.ty) for arg in binding.value.args)
-    return total
+    return sum(_bytes(binding.var.ty) + sum(_bytes(arg.ty) for arg in binding.value.args)
+               for binding in _call_bindings(mod["main"]))
 
 
 def available_memory() -> tuple[int, str] | None:

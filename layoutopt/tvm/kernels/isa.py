@@ -192,7 +192,6 @@ def _best_gemm_tile(out_h: int, out_w: int, out_outer: int, per_block: int,
     return best
 
 
-
 #: the narrowest vector a pixel-vectorised kernel uses (an AVX2 register; AVX-512 uses it too where
 #: no 16-pixel run tiles the map)
 MIN_PIXEL_LANES = 8
