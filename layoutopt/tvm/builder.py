@@ -24,7 +24,7 @@ from ._tvm import first_line, import_tvm, resolve_target
 from .apply import apply_assignment
 from .graph import LayoutGraph
 from .kernels import schedule_module
-from .kernels.epilogue import sigmoid_te
+from .kernels.epilogue import sigmoid_te, softmax_te
 from .kernels.module import Fallback, fallbacks
 from .memory import bytes_moved
 
@@ -64,9 +64,16 @@ def _legalize_silu(bb, call):
     return bb.call_te(lambda x: sigmoid_te(tvm, x, times_input=True), call.args[0], primfunc_name_hint="silu")
 
 
+def _legalize_softmax(bb, call):
+    """``relax.nn.softmax`` -> :func:`~layoutopt.tvm.kernels.epilogue.softmax_te` (its ``exp`` vectorised)."""
+    tvm = import_tvm()
+    return bb.call_te(lambda x: softmax_te(tvm, x, int(call.attrs.axis)), call.args[0],
+                      primfunc_name_hint="softmax")
+
+
 #: the ops this module legalizes itself, the others by TVM's legalizer
 _LEGALIZERS = {"relax.nn.conv2d": _legalize_conv2d, "relax.sigmoid": _legalize_sigmoid,
-               "relax.nn.silu": _legalize_silu}
+               "relax.nn.silu": _legalize_silu, "relax.nn.softmax": _legalize_softmax}
 
 #: ops that may remain after legalization: the VM runs them itself
 _VM_OPS = frozenset({"relax.shape_of", "relax.null_value", "relax.print", "relax.assert_op",
@@ -76,7 +83,7 @@ _VM_OPS = frozenset({"relax.shape_of", "relax.null_value", "relax.print", "relax
 
 def legalize(mod, target=None):
     """The build's first step: every Relax op becomes a TIR PrimFunc (a blocked conv2d through this
-    module's legalizer: TVM's refuses it; sigmoid and SiLU through this module's too, vectorised; sort,
+    module's legalizer: TVM's refuses it; sigmoid, SiLU and softmax through this module's too, vectorised; sort,
     scan and sampling ops through TVM's dispatchers).
 
     Raises :class:`~layoutopt.ProblemError` naming an op that no legalization covers (the VM could

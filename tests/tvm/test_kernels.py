@@ -126,9 +126,11 @@ def test_depthwise_gets_equal_blocks_and_grouped_the_blocks_of_a_group():
     assert direct.weight_shape(workload, {"in": "NCHW8c", "out": "NCHW16c"}) == (4, 1, 3, 3, 8, 16)
 
 
-def test_dense_candidates_pack_the_weight_where_blocks_divide():
+def test_dense_candidates_pack_the_weight_in_blocks_no_wider_than_its_padded_features():
     cands = dense_candidates({"op": "dense", "data": [1, 64], "weight": [24, 64], "dtype": "float32"})
-    assert [c["weight"] for c in cands] == ["NK", "NK8n"]
+    assert [c["weight"] for c in cands] == ["NK", "NK8n", "NK16n"]
+    cands = dense_candidates({"op": "dense", "data": [40, 120], "weight": [6625, 120], "dtype": "float32"})
+    assert [c["weight"] for c in cands] == ["NK", "NK8n", "NK16n", "NK32n"]
 
 
 # -- numerics and schedules ------------------------------------------------------------------------

@@ -334,3 +334,32 @@ def test_padded_kernels_in_a_fused_build_match_the_untouched_model():
     }
     new = apply_layouts(mod, choices)
     assert rewritten_matches_untouched(new, mod, target) < 1e-5
+
+
+# -- dense: packed weights, row tiles, padded features ---------------------------------------------
+
+
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+@pytest.mark.parametrize("rows,reduction,features,weight", [
+    (40, 120, 77, "NK16n"),   # the recogniser's rows, features a block pads
+    (13, 29, 48, "NK8n"),     # a prime number of rows: one-row tiles
+    (6, 17, 5, "NK32n"),      # fewer features than the block
+    (1, 64, 100, "NK16n"),    # a classifier's GEMV
+])
+def test_packed_dense_matches_numpy(target, rows, reduction, features, weight):
+    workload = {"op": "dense", "data": [rows, reduction], "weight": [features, reduction], "dtype": "float32"}
+    assert build_and_check(workload, {"in": "NC", "out": "NC", "weight": weight}, target) < 1e-5
+
+
+def test_packed_dense_tiles_rows_and_shares_each_weight_panel_across_them():
+    workload = {"op": "dense", "data": [40, 120], "weight": [6625, 120], "dtype": "float32"}
+    func = build_kernel(workload, {"in": "NC", "out": "NC", "weight": "NK16n"}, AVX2).module["kernel"]
+    sch = import_tvm().s_tir.Schedule(func)
+    loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("T_dense_pack_update"))]
+    _, rows, blocks = gemm_register_tile(1, 40, 415, 16, AVX2)
+    # parallel over (panels, row tiles): the row tiles of one panel run next to each other
+    assert int(loops[0].kind) == int(import_tvm().tirx.ForKind.PARALLEL)
+    assert int(loops[0].extent) == 415 // blocks * 40 // rows
+    assert [int(loop.extent) for loop in loops[1:]] == [120, rows, blocks, 16]
+    assert rows > 1  # the weight vectors of a K step are reused across rows
+    assert "T_dense_unpad" in block_names(sch)  # 6625 features padded to 6640

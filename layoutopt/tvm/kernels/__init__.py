@@ -84,7 +84,8 @@ from .workload import (
 #: every elementwise epilogue step fused and measured (:mod:`.epilogue`), finished in the tile.
 #: 7: the sigmoid (fused, SiLU's, a gate's) vectorised with its own float32 exp
 #: (:func:`.epilogue.sigmoid_te`), not one libm ``expf`` call per element.
-SCHEDULE_VERSION = 7
+#: 8: packed dense kernels tiled over rows and feature blocks, blocks padding the features (:mod:`.dense`).
+SCHEDULE_VERSION = 8
 
 #: dense weight blocks (the packed output-feature block is the vector width)
 DEFAULT_DENSE_BLOCKS = dense.DEFAULT_BLOCKS

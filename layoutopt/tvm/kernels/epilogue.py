@@ -308,6 +308,36 @@ def sigmoid_te(tvm: Any, x: Any, times_input: bool = False) -> Any:
     return _pointwise_te(tvm, x, sigmoid, "T_silu" if times_input else "T_sigmoid")
 
 
+def softmax_te(tvm: Any, x: Any, axis: int = -1) -> Any:
+    """``softmax(x)`` along ``axis`` with the vectorised ``exp`` of :func:`sigmoid_te`: what the build
+    computes for ``relax.nn.softmax`` (:func:`layoutopt.tvm.builder.legalize`). TOPI's calls libm's
+    ``expf`` once per element: the recogniser's softmax over 40 x 6625 class scores took 0.54 ms (znver3).
+    The blocks keep TOPI's names. Other dtypes than float32 keep TOPI's softmax.
+
+    Example:
+        >>> import tvm
+        >>> x = tvm.te.placeholder((2, 3, 5), name="x")
+        >>> [int(d) for d in softmax_te(tvm, x, axis=1).shape]
+        [2, 3, 5]
+    """
+    if str(x.dtype) != "float32":
+        return tvm.topi.nn.softmax(x, axis=axis)
+    te, tirx = tvm.te, tvm.tirx
+    axis = axis % len(x.shape)
+    reduced = [d for i, d in enumerate(x.shape) if i != axis]
+
+    def across(index, k):  # the full index of x from a reduced one and a position along the axis
+        return (*index[:axis], k, *index[axis:])
+
+    k = te.reduce_axis((0, x.shape[axis]), name="k")
+    largest = te.compute(reduced, lambda *i: te.max(x(*across(i, k)), axis=k), name="T_softmax_maxelem")
+    exp = te.compute(x.shape, lambda *i: _exp_float32(tirx, x(*i) - largest(*i[:axis], *i[axis + 1:])),
+                     name="T_softmax_exp")
+    k = te.reduce_axis((0, x.shape[axis]), name="k")
+    total = te.compute(reduced, lambda *i: te.sum(exp(*across(i, k)), axis=k), name="T_softmax_expsum")
+    return te.compute(x.shape, lambda *i: exp(*i) / total(*i[:axis], *i[axis + 1:]), name="T_softmax_norm")
+
+
 def _te_unary(tvm, name: str, x):
     """The TE of a unary step: Relax's legalization of its op (``relax.transform.legalize_ops``), but
     for the sigmoid (:func:`sigmoid_te`)."""
