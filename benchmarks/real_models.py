@@ -93,6 +93,10 @@ MODELS = {
                          "YOLOv8n detector at 640x640 (as yolov8n; its size is dynamic)"),
     "yolox_ddddocr": Model("ddddocr==1.6.1", "ddddocr/common_det.onnx", (1, 3, 416, 416),
                            "YOLOX-style detector (focus slicing, SiLU, SPP max-pools, PAN concat neck)"),
+    "ppocr_rec": Model("rapidocr-onnxruntime==1.4.4",
+                       "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320),
+                       "PP-OCRv4 text recogniser (SVTR-style: conv stem with depthwise convs and hard-swish, "
+                       "then attention blocks: matmul, softmax, layer norm, GELU; dynamic width folded)"),
     "ppocr_cls": Model("rapidocr-onnxruntime==1.4.4",
                        "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", (1, 3, 48, 192),
                        "PP-OCR text-direction classifier (MobileNetV3-small style; flatten by a computed "
