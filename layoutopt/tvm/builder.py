@@ -83,8 +83,8 @@ _VM_OPS = frozenset({"relax.shape_of", "relax.null_value", "relax.print", "relax
 
 def legalize(mod, target=None):
     """The build's first step: every Relax op becomes a TIR PrimFunc (a blocked conv2d through this
-    module's legalizer: TVM's refuses it; sigmoid, SiLU and softmax through this module's too, vectorised; sort,
-    scan and sampling ops through TVM's dispatchers).
+    module's legalizer: TVM's refuses it; sigmoid, SiLU and softmax through this module's too,
+    vectorised; sort, scan and sampling ops through TVM's dispatchers).
 
     Raises :class:`~layoutopt.ProblemError` naming an op that no legalization covers (the VM could
     not run it, and :func:`build` would fail at code generation).

@@ -82,7 +82,8 @@ CASES = {
     # a prime number of rows (a tile of one row) and features a block pads (13 -> 16)
     "dense-padded": (DENSE, kernels.validate_workload({"op": "dense", "data": [7, 19], "weight": [13, 19]}),
                      {"in": "NC", "out": "NC", "weight": "NK16n"}, {}),
-    "dense-row-tiles": (DENSE, kernels.validate_workload({"op": "dense", "data": [12, 24], "weight": [40, 24]}),
+    "dense-row-tiles": (DENSE, kernels.validate_workload({"op": "dense", "data": [12, 24],
+                                                          "weight": [40, 24]}),
                         {"in": "NC", "out": "NC", "weight": "NK8n"}, {}),
     "transform": (TRANSFORM, kernels.layout_transform_workload([1, 24, 5, 5], "NCHW8c", "NCHW"), {}, {}),
     "transposed-blocked": (TRANSPOSED, transposed([1, 16, 5, 7], [16, 8, 3, 3], padding=1, output_padding=1),

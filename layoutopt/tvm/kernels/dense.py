@@ -57,7 +57,8 @@ class Dense(KernelFamily):
         try:
             dense_weight_block(candidate.get("weight", "NK"))
         except ProblemError:
-            raise ProblemError(f"dense candidate {candidate!r}: weight layout must be 'NK' or 'NK<b>n'") from None
+            raise ProblemError(f"dense candidate {candidate!r}: weight layout must be 'NK' or 'NK<b>n'") \
+                from None
 
     def pack_weight(self, workload: dict[str, Any], candidate: dict[str, Any],
                     weight: np.ndarray) -> np.ndarray:
