@@ -134,8 +134,9 @@ def dense_candidates(workload: dict[str, Any], **options: Any) -> list[dict[str,
     """Weight-layout candidates of a dense layer (see :meth:`.dense.Dense.candidates`).
 
     Example:
-        >>> dense_candidates({"op": "dense", "data": [1, 2048], "weight": [1000, 2048], "dtype": "float32"})
-        [{'in': 'NC', 'out': 'NC', 'weight': 'NK'}, {'in': 'NC', 'out': 'NC', 'weight': 'NK8n'}]
+        >>> wl = {"op": "dense", "data": [1, 2048], "weight": [1000, 2048], "dtype": "float32"}
+        >>> [c["weight"] for c in dense_candidates(wl)]    # 16 and 32 pad 1000 features to 1008 and 1024
+        ['NK', 'NK8n', 'NK16n', 'NK32n']
     """
     return FAMILIES["dense", DIRECT].candidates(validate_workload(workload), **options)
 
@@ -147,7 +148,7 @@ def candidates(workload: dict[str, Any], algorithms: Sequence[str] | None = None
     one's first, each of the others only if named in ``algorithms`` (None: every one).
 
     Example:
-        >>> candidates({"op": "dense", "data": [1, 64], "weight": [24, 64], "dtype": "float32"})
+        >>> candidates({"op": "dense", "data": [1, 64], "weight": [8, 64], "dtype": "float32"})
         [{'in': 'NC', 'out': 'NC', 'weight': 'NK'}, {'in': 'NC', 'out': 'NC', 'weight': 'NK8n'}]
         >>> wl = {"op": "conv2d_transpose", "data": [1, 16, 8, 8], "kernel": [16, 16, 4, 4],
         ...       "strides": [2, 2]}
