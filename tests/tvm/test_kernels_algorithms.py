@@ -186,6 +186,17 @@ def test_gemm_matches_numpy_with_epilogue(target, strides, ib, ob, order):
     assert build_and_check(wl, gemm(ib, ob, **knobs), target) < 1e-5
 
 
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+@pytest.mark.parametrize("order", ["oc", "rows"])
+def test_gemm_with_a_partial_last_tile_of_channel_blocks_matches_numpy(target, order):
+    # 104 output channels: 13 blocks of 8, which only one-block tiles divide; the tile of several
+    # blocks leaves a partial last tile
+    wl = conv([1, 24, 5, 8], [104, 24, 1, 1], padding=(0, 0, 0, 0), epilogue=["bias", "add", "relu"])
+    assert gemm_register_tile(5, 8, 13, 8, target, partial_blocks=True)[2] not in (1, 13)
+    knobs = {} if order == "oc" else {"order": order}
+    assert build_and_check(wl, gemm(8, 8, **knobs), target) < 1e-5
+
+
 def test_gemm_register_tile_reuses_weights_and_fits_the_registers():
     # 7x7 maps: one row of 7 pixels x two 16-channel blocks (14 zmm), not 8 blocks of one pixel
     assert gemm_register_tile(7, 7, 32, 16, AVX512) == (1, 7, 2)
@@ -197,6 +208,11 @@ def test_gemm_register_tile_reuses_weights_and_fits_the_registers():
         rows, columns, blocks = gemm_register_tile(h, w, outer, ob, target)
         assert h % rows == 0 and w % columns == 0 and outer % blocks == 0
         assert rows * columns * blocks * -(-ob // lanes) <= registers - -(-ob // lanes)
+        # blocks that divide stay as they were with partial tiles allowed
+        assert gemm_register_tile(h, w, outer, ob, target, partial_blocks=True) == (rows, columns, blocks)
+    # 13 blocks (104 channels of 8): 3 blocks a tile, the last one partial, where one divided before
+    assert gemm_register_tile(28, 28, 13, 8, AVX2) == (1, 7, 1)
+    assert gemm_register_tile(28, 28, 13, 8, AVX2, partial_blocks=True) == (1, 4, 3)
 
 
 # -- in a fused Relax build ------------------------------------------------------------------------
