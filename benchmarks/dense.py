@@ -25,7 +25,7 @@ from pathlib import Path
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
 
-from benchmarks.depthwise import compiled_kernel
+from benchmarks.depthwise import cold_rounds, compiled_kernel, produced_by
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODEL = "ppocr_rec"
@@ -48,21 +48,14 @@ def dense_workloads(models: Path) -> list[dict]:
 
 
 def time_candidates(workloads: list[dict], rounds: int, target) -> list[dict]:
-    import tvm
-
     from layoutopt.tvm.kernels import dense_candidates
-    from layoutopt.tvm.runner import LocalRunner
 
     kernels = {}
     for index, workload in enumerate(workloads):
         for candidate in dense_candidates(workload):
             kernels[index, candidate["weight"]] = compiled_kernel(workload, candidate, target)
         print(f"built {index + 1}/{len(workloads)}", file=sys.stderr, flush=True)
-    runner = LocalRunner(repeat=1, cold_runs=10)  # as the measurer times: cold, median of 10 runs
-    samples: dict = {key: [] for key in kernels}
-    for _ in range(rounds):
-        for key, (module, name, args) in kernels.items():
-            samples[key] += runner.time(module, tvm.cpu(), name, args)
+    samples = cold_rounds(kernels, rounds)
     return [{"workload": workload,
              "times": {weight: min(values) for (i, weight), values in samples.items() if i == index}}
             for index, workload in enumerate(workloads)]
@@ -73,9 +66,8 @@ def write_table(rows: list[dict], out: Path, stamp: str, loads: tuple[float, flo
     lines = [
         "# Dense layers: plain and packed weights (the PP-OCRv4 recogniser, a classifier's GEMV)", "",
         f"*{stamp}*", "",
-        f"Produced by `python -m benchmarks.dense` ({rounds} interleaved rounds, "
-        f"{os.environ['TVM_NUM_THREADS']} threads; load average {loads[0]:.1f} at the start, "
-        f"{loads[1]:.1f} at the end). Each kernel timed cold (weights and output flushed, input warm), "
+        produced_by("python -m benchmarks.dense", rounds, loads)
+        + " Each kernel timed cold (weights and output flushed, input warm), "
         "its best round (a round: the median of 10 runs). Times in µs; `-`: not a candidate (a block "
         "wider than the features padded to the narrowest). `NK / best`: what the best packed weight "
         "gains over the plain one.", "",

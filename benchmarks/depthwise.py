@@ -85,6 +85,31 @@ def compiled_kernel(workload: dict, candidate: dict, target):
     return module, kernel.name, args
 
 
+def cold_rounds(kernels: dict, rounds: int, between=None) -> dict:
+    """Each kernel of ``kernels`` (key -> :func:`compiled_kernel`'s ``(module, name, args)``) timed as
+    the measurer times it (cold: weights and output flushed, the median of 10 runs a round), in
+    ``rounds`` interleaved rounds, so that interference on a shared machine hits all alike: key -> one
+    time per round. ``between(round_index)`` runs after each round (another engine's runs)."""
+    import tvm
+
+    from layoutopt.tvm.runner import LocalRunner
+
+    runner = LocalRunner(repeat=1, cold_runs=10)
+    samples: dict = {key: [] for key in kernels}
+    for round_index in range(rounds):
+        for key, (module, name, args) in kernels.items():
+            samples[key] += runner.time(module, tvm.cpu(), name, args)
+        if between is not None:
+            between(round_index)
+    return samples
+
+
+def produced_by(command: str, rounds: int, loads: tuple[float, float]) -> str:
+    """The first sentence of a kernel table's preamble: what wrote it, and how it was timed."""
+    return (f"Produced by `{command}` ({rounds} interleaved rounds, {os.environ['TVM_NUM_THREADS']} threads; "
+            f"load average {loads[0]:.1f} at the start, {loads[1]:.1f} at the end).")
+
+
 def after_kernel(workload: dict, block: int, target):
     """This code's depthwise kernel in ``NCHW{block}c``: :func:`compiled_kernel`."""
     layout = f"NCHW{block}c"
@@ -172,11 +197,9 @@ def time_network(network: str, before, args, target, directory: str, peaks: list
     node, timed in the same interleaved rounds; the FMA peak measured again every 7 rounds (into
     ``peaks``)."""
     import onnxruntime as ort
-    import tvm
 
     from benchmarks.roofline import fma_peak_gflops
     from layoutopt.tvm.kernels import describe_workload, isa_name
-    from layoutopt.tvm.runner import LocalRunner
 
     threads = int(os.environ["TVM_NUM_THREADS"])
     path = export_torchvision(network, MODELS / f"{network}.onnx", python=args.python)
@@ -193,15 +216,14 @@ def time_network(network: str, before, args, target, directory: str, peaks: list
             if block == args.blocks[0]:
                 kernels[index, "padded copy", block] = padded_copy_kernel(layer["workload"], block, target)
         print(f"{network}: built {index + 1}/{len(layers)}", file=sys.stderr, flush=True)
-    runner = LocalRunner(repeat=1, cold_runs=10)  # as the measurer times: cold, median of 10 runs
-    samples: dict = {key: [] for key in kernels}
-    for round_index in range(args.rounds):
+
+    def between(round_index: int) -> None:  # ORT's profiled runs, and now and then the FMA peak
         if round_index % 7 == 6:
             peaks.append(threads * fma_peak_gflops(1, isa_name(target)))
-        for key, (module, name, kernel_args) in kernels.items():
-            samples[key] += runner.time(module, tvm.cpu(), name, kernel_args)
         for _ in range(5):
             session.run(None, feed)
+
+    samples = cold_rounds(kernels, args.rounds, between)
     records = match_convs([{"layer": layer["layer"], "workload": layer["workload"], "choice": "",
                             "algorithm": "depthwise", "in_network": None} for layer in layers],
                           node_times(session.end_profiling()))

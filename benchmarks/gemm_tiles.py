@@ -26,7 +26,7 @@ from unittest import mock
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
 
-from benchmarks.depthwise import compiled_kernel, flops
+from benchmarks.depthwise import cold_rounds, compiled_kernel, flops, produced_by
 from benchmarks.networks import MODELS, export_torchvision
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -60,10 +60,7 @@ def differing_layers(path: Path, target) -> list[dict]:
 
 
 def time_tiles(layers: list[dict], rounds: int, target) -> list[dict]:
-    import tvm
-
     from layoutopt.tvm.kernels import gemm, isa
-    from layoutopt.tvm.runner import LocalRunner
 
     dividing_only = functools.partial(isa.gemm_register_tile, partial_blocks=False)
     kernels = {}
@@ -72,11 +69,7 @@ def time_tiles(layers: list[dict], rounds: int, target) -> list[dict]:
             kernels[index, "dividing"] = compiled_kernel(layer["workload"], layer["candidate"], target)
         kernels[index, "partial"] = compiled_kernel(layer["workload"], layer["candidate"], target)
         print(f"built {index + 1}/{len(layers)}", file=sys.stderr, flush=True)
-    runner = LocalRunner(repeat=1, cold_runs=10)  # as the measurer times: cold, median of 10 runs
-    samples: dict = {key: [] for key in kernels}
-    for _ in range(rounds):
-        for key, (module, name, args) in kernels.items():
-            samples[key] += runner.time(module, tvm.cpu(), name, args)
+    samples = cold_rounds(kernels, rounds)
     return [{**layer, "dividing": min(samples[index, "dividing"]), "partial": min(samples[index, "partial"])}
             for index, layer in enumerate(layers)]
 
@@ -89,9 +82,8 @@ def write_table(rows: list[dict], out: Path, stamp: str, loads: tuple[float, flo
     lines = [
         "# 1x1 GEMM tiles with a partial last tile of channel blocks (RegNet-Y-400MF)", "",
         f"*{stamp}*", "",
-        f"Produced by `python -m benchmarks.gemm_tiles` ({rounds} interleaved rounds, "
-        f"{os.environ['TVM_NUM_THREADS']} threads; load average {loads[0]:.1f} at the start, "
-        f"{loads[1]:.1f} at the end). Every 1x1 GEMM layer and block whose tile changes when a block "
+        produced_by("python -m benchmarks.gemm_tiles", rounds, loads)
+        + " Every 1x1 GEMM layer and block whose tile changes when a block "
         "count that does not divide the output's is allowed (`partial_blocks`, schedule version 9); "
         "tiles as (rows, columns, blocks). Each kernel timed cold (weights and output flushed), its "
         "best round (a round: the median of 10 runs). Times in µs; above 1, the partial tile is faster.",

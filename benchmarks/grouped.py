@@ -27,7 +27,7 @@ os.environ.setdefault("TVM_NUM_THREADS", "2")
 
 import numpy as np
 
-from benchmarks.depthwise import compiled_kernel, flops
+from benchmarks.depthwise import cold_rounds, compiled_kernel, flops, produced_by
 from benchmarks.networks import MODELS, export_torchvision
 from benchmarks.ort_layers import match_convs, node_times
 from benchmarks.runtimes import onnxruntime_options
@@ -49,11 +49,9 @@ def grouped_layers(path: Path) -> list[dict]:
 
 def time_layers(path: Path, rounds: int, blocks: list[int], target, directory: str) -> list[dict]:
     import onnxruntime as ort
-    import tvm
 
     from layoutopt.tvm.graph import Choice
     from layoutopt.tvm.kernels import conv2d_candidates
-    from layoutopt.tvm.runner import LocalRunner
 
     layers = grouped_layers(path)
     options = onnxruntime_options(int(os.environ["TVM_NUM_THREADS"]), directory)
@@ -65,13 +63,12 @@ def time_layers(path: Path, rounds: int, blocks: list[int], target, directory: s
         for candidate in conv2d_candidates(layer["workload"], blocks=blocks, algorithms=["direct"]):
             kernels[index, Choice(candidate).label] = compiled_kernel(layer["workload"], candidate, target)
         print(f"built {index + 1}/{len(layers)}", file=sys.stderr, flush=True)
-    runner = LocalRunner(repeat=1, cold_runs=10)  # as the measurer times: cold, median of 10 runs
-    samples: dict = {key: [] for key in kernels}
-    for _ in range(rounds):
-        for key, (module, name, args) in kernels.items():
-            samples[key] += runner.time(module, tvm.cpu(), name, args)
+
+    def between(_round: int) -> None:  # ORT's profiled runs, in the same rounds
         for _ in range(5):
             session.run(None, feed)
+
+    samples = cold_rounds(kernels, rounds, between)
     records = match_convs([{**layer, "choice": "", "algorithm": "direct", "in_network": None}
                            for layer in layers], node_times(session.end_profiling()))
     return [{"workload": layer["workload"], "ort": record["onnxruntime"],
@@ -85,9 +82,8 @@ def write_table(rows: list[dict], out: Path, stamp: str, loads: tuple[float, flo
     lines = [
         "# Grouped conv layers (RegNet-Y-400MF): blocked kernels against NCHW and ONNX Runtime", "",
         f"*{stamp}*", "",
-        f"Produced by `python -m benchmarks.grouped` ({rounds} interleaved rounds, "
-        f"{os.environ['TVM_NUM_THREADS']} threads; load average {loads[0]:.1f} at the start, "
-        f"{loads[1]:.1f} at the end). Each kernel timed cold (weights and output flushed, input warm), "
+        produced_by("python -m benchmarks.grouped", rounds, loads)
+        + " Each kernel timed cold (weights and output flushed, input warm), "
         "its best round (a round: the median of 10 runs); ORT: the conv node's fastest run in its own "
         "profile of the whole network, profiled between our rounds. Times in µs. `NCHW / best`: what "
         "the blocked kernels gain over the only kernel grouped convs had before; `ORT / best` above 1: "
