@@ -18,7 +18,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import sys
 from pathlib import Path
@@ -62,10 +61,10 @@ def differing_layers(path: Path, target) -> list[dict]:
 def time_tiles(layers: list[dict], rounds: int, target) -> list[dict]:
     from layoutopt.tvm.kernels import gemm, isa
 
-    dividing_only = functools.partial(isa.gemm_register_tile, partial_blocks=False)
     kernels = {}
     for index, layer in enumerate(layers):
-        with mock.patch.object(gemm, "gemm_register_tile", lambda *args, **_: dividing_only(*args)):
+        # the rule before version 9: the GEMM's call without partial_blocks
+        with mock.patch.object(gemm, "gemm_register_tile", lambda *args, **_: isa.gemm_register_tile(*args)):
             kernels[index, "dividing"] = compiled_kernel(layer["workload"], layer["candidate"], target)
         kernels[index, "partial"] = compiled_kernel(layer["workload"], layer["candidate"], target)
         print(f"built {index + 1}/{len(layers)}", file=sys.stderr, flush=True)

@@ -137,6 +137,7 @@ class Dense(KernelFamily):
         sch = import_tvm().s_tir.Schedule(func)
         names = block_names(sch)
         name = next(n for n in names if n in MAIN_BLOCKS)
+        epilogue = [n for n in names if n != name]
         dense = sch.get_sblock(name)
         i, j, k = sch.get_loops(dense)
         if name == "T_matmul_NT":
@@ -146,7 +147,7 @@ class Dense(KernelFamily):
                 _, ki = sch.split(k, [None, 16])
                 factor = sch.rfactor(ki, 0)
                 sch.vectorize(sch.get_loops(factor)[-1])
-            inline_into_last(sch, [n for n in names if n != name])
+            inline_into_last(sch, epilogue)
             return sch
         rows, features = (int(d) for d in sch.get(dense).writes[0].source.shape)
         block = next(int(r.source.shape[2]) for r in sch.get(dense).reads if len(r.source.shape) == 3)
@@ -155,7 +156,6 @@ class Dense(KernelFamily):
         jo, jb, ji = sch.split(j, [None, tile_blocks, block])
         sch.reorder(jo, io, k, ii, jb, ji)
         # the epilogue (bias) is finished per tile, unless padded features separate it from the tile
-        epilogue = [n for n in names if n != name]
         tile, rest = register_tile_output(sch, dense, epilogue, fuse=UNPAD_BLOCK not in names)
         sch.reverse_compute_at(tile, io)
         sch.parallel(sch.fuse(jo, io))

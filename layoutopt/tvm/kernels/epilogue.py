@@ -329,13 +329,16 @@ def softmax_te(tvm: Any, x: Any, axis: int = -1) -> Any:
     def across(index, k):  # the full index of x from a reduced one and a position along the axis
         return (*index[:axis], k, *index[axis:])
 
+    def without_axis(index):  # the reduced index of a full one
+        return (*index[:axis], *index[axis + 1:])
+
     k = te.reduce_axis((0, x.shape[axis]), name="k")
     largest = te.compute(reduced, lambda *i: te.max(x(*across(i, k)), axis=k), name="T_softmax_maxelem")
-    exp = te.compute(x.shape, lambda *i: _exp_float32(tirx, x(*i) - largest(*i[:axis], *i[axis + 1:])),
+    exp = te.compute(x.shape, lambda *i: _exp_float32(tirx, x(*i) - largest(*without_axis(i))),
                      name="T_softmax_exp")
     k = te.reduce_axis((0, x.shape[axis]), name="k")
     total = te.compute(reduced, lambda *i: te.sum(exp(*across(i, k)), axis=k), name="T_softmax_expsum")
-    return te.compute(x.shape, lambda *i: exp(*i) / total(*i[:axis], *i[axis + 1:]), name="T_softmax_norm")
+    return te.compute(x.shape, lambda *i: exp(*i) / total(*without_axis(i)), name="T_softmax_norm")
 
 
 def _te_unary(tvm, name: str, x):

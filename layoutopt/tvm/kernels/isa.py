@@ -194,9 +194,7 @@ def _best_gemm_tile(out_h: int, out_w: int, out_outer: int, per_block: int,
             fitting = [b for b in range(1, out_outer + 1) if pixels * b * per_block <= budget]
             dividing = [b for b in fitting if out_outer % b == 0]
             for blocks in fitting if partial_blocks and dividing == [1] else dividing:
-                accumulators = pixels * blocks * per_block
-                if accumulators > budget:
-                    continue
+                accumulators = pixels * blocks * per_block  # within budget: only fitting counts are tried
                 loads = blocks * per_block + pixels
                 key = (min(pixels, 4), pixels == out_h * out_w, accumulators / loads, accumulators)
                 if key > best_key:
