@@ -1,14 +1,16 @@
-"""The 1x1 GEMM's register tiles with a partial last tile of channel blocks, against the tiles of
-dividing block counts only (the rule before schedule version 9), on torchvision's RegNet-Y-400MF.
+"""The 1x1 GEMM's register tiles of schedule version 10 against version 9's, on torchvision's mobile
+backbones (MobileNetV2, MobileNetV3-large, EfficientNet-B0, RegNet-Y-400MF).
 
-RegNet's 104 channels are 13 blocks of 8 and its 440 are 55: among block counts that divide them,
-only one block fits beside four or more pixels, so the GEMM's tile was pixels x 1 block.
-:func:`layoutopt.tvm.kernels.isa.gemm_register_tile` with ``partial_blocks`` (what the 1x1 GEMM uses
-now) allows a count that does not divide, the last tile partial. For every 1x1 GEMM layer of the
-network and every block the candidates offer where the two rules pick different tiles, both kernels
-are built, checked against numpy and timed cold (weights and output flushed), as the measurer times
-them, in interleaved rounds; each kernel's time is its best round (a round: the median of 10 cold
-runs). Writes ``benchmarks/results/gemm_tiles.md``.
+Version 10 of :func:`layoutopt.tvm.kernels.isa.gemm_register_tile` counts, on AVX2 (16 ymm
+registers, blocks of 8 channels), the registers a reduction step holds beside its accumulators: each
+pixel's broadcast, live across the tile's blocks, and a weight vector. Version 9 allowed 12
+accumulators whatever the pixels (4 pixels x 3 blocks: 17 registers, which LLVM spilled) and put
+tiles of 4 pixels or more first (on AVX2 they hold 2 blocks, where 2-pixel tiles hold 4 to 6). For
+every 1x1 GEMM layer of the networks whose tile the two rules set differently (output blocks of 8),
+both kernels are built, checked against numpy and timed cold (weights and output flushed), as the
+measurer times them, in interleaved rounds; each kernel's time is its best round (a round: the
+median of 10 cold runs). On AVX-512 the rule is unchanged and no layer differs. Writes
+``benchmarks/results/gemm_tiles.md``.
 
 Usage::
 
@@ -21,6 +23,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
@@ -29,47 +32,79 @@ from benchmarks.depthwise import cold_rounds, compiled_kernel, flops, produced_b
 from benchmarks.networks import MODELS, export_torchvision
 
 RESULTS = Path(__file__).resolve().parent / "results"
-NETWORK = "regnet_y_400mf"
+NETWORKS = ("mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0", "regnet_y_400mf")
 
 
-def differing_layers(path: Path, target) -> list[dict]:
-    """The network's distinct 1x1 GEMM (workload, candidate) pairs of one input and output block
-    whose tile changes with ``partial_blocks``, with both tiles."""
+def tile_before_v10(out_h: int, out_w: int, out_outer: int, out_block: int, target: Any = None,
+                    partial_blocks: bool = False) -> tuple[int, int, int]:
+    """Version 9's rule: accumulators in at most 3/4 of the vector registers (all but one weight row's
+    when that left fewer than 4 pixels), tiles of 4 pixels or more first, then one covering all
+    pixels, the most FMAs per load, the most accumulators."""
+    from layoutopt.tvm.kernels.isa import vector_registers
+
+    lanes, registers = vector_registers(target)
+    per_block = -(-out_block // lanes)
+
+    def best_within(budget: int) -> tuple[int, int, int]:
+        best, best_key = (1, 1, 1), (0, False, -1.0, 0)
+        for columns in (d for d in range(1, out_w + 1) if out_w % d == 0):
+            for rows in [1] if columns < out_w else [r for r in range(1, out_h + 1) if out_h % r == 0]:
+                pixels = rows * columns
+                fitting = [b for b in range(1, out_outer + 1) if pixels * b * per_block <= budget]
+                dividing = [b for b in fitting if out_outer % b == 0]
+                for blocks in fitting if partial_blocks and dividing == [1] else dividing:
+                    accumulators = pixels * blocks * per_block
+                    key = (min(pixels, 4), pixels == out_h * out_w,
+                           accumulators / (blocks * per_block + pixels), accumulators)
+                    if key > best_key:
+                        best, best_key = (rows, columns, blocks), key
+        return best
+
+    best = best_within(max(per_block, registers * 3 // 4))
+    return best if best[0] * best[1] >= 4 else best_within(registers - per_block)
+
+
+def differing_layers(paths: dict[str, Path], target) -> list[dict]:
+    """The networks' distinct 1x1 GEMM (workload, candidate) pairs of one input and output block
+    whose tile the two rules set differently, with both tiles."""
     from layoutopt.tvm import extract_layout_graph, load_model
     from layoutopt.tvm.kernels import conv2d_candidates, conv2d_output_shape, layout_block
     from layoutopt.tvm.kernels.isa import gemm_register_tile
 
-    graph = extract_layout_graph(load_model(path, [1, 3, 224, 224]))
     found = []
-    for node in graph.layout_nodes():
-        if node.op != "relax.nn.conv2d":
-            continue
-        for candidate in conv2d_candidates(node.workload, algorithms=["gemm"]):
-            block = layout_block(candidate["out"])
-            same_blocks = block is not None and layout_block(candidate["in"]) == block
-            if candidate.get("algorithm") != "gemm" or not same_blocks:
+    for network, path in paths.items():
+        graph = extract_layout_graph(load_model(path, [1, 3, 224, 224]))
+        for node in graph.layout_nodes():
+            if node.op != "relax.nn.conv2d":
                 continue
-            _, channels, out_h, out_w = conv2d_output_shape(node.workload)
-            tiles = [gemm_register_tile(out_h, out_w, channels // block, block, target, partial_blocks=p)
-                     for p in (False, True)]
-            entry = {"workload": node.workload, "candidate": candidate, "tiles": tiles}
-            if tiles[0] != tiles[1] and entry not in found:
-                found.append(entry)
+            for candidate in conv2d_candidates(node.workload, algorithms=["gemm"]):
+                block = layout_block(candidate["out"])
+                same_blocks = block is not None and layout_block(candidate["in"]) == block
+                if candidate.get("algorithm") != "gemm" or not same_blocks:
+                    continue
+                _, channels, out_h, out_w = conv2d_output_shape(node.workload)
+                shape = (out_h, out_w, -(-channels // block), block, target)
+                tiles = [tile_before_v10(*shape, partial_blocks=True),
+                         gemm_register_tile(*shape, partial_blocks=True)]
+                entry = {"network": network, "workload": node.workload, "candidate": candidate,
+                         "tiles": tiles}
+                if tiles[0] != tiles[1] and not any(f["workload"] == node.workload
+                                                    and f["candidate"] == candidate for f in found):
+                    found.append(entry)
     return found
 
 
 def time_tiles(layers: list[dict], rounds: int, target) -> list[dict]:
-    from layoutopt.tvm.kernels import gemm, isa
+    from layoutopt.tvm.kernels import gemm
 
     kernels = {}
     for index, layer in enumerate(layers):
-        # the rule before version 9: the GEMM's call without partial_blocks
-        with mock.patch.object(gemm, "gemm_register_tile", lambda *args, **_: isa.gemm_register_tile(*args)):
-            kernels[index, "dividing"] = compiled_kernel(layer["workload"], layer["candidate"], target)
-        kernels[index, "partial"] = compiled_kernel(layer["workload"], layer["candidate"], target)
+        with mock.patch.object(gemm, "gemm_register_tile", tile_before_v10):
+            kernels[index, "before"] = compiled_kernel(layer["workload"], layer["candidate"], target)
+        kernels[index, "now"] = compiled_kernel(layer["workload"], layer["candidate"], target)
         print(f"built {index + 1}/{len(layers)}", file=sys.stderr, flush=True)
     samples = cold_rounds(kernels, rounds)
-    return [{**layer, "dividing": min(samples[index, "dividing"]), "partial": min(samples[index, "partial"])}
+    return [{**layer, "before": min(samples[index, "before"]), "now": min(samples[index, "now"])}
             for index, layer in enumerate(layers)]
 
 
@@ -79,28 +114,32 @@ def write_table(rows: list[dict], out: Path, stamp: str, loads: tuple[float, flo
     from layoutopt.tvm.kernels import describe_workload
 
     lines = [
-        "# 1x1 GEMM tiles with a partial last tile of channel blocks (RegNet-Y-400MF)", "",
+        "# 1x1 GEMM register tiles: schedule version 10 against 9 (torchvision's mobile backbones)", "",
         f"*{stamp}*", "",
         produced_by("python -m benchmarks.gemm_tiles", rounds, loads)
-        + " Every 1x1 GEMM layer and block whose tile changes when a block "
-        "count that does not divide the output's is allowed (`partial_blocks`, schedule version 9); "
+        + " Every 1x1 GEMM layer and block whose register tile version 10's rule (the registers the "
+        "pixels' broadcasts hold counted; 2-pixel tiles first on AVX2) sets differently from version 9's; "
         "tiles as (rows, columns, blocks). Each kernel timed cold (weights and output flushed), its "
-        "best round (a round: the median of 10 runs). Times in µs; above 1, the partial tile is faster.",
+        "best round (a round: the median of 10 runs). Times in µs; above 1, version 10's tile is faster.",
         "",
-        "| layer | layouts | dividing tile | µs | partial tile | µs | GFLOP/s | dividing / partial |",
-        "|---|---|---|---|---|---|---|---|",
+        "| network | layer | layouts | v9 tile | µs | v10 tile | µs | GFLOP/s | v9 / v10 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     gains = []
     for row in rows:
-        gains.append(row["dividing"] / row["partial"])
-        gflops = flops(row["workload"]) * row["workload"]["kernel"][1] / row["partial"] / 1e9
-        cells = [describe_workload(row["workload"]), f"{row['candidate']['in']}->{row['candidate']['out']}",
-                 str(tuple(row["tiles"][0])), f"{row['dividing'] * 1e6:.1f}", str(tuple(row["tiles"][1])),
-                 f"{row['partial'] * 1e6:.1f}", f"{gflops:.1f}", f"{gains[-1]:.2f}x"]
+        gains.append(row["before"] / row["now"])
+        gflops = flops(row["workload"]) * row["workload"]["kernel"][1] / row["now"] / 1e9
+        cells = [row["network"], describe_workload(row["workload"]),
+                 f"{row['candidate']['in']}->{row['candidate']['out']}",
+                 str(tuple(row["tiles"][0])), f"{row['before'] * 1e6:.1f}", str(tuple(row["tiles"][1])),
+                 f"{row['now'] * 1e6:.1f}", f"{gflops:.1f}", f"{gains[-1]:.2f}x"]
         lines.append("| " + " | ".join(cells) + " |")
     if gains:
-        lines += ["", f"{len(rows)} kernels: the partial tile is {min(gains):.2f}-{max(gains):.2f}x the "
-                  f"dividing one's speed (median {np.median(gains):.2f}x).", ""]
+        slower = sum(g < 1 for g in gains)
+        lines += ["", f"{len(rows)} kernels: version 10's tile runs at {min(gains):.2f}-{max(gains):.2f}x "
+                  f"version 9's speed (median {np.median(gains):.2f}x); {slower} slower.", ""]
+    else:
+        lines += ["", "No 1x1 GEMM layer's tile differs on this machine.", ""]
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -115,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     from layoutopt.tvm import resolve_target
 
     target = resolve_target(None)
-    path = export_torchvision(NETWORK, MODELS / f"{NETWORK}.onnx", python=args.python)
-    layers = differing_layers(path, target)
+    paths = {name: export_torchvision(name, MODELS / f"{name}.onnx", python=args.python) for name in NETWORKS}
+    layers = differing_layers(paths, target)
     start = os.getloadavg()[0]
     rows = time_tiles(layers, args.rounds, target)
     write_table(rows, Path(args.out), stamp_line(), (start, os.getloadavg()[0]), args.rounds)

@@ -202,17 +202,45 @@ def test_gemm_register_tile_reuses_weights_and_fits_the_registers():
     assert gemm_register_tile(7, 7, 32, 16, AVX512) == (1, 7, 2)
     assert gemm_register_tile(56, 56, 16, 16, AVX512) == (1, 4, 4)
     sizes = [7, 14, 28, 56]
-    shapes = itertools.product(sizes, sizes, [2, 4, 16], [8, 16, 32, 64], [AVX512, AVX2])
+    shapes = itertools.product(sizes, sizes, [2, 4, 13, 16], [8, 16, 32, 64], [AVX512, AVX2])
     for h, w, outer, ob, target in shapes:
         lanes, registers = kernels.vector_registers(target)
-        rows, columns, blocks = gemm_register_tile(h, w, outer, ob, target)
-        assert h % rows == 0 and w % columns == 0 and outer % blocks == 0
-        assert rows * columns * blocks * -(-ob // lanes) <= registers - -(-ob // lanes)
-        # blocks that divide stay as they were with partial tiles allowed
-        assert gemm_register_tile(h, w, outer, ob, target, partial_blocks=True) == (rows, columns, blocks)
-    # 13 blocks (104 channels of 8): 3 blocks a tile, the last one partial, where one divided before
+        per_block = -(-ob // lanes)
+        for partial in (False, True):
+            rows, columns, blocks = gemm_register_tile(h, w, outer, ob, target, partial_blocks=partial)
+            assert h % rows == 0 and w % columns == 0 and (partial or outer % blocks == 0)
+            assert rows * columns * blocks * per_block <= registers - per_block
+            if target is AVX2 and per_block == 1:
+                # the pixels' broadcasts (live across blocks) and a weight vector leave one register free
+                held = rows * columns if blocks > 1 else 1
+                assert rows * columns * blocks + held + 1 <= registers - 1
+        if target is AVX512 and outer != 13:  # blocks that divide: as without partial tiles
+            assert gemm_register_tile(h, w, outer, ob, target, partial_blocks=True) == (rows, columns, blocks)
+
+
+def test_gemm_register_tile_on_avx2_prefers_two_pixel_tiles_of_several_blocks():
+    # 4 pixels x 3 blocks of 8 (12 accumulators + 4 broadcasts + a weight) spilled: never chosen
+    assert gemm_register_tile(28, 28, 15, 8, AVX2) == (1, 2, 5)
+    assert gemm_register_tile(14, 14, 25, 8, AVX2) == (1, 2, 5)
+    # as many FMAs per load: the tile of more pixels (a smaller weight panel per pixel)
+    assert gemm_register_tile(28, 28, 4, 8, AVX2) == (1, 4, 2)
+    # 7x7: no 2-pixel tile; a row of 7 pixels x one block, not one pixel x many blocks
+    assert gemm_register_tile(7, 7, 20, 8, AVX2) == (1, 7, 1)
+    # 13 blocks (RegNet's 104 channels): without partial tiles only one block divides
     assert gemm_register_tile(28, 28, 13, 8, AVX2) == (1, 7, 1)
-    assert gemm_register_tile(28, 28, 13, 8, AVX2, partial_blocks=True) == (1, 4, 3)
+    assert gemm_register_tile(28, 28, 13, 8, AVX2, partial_blocks=True) == (1, 2, 5)
+
+
+@pytest.mark.parametrize("channels,out_channels,size", [(24, 72, 56), (40, 120, 28), (208, 440, 14)])
+def test_gemm_tile_spills_no_accumulator_on_avx2(channels, out_channels, size):
+    # the rule counts the registers a reduction step holds: the compiled kernel reloads nothing
+    # from the stack (the 4 pixels x 3 blocks tile the rule chose before reloaded 17 vectors)
+    wl = conv([1, channels, size, size], [out_channels, channels, 1, 1], padding=(0, 0, 0, 0),
+              epilogue=["bias", "relu"])
+    kernel = build_kernel(wl, gemm(8, 8), AVX2)
+    assembly = import_tvm().compile(kernel.module, target=resolve_target(AVX2)).mod.inspect_source("asm")
+    assert "vfmadd" in assembly
+    assert not [line for line in assembly.splitlines() if "(%rsp), %ymm" in line]
 
 
 # -- in a fused Relax build ------------------------------------------------------------------------
@@ -376,6 +404,6 @@ def test_packed_dense_tiles_rows_and_shares_each_weight_panel_across_them():
     # parallel over (panels, row tiles): the row tiles of one panel run next to each other
     assert int(loops[0].kind) == int(import_tvm().tirx.ForKind.PARALLEL)
     assert int(loops[0].extent) == 415 // blocks * 40 // rows
-    assert [int(loop.extent) for loop in loops[1:]] == [120, rows, blocks, 16]
+    assert [int(loop.extent) for loop in loops[1:]] == [120, blocks, rows, 16]
     assert rows > 1  # the weight vectors of a K step are reused across rows
     assert "T_dense_unpad" in block_names(sch)  # 6625 features padded to 6640

@@ -86,7 +86,7 @@ from .workload import (
 #: (:func:`.epilogue.sigmoid_te`), not one libm ``expf`` call per element.
 #: 8: packed dense kernels tiled over rows and feature blocks, blocks padding the features (:mod:`.dense`).
 #: 9: 1x1 GEMM tiles of several channel blocks where no such count divides them, the last tile partial.
-SCHEDULE_VERSION = 9
+SCHEDULE_VERSION = 10
 
 #: dense weight blocks (the packed output-feature block is the vector width)
 DEFAULT_DENSE_BLOCKS = dense.DEFAULT_BLOCKS

@@ -154,7 +154,8 @@ class Dense(KernelFamily):
         _, tile_rows, tile_blocks = gemm_register_tile(1, rows, features // block, block, target)
         io, ii = sch.split(i, [None, tile_rows])
         jo, jb, ji = sch.split(j, [None, tile_blocks, block])
-        sch.reorder(jo, io, k, ii, jb, ji)
+        # blocks outer, rows inner, as the 1x1 GEMM's tile (whose register count the rule makes)
+        sch.reorder(jo, io, k, jb, ii, ji)
         # the epilogue (bias) is finished per tile, unless padded features separate it from the tile
         tile, rest = register_tile_output(sch, dense, epilogue, fuse=UNPAD_BLOCK not in names)
         sch.reverse_compute_at(tile, io)

@@ -146,37 +146,64 @@ def depthwise_register_tile(out_width: int, block: int, kernel_w: int, target: A
     return columns
 
 
+#: what a GEMM tile over a partial last group of channel blocks pays for its predicated loops, as a
+#: factor on its FMAs per load (see :func:`gemm_register_tile`)
+PARTIAL_TILE_COST = 1.1
+
+
 def gemm_register_tile(out_h: int, out_w: int, out_outer: int, out_block: int,
                        target: Any = None, partial_blocks: bool = False) -> tuple[int, int, int]:
     """``(rows, columns, blocks)``: the register tile of a GEMM vectorised along its output block
-    (the 1x1 conv's, :mod:`.gemm`; Winograd's per tile position, :mod:`.winograd`): output pixels
-    (rows x columns) times output channel blocks.
+    (the 1x1 conv's, :mod:`.gemm`; Winograd's per tile position, :mod:`.winograd`; the packed dense's,
+    :mod:`.dense`, its rows as pixels): output pixels (rows x columns) times output channel blocks.
 
     Each reduction step of a tile loads ``blocks * ceil(out_block / lanes)`` weight vectors and
     broadcasts one input value per pixel for ``pixels * blocks * ceil(out_block / lanes)`` FMAs into
-    as many accumulators. Among the tiles whose accumulators fill at most 3/4 of the target's vector
-    registers (all but one weight row's when that leaves fewer than 4 pixels), those that reuse each
-    weight vector for at least 4 pixels come first (fewer, and the weight panel streams through the
-    cache once per pixel: a 1-pixel x 8-block tile ran several times slower than the direct kernel); then one
-    covering all pixels (the weight streams once: Winograd's small GEMMs); then the most FMAs per
-    load; then the most accumulators. ``columns`` divides the output width, ``rows`` (more than one
-    only when a tile spans whole rows) the height, ``blocks`` the number of output-channel blocks.
+    as many accumulators. Among the tiles that fit the vector registers, those that reuse each weight
+    vector for enough pixels come first (fewer, and the weight panel streams through the cache once
+    per pixel or two: a 1-pixel x 8-block tile ran several times slower than the direct kernel); then
+    one covering all pixels (the weight streams once: Winograd's small GEMMs); then the most FMAs per
+    load; then the most accumulators, then the most pixels. ``columns`` divides the output width,
+    ``rows`` (more than one only when a tile spans whole rows) the height, ``blocks`` the number of
+    output-channel blocks.
 
-    With ``partial_blocks`` (the 1x1 GEMM's), where no count of blocks above one divides
-    ``out_outer`` and fits beside the pixels, a count that does not divide it is allowed: the last
-    tile is partial. RegNet's 104 channels are 13 blocks of 8, so that only one-block tiles divided
-    them: 48->104 at 56x56 ran 0.39 ms with 8 pixels x 1 block, 0.29 ms with 4 pixels x 3 blocks
-    (znver3, 2 threads, warm); 104->104 at 28x28 0.18 and 0.14 ms.
+    What fits, and what comes first:
+
+    * Blocks of one vector on a 16-register file (8 channels on AVX2), measured on Zen 3: the
+      accumulators, one register per pixel (one in all for a one-block tile) and the weight vector
+      leave one register free. AVX2 has no broadcast operand: LLVM keeps each pixel's broadcast live
+      across the blocks, and spilled accumulators where they did not fit: 4 pixels x 3 blocks
+      (12 + 4 + 1) reloaded 17 vectors from the stack in its inner loop. 2 pixels or more first:
+      4-pixel tiles hold 2 blocks (4 FMAs per 3 loads), 2-pixel ones up to 6 (3 per 2). Partial last
+      tiles are allowed wherever they do more FMAs per load, counted over the whole GEMM, than
+      the best tile of dividing blocks by :data:`PARTIAL_TILE_COST`. On the 1x1 layers of four mobile
+      backbones the tiles so chosen ran a median 1.18x faster than the rule before, up to 1.56x on
+      14x14 and 28x28 maps (``benchmarks/results/gemm_tiles.md``).
+    * Otherwise (AVX-512, and blocks of several vectors on AVX2), measured on Skylake and Zen 4:
+      accumulators in at most 3/4 of the registers (all but one weight row's when that leaves fewer
+      than 4 pixels), 4 pixels or more first. AVX-512's FMAs take a broadcast memory operand: the
+      pixels' values need no register. With ``partial_blocks``, where no count of blocks above one
+      divides ``out_outer`` and fits beside the pixels, a count that does not divide it is allowed,
+      the last tile partial (RegNet's 104 channels are 13 blocks of 8, which only one-block tiles
+      divide).
+
+    ``partial_blocks``: the caller's schedule computes a partial last tile (the 1x1 GEMM's does;
+    Winograd's and the dense's do not).
 
     Example:
         >>> gemm_register_tile(7, 7, 32, 16, {"kind": "llvm", "mcpu": "znver4"})
         (1, 7, 2)
         >>> avx2 = {"kind": "llvm", "mcpu": "znver3"}
+        >>> [gemm_register_tile(28, 28, 15, 8, avx2), gemm_register_tile(28, 28, 4, 8, avx2)]
+        [(1, 2, 5), (1, 4, 2)]
         >>> [gemm_register_tile(56, 56, 13, 8, avx2, partial_blocks=p) for p in (False, True)]
-        [(1, 8, 1), (1, 4, 3)]
+        [(1, 8, 1), (1, 2, 5)]
     """
     lanes, registers = vector_registers(target)
     per_block = -(-out_block // lanes)
+    if registers < 32 and per_block == 1:
+        return _best_gemm_tile(out_h, out_w, out_outer, per_block, registers - 1, partial_blocks,
+                               broadcasts_live=True, few_pixels=2)
     best = _best_gemm_tile(out_h, out_w, out_outer, per_block, max(per_block, registers * 3 // 4),
                            partial_blocks)
     if best[0] * best[1] < 4:  # as the direct kernel's register_tile: a wider tile beside one weight row
@@ -184,22 +211,41 @@ def gemm_register_tile(out_h: int, out_w: int, out_outer: int, out_block: int,
     return best
 
 
-def _best_gemm_tile(out_h: int, out_w: int, out_outer: int, per_block: int,
-                    budget: int, partial_blocks: bool = False) -> tuple[int, int, int]:
-    best, best_key = (1, 1, 1), (0, False, -1.0, 0)
+def _best_gemm_tile(out_h: int, out_w: int, out_outer: int, per_block: int, budget: int,
+                    partial_blocks: bool = False, broadcasts_live: bool = False,
+                    few_pixels: int = 4) -> tuple[int, int, int]:
+    """The best tile (see :func:`gemm_register_tile`) whose accumulators, plus the inputs a
+    reduction step holds (:func:`_held`), take at most ``budget`` registers; tiles of ``few_pixels``
+    pixels or more first."""
+    best, best_key = (1, 1, 1), (0, False, -1.0, False, 0.0, 0)
     for columns in (d for d in range(1, out_w + 1) if out_w % d == 0):
         row_options = [1] if columns < out_w else [r for r in range(1, out_h + 1) if out_h % r == 0]
         for rows in row_options:
             pixels = rows * columns
-            fitting = [b for b in range(1, out_outer + 1) if pixels * b * per_block <= budget]
+            fitting = [b for b in range(1, out_outer + 1)
+                       if pixels * b * per_block + _held(pixels, b, per_block, broadcasts_live) <= budget]
             dividing = [b for b in fitting if out_outer % b == 0]
-            for blocks in fitting if partial_blocks and dividing == [1] else dividing:
-                accumulators = pixels * blocks * per_block  # within budget: only fitting counts are tried
-                loads = blocks * per_block + pixels
-                key = (min(pixels, 4), pixels == out_h * out_w, accumulators / loads, accumulators)
+            for blocks in fitting if partial_blocks and (broadcasts_live or dividing == [1]) else dividing:
+                # over the whole GEMM: a partial last tile loads each pixel's input as a full one does,
+                # and its predicated loops cost about a tenth (RegNet's 104->208 at 28x28: 2 pixels x 6
+                # of its 26 blocks ran 217 us, 4 x 2 blocks 194 us)
+                tiles = -(-out_outer // blocks)
+                accumulators = pixels * out_outer * per_block / tiles  # per tile, on average
+                loads = out_outer * per_block / tiles + pixels
+                divides = out_outer % blocks == 0
+                key = (min(pixels, few_pixels), pixels == out_h * out_w,
+                       accumulators / loads / (1.0 if divides else PARTIAL_TILE_COST), divides, accumulators,
+                       pixels)
                 if key > best_key:
                     best, best_key = (rows, columns, blocks), key
     return best
+
+
+def _held(pixels: int, blocks: int, per_block: int, broadcasts_live: bool) -> int:
+    """Vector registers a reduction step holds beside the accumulators: none with broadcast operands;
+    without, one block's weight vectors and each pixel's broadcast, live across the blocks (one at a
+    time in a one-block tile: each is used once)."""
+    return per_block + (pixels if blocks > 1 else 1) if broadcasts_live else 0
 
 
 #: the narrowest vector a pixel-vectorised kernel uses (an AVX2 register; AVX-512 uses it too where
