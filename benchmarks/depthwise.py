@@ -237,7 +237,7 @@ def time_network(network: str, before, args, target, directory: str, peaks: list
                   for (i, side, block), values in samples.items() if i == index}
         rows.append({"network": network, "layer": describe_workload(layer["workload"]),
                      "epilogue": layer["workload"].get("epilogue", []), "flops": flops(layer["workload"]),
-                     "times": times, "medians": spread, "ort": record["onnxruntime"]})
+                     "times": times, "medians": spread, "ort": record["engine"]})
     return rows
 
 

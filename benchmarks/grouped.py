@@ -71,7 +71,7 @@ def time_layers(path: Path, rounds: int, blocks: list[int], target, directory: s
     samples = cold_rounds(kernels, rounds, between)
     records = match_convs([{**layer, "choice": "", "algorithm": "direct", "in_network": None}
                            for layer in layers], node_times(session.end_profiling()))
-    return [{"workload": layer["workload"], "ort": record["onnxruntime"],
+    return [{"workload": layer["workload"], "ort": record["engine"],
              "times": {label: min(values) for (i, label), values in samples.items() if i == index}}
             for index, (layer, record) in enumerate(zip(layers, records, strict=True))]
 

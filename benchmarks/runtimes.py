@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -275,8 +276,9 @@ class RuntimeServer:
             return [saved[f"arr_{i}"] for i in range(len(saved.files))]
 
     def profile(self, runs: int, prefix: str | os.PathLike) -> str:
-        """ONNX Runtime only: the profile file of a profiling session run ``runs`` times
-        (:func:`benchmarks.ort_layers.node_times` reads it)."""
+        """The profile file of ``runs`` profiled runs: ONNX Runtime's own
+        (:func:`benchmarks.ort_layers.node_times` reads it), or OpenVINO's nodes with their fastest runs
+        (:func:`benchmarks.ort_layers.openvino_node_times`)."""
         return str(self._answer({"profile": runs, "prefix": str(prefix)})["file"])
 
     def close(self) -> None:
@@ -396,16 +398,49 @@ def _load_openvino(spec: Mapping[str, Any], inputs: list[np.ndarray]) -> _Loaded
     model = core.read_model(spec["model"])
     model.reshape({port.get_any_name(): list(x.shape) for port, x in zip(model.inputs, inputs, strict=True)})
     # f32: without the hint it may run bf16 on CPUs that have it, and the numbers no longer match
-    compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": spec["threads"],
-                                                 "PERFORMANCE_HINT": "LATENCY",
-                                                 "INFERENCE_PRECISION_HINT": "f32"})
+    config = {"INFERENCE_NUM_THREADS": spec["threads"], "PERFORMANCE_HINT": "LATENCY",
+              "INFERENCE_PRECISION_HINT": "f32"}
+    compiled = core.compile_model(model, "CPU", config)
     request = compiled.create_infer_request()
 
     def outputs(result) -> list[np.ndarray]:
         return [np.array(result[port]) for port in compiled.outputs]
 
+    @functools.cache
+    def profiling():  # compiled once: a compiled model's first runs repack its weights
+        return core.compile_model(model, "CPU", {**config, "PERF_COUNT": True})
+
+    def profile(runs: int, prefix: str) -> str:
+        profiled = profiling().create_infer_request()
+        profiled.infer(inputs, share_inputs=True)  # warm-up, not kept
+        fastest: dict[str, dict[str, Any]] = {}
+        for _ in range(runs):
+            profiled.infer(inputs, share_inputs=True)
+            for info in profiled.profiling_info:
+                seconds = info.real_time.total_seconds()
+                if info.status == ov.ProfilingInfo.Status.EXECUTED and seconds < fastest.get(
+                        info.node_name, {}).get("seconds", float("inf")):
+                    fastest[info.node_name] = {"node": info.node_name, "type": info.node_type,
+                                               "exec_type": info.exec_type, "seconds": seconds}
+        # the shapes of each node as it runs (its fused nodes keep no ONNX name: a conv with its batch
+        # norm folded in is named after the multiply), logical (NCHW, grouped weights 5-D)
+        for op in profiling().get_runtime_model().get_ordered_ops():
+            if op.get_friendly_name() in fastest:
+                fastest[op.get_friendly_name()].update(
+                    inputs=[_static_shape(port) for port in op.inputs()],
+                    outputs=[_static_shape(port) for port in op.outputs()])
+        path = f"{prefix}_openvino_profile.json"
+        Path(path).write_text(json.dumps(list(fastest.values())))
+        return path
+
     # inputs shared, not copied: as ONNX Runtime and TVM take them
-    return _Loaded(lambda: request.infer(inputs, share_inputs=True), outputs, ov.__version__.split("-")[0])
+    return _Loaded(lambda: request.infer(inputs, share_inputs=True), outputs, ov.__version__.split("-")[0],
+                   profile)
+
+
+def _static_shape(port) -> list[int]:
+    shape = port.get_partial_shape()
+    return [int(d) for d in shape.to_shape()] if shape.is_static else []
 
 
 def _load_tvm(spec: Mapping[str, Any], inputs: list[np.ndarray]) -> _Loaded:

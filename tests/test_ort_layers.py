@@ -1,4 +1,5 @@
-"""benchmarks.ort_layers: reading ONNX Runtime's profile and pairing its conv nodes with our layers."""
+"""benchmarks.ort_layers: reading ONNX Runtime's and OpenVINO's profiles and pairing their conv nodes
+with our layers."""
 
 from __future__ import annotations
 
@@ -6,7 +7,15 @@ import json
 
 import pytest
 
-from benchmarks.ort_layers import group_of, markdown, match_convs, node_times, summary_cells
+from benchmarks.ort_layers import (
+    fastest_nodes,
+    group_of,
+    markdown,
+    match_convs,
+    node_times,
+    openvino_node_times,
+    summary_cells,
+)
 
 
 def _conv(data, kernel, stride=1, pad=0, groups=1):
@@ -59,8 +68,8 @@ def test_match_pairs_equal_shapes_in_program_order_and_tells_strides_apart(profi
          "in_network": 450e-6},
     ]
     records = match_convs(layers, node_times(profile))
-    assert [r["onnxruntime"] for r in records] == pytest.approx([400e-6, 300e-6, 500e-6, None])
-    assert records[3]["onnxruntime"] is None and records[3]["ort_op"] is None  # ORT ran only two
+    assert [r["engine"] for r in records] == pytest.approx([400e-6, 300e-6, 500e-6, None])
+    assert records[3]["engine"] is None and records[3]["engine_op"] is None  # ORT ran only two
     assert [r["algorithm"] for r in records] == ["winograd", "direct", "direct", "direct"]
     assert [r["group"] for r in records[:2]] == ["3x3 winograd", "3x3 s2 direct"]
 
@@ -86,3 +95,37 @@ def test_nothing_matched_says_so():
     records = match_convs([layer], [])
     assert markdown(records, []) == ["No conv layer matched a node of ONNX Runtime's profile."]
     assert summary_cells(records)[0] == "0 of 1"
+
+
+def test_openvino_conv_nodes_read_as_convs_with_oihw_weights(tmp_path):
+    profile = tmp_path / "ov.json"  # as benchmarks.runtimes writes it: each node's fastest run and shapes
+    profile.write_text(json.dumps([
+        {"node": "Multiply_1", "type": "Convolution", "exec_type": "brgconv", "seconds": 2e-5,
+         "inputs": [[1, 3, 9, 9], [4, 3, 3, 3]], "outputs": [[1, 4, 5, 5]]},
+        {"node": "Multiply_2", "type": "GroupConvolution", "exec_type": "jit_dw", "seconds": 3e-6,
+         "inputs": [[1, 4, 5, 5], [4, 1, 1, 3, 3]], "outputs": [[1, 4, 5, 5]]},
+        {"node": "Relu_3", "type": "Eltwise", "exec_type": "jit", "seconds": 1e-6,
+         "inputs": [[1, 4, 5, 5]], "outputs": [[1, 4, 5, 5]]}]))
+    nodes = openvino_node_times(profile)
+    assert nodes[0] == {"node": "Multiply_1", "op": "Conv", "inputs": [[1, 3, 9, 9], [4, 3, 3, 3]],
+                        "outputs": [[1, 4, 5, 5]], "seconds": 2e-5}
+    assert nodes[1]["op"] == "Conv" and nodes[1]["inputs"][1] == [4, 1, 3, 3]  # depthwise: (O, I/G, KH, KW)
+    assert nodes[2]["op"] == "Eltwise"
+    layers = [{"layer": "lv", "workload": _conv([1, 3, 9, 9], [4, 3, 3, 3], stride=2, pad=1),
+               "choice": "NCHW", "algorithm": "direct", "in_network": 1e-5},
+              {"layer": "lv1", "workload": _conv([1, 4, 5, 5], [4, 1, 3, 3], pad=1, groups=4),
+               "choice": "NCHW", "algorithm": "depthwise", "in_network": 6e-6}]
+    records = match_convs(layers, nodes)
+    assert [r["engine"] for r in records] == [2e-5, 3e-6] and records[0]["engine_op"] == "Conv"
+    text = "\n".join(markdown(records, nodes, "OpenVINO"))
+    assert "| all convs | 2 | 0.016 | 0.023 | 1.44x | 1 of 2 |" in text
+    assert "OpenVINO's other nodes (reorders, pooling, gemm, elementwise): 0.001 ms" in text
+
+
+def test_profiles_of_several_rounds_keep_each_nodes_fastest_run():
+    rounds = [[{"node": "a", "op": "Conv", "seconds": 3.0}, {"node": "b", "op": "Add", "seconds": 1.0}],
+              [{"node": "b", "op": "Add", "seconds": 0.5}, {"node": "a", "op": "Conv", "seconds": 4.0},
+               {"node": "c", "op": "Relu", "seconds": 2.0}]]
+    merged = fastest_nodes(rounds)
+    assert [(n["node"], n["op"], n["seconds"]) for n in merged] == [("a", "Conv", 3.0), ("b", "Add", 0.5),
+                                                                     ("c", "Relu", 2.0)]

@@ -41,8 +41,8 @@ from .graph import LayoutGraph
 from .kernels import layout_shape
 from .runner import LocalRunner, Runner
 
-__all__ = ["OTHER", "Call", "Category", "KernelShapes", "Observation", "call_category", "observe",
-           "profile_builds", "profile_calls", "time_breakdown"]
+__all__ = ["OTHER", "Call", "Category", "KernelShapes", "Observation", "call_category", "layer_calls",
+           "observe", "profile_builds", "profile_calls", "time_breakdown"]
 
 #: (category, substrings of a call's symbol), first match wins: a fused function is named after its
 #: ops (``fused_conv2d_NCHWc_add_relu``), and the anchor op comes first in these rules
@@ -300,18 +300,39 @@ def observe(calls: Sequence[Call], graph: LayoutGraph, assignment: Mapping[Hasha
 def _layer_times(calls: Sequence[Call], graph: LayoutGraph, assignment: Mapping[Hashable, int],
                  shapes: KernelShapes) -> dict[Hashable, float]:
     """In-network seconds of each conv2d/dense layer of the build of ``assignment``."""
+    layers = [(name, graph.layout_node(name).workload, graph.choice(name, assignment[name]).candidate)
+              for name in nx.topological_sort(graph) if graph.layout_node(name).kind == "target"]
+    return layer_calls(calls, layers, shapes)
+
+
+def layer_calls(calls: Sequence[Call],
+                layers: Sequence[tuple[Hashable, Mapping[str, Any], Mapping[str, Any]]],
+                shapes: KernelShapes) -> dict[Hashable, float]:
+    """In-network seconds of each kernel layer ``(name, workload, candidate)`` (in program order) of a
+    build profiled as ``calls``: each layer takes the first remaining kernel call whose argument shapes
+    are its kernel's (:class:`KernelShapes`), layers sharing a kernel taking its calls in program order;
+    then a layer whose kernel ran with another epilogue than extracted (a residual add that did not fuse
+    because the add runs in another layout) the first by its data, weight and output shapes alone.
+    Layers no call matched are left out.
+
+    Example::
+
+        solution = load_solution("model.solution.json")
+        layers = [(s.layer, s.workload, s.candidate) for s in solution.layers if s.kind == "target"]
+        layer_calls(profile_calls(executable, inputs), layers, KernelShapes(solution.target))
+        # {'lv': 0.00027, 'lv4': 0.00018, ...}
+    """
     remaining = [(call, Counter(call.shapes)) for call in calls
                  if call_category(call.symbol) in _KERNEL_CATEGORIES]
-    layers = [(name, shapes(graph.layout_node(name).workload, graph.choice(name, assignment[name]).candidate))
-              for name in nx.topological_sort(graph) if graph.layout_node(name).kind == "target"]
+    wanted = [(name, shapes(workload, candidate)) for name, workload, candidate in layers]
     times: dict[Hashable, float] = {}
     for exact in (True, False):  # exact matches first, so that a fallback never takes another's call
-        for name, arg_shapes in layers:
+        for name, arg_shapes in wanted:
             if name in times:
                 continue
-            wanted = Counter(arg_shapes if exact else [arg_shapes[0], arg_shapes[1], arg_shapes[-1]])
+            need = Counter(arg_shapes if exact else [arg_shapes[0], arg_shapes[1], arg_shapes[-1]])
             for i, (call, have) in enumerate(remaining):
-                if (have == wanted) if exact else not (wanted - have):
+                if (have == need) if exact else not (need - have):
                     times[name] = call.seconds
                     del remaining[i]
                     break

@@ -10,7 +10,7 @@ pytest.importorskip("tvm")
 
 from onnx_models import mobile_fpn_onnx  # tests/tvm is on sys.path
 
-from benchmarks.ort_layers import node_times
+from benchmarks.ort_layers import node_times, openvino_node_times
 from benchmarks.runtimes import start_engines, time_side_by_side
 from layoutopt.tvm import (
     apply_assignment,
@@ -41,8 +41,11 @@ def test_the_exported_build_onnxruntime_and_openvino_agree_and_are_timed_side_by
         assert [o.shape for o in ours] == [(1, 8, 8, 8), (1, 16)]
         assert relative_error(openvino, ours) < 1e-4
         profiled = node_times(engines["onnxruntime"].profile(2, tmp_path / "ort"))
+        openvino_nodes = openvino_node_times(engines["openvino"].profile(2, tmp_path / "ov"))
     assert set(result.errors) == {"handed_back", "openvino"} and result.reference == "onnxruntime"
     assert all(error < 1e-4 for error in result.errors.values()), result.errors
     assert all(len(samples) == 2 and min(samples) > 0 for samples in result.seconds.values())
     assert result.versions["handed_back"].startswith("0.") and result.versions["onnxruntime"]
     assert any(node["op"] in ("Conv", "FusedConv") for node in profiled)
+    # OpenVINO's conv nodes carry their shapes: the first conv reads the image
+    assert any(node["op"] == "Conv" and node["inputs"][0] == [1, 3, 16, 16] for node in openvino_nodes)
