@@ -208,12 +208,17 @@ def test_gemm_register_tile_reuses_weights_and_fits_the_registers():
         per_block = -(-ob // lanes)
         for partial in (False, True):
             rows, columns, blocks = gemm_register_tile(h, w, outer, ob, target, partial_blocks=partial)
-            assert h % rows == 0 and w % columns == 0 and (partial or outer % blocks == 0)
+            assert h % rows == 0 and (partial or outer % blocks == 0)
+            if w % columns:  # a partial last tile in each row: odd widths on AVX2, the row split evenly
+                assert partial and target is AVX2 and w % 2 == 1 and rows == 1 and outer % blocks == 0
+                assert columns == -(-w // -(-w // columns))
             assert rows * columns * blocks * per_block <= registers - per_block
-            if target is AVX2 and per_block == 1:
-                # the pixels' broadcasts (live across blocks) and a weight vector leave one register free
+            if target is AVX2 and (per_block == 1 or partial):
+                # the pixels' broadcasts (live across blocks) and a block's weights leave one register
+                # free (a 64-channel block's accumulators and weights alone take all 16: one pixel)
                 held = rows * columns if blocks > 1 else 1
-                assert rows * columns * blocks + held + 1 <= registers - 1
+                used = rows * columns * blocks * per_block + held + per_block
+                assert used <= registers - 1 or (rows, columns, blocks) == (1, 1, 1)
         if target is AVX512 and outer != 13:  # blocks that divide: as without partial tiles
             assert gemm_register_tile(h, w, outer, ob, target, partial_blocks=True) == (rows, columns, blocks)
 
@@ -224,14 +229,45 @@ def test_gemm_register_tile_on_avx2_prefers_two_pixel_tiles_of_several_blocks():
     assert gemm_register_tile(14, 14, 25, 8, AVX2) == (1, 2, 5)
     # as many FMAs per load: the tile of more pixels (a smaller weight panel per pixel)
     assert gemm_register_tile(28, 28, 4, 8, AVX2) == (1, 4, 2)
-    # 7x7: no 2-pixel tile; a row of 7 pixels x one block, not one pixel x many blocks
+    # 7x7 without partial tiles: no 2-pixel tile; a row of 7 pixels x one block, not one pixel x many blocks
     assert gemm_register_tile(7, 7, 20, 8, AVX2) == (1, 7, 1)
     # 13 blocks (RegNet's 104 channels): without partial tiles only one block divides
     assert gemm_register_tile(28, 28, 13, 8, AVX2) == (1, 7, 1)
     assert gemm_register_tile(28, 28, 13, 8, AVX2, partial_blocks=True) == (1, 2, 5)
 
 
-@pytest.mark.parametrize("channels,out_channels,size", [(24, 72, 56), (40, 120, 28), (208, 440, 14)])
+def test_gemm_register_tile_on_odd_widths_takes_partial_rows_on_avx2():
+    # 7 = 2 + 2 + 2 + 1: 2 pixels x 5 of 20 (or of RegNet's 55) blocks, not a row of 7 pixels x 1 block
+    assert gemm_register_tile(7, 7, 20, 8, AVX2, partial_blocks=True) == (1, 2, 5)
+    assert gemm_register_tile(7, 7, 55, 8, AVX2, partial_blocks=True) == (1, 2, 5)
+    # 16-channel blocks (two ymm each): 4 + 3 pixels x 1 block, not 7 x 1 (14 + 2 + 1 registers)...
+    assert gemm_register_tile(7, 7, 60, 16, AVX2, partial_blocks=True) == (1, 4, 1)
+    assert gemm_register_tile(14, 14, 36, 16, AVX2, partial_blocks=True) == (1, 2, 2)
+    assert gemm_register_tile(14, 14, 36, 16, AVX2, partial_blocks=True, in_channels=96) == (1, 2, 2)
+    # ...unless the weight panel streams from L2: the whole row passes over it fewer times
+    assert gemm_register_tile(14, 14, 36, 16, AVX2, partial_blocks=True, in_channels=576) == (1, 7, 1)
+    assert gemm_register_tile(7, 7, 60, 16, AVX2, partial_blocks=True, in_channels=960) == (1, 7, 1)
+    # blocks of 8 gain whatever the panel; 32-channel blocks have no wider row to fall back on
+    assert gemm_register_tile(7, 7, 20, 8, AVX2, partial_blocks=True, in_channels=960) == (1, 2, 5)
+    assert gemm_register_tile(7, 7, 6, 32, AVX2, partial_blocks=True, in_channels=1152) == (1, 2, 1)
+    # even widths keep whole tiles; AVX-512 keeps its rule
+    assert gemm_register_tile(14, 14, 20, 8, AVX2, partial_blocks=True) == (1, 2, 5)
+    assert gemm_register_tile(7, 7, 32, 16, AVX512, partial_blocks=True) == (1, 7, 2)
+    # partial one way only: 13 blocks (prime) keep a whole row of one block
+    assert gemm_register_tile(7, 7, 13, 8, AVX2, partial_blocks=True) == (1, 7, 1)
+
+
+@pytest.mark.parametrize("ib,ob,strides", [(8, 8, (1, 1)), (8, 16, (1, 1)), (16, 8, (2, 2))])
+def test_gemm_with_partial_row_tiles_matches_numpy(ib, ob, strides):
+    # a 5x7 output (odd width) with 48 channels: partial last tiles of each row on AVX2
+    wl = conv([1, 32, 5 * strides[0], 7 * strides[1]], [48, 32, 1, 1], strides=strides, padding=(0, 0, 0, 0),
+              epilogue=["bias", "add", "relu"])
+    assert 7 % gemm_register_tile(5, 7, 48 // ob, ob, AVX2, partial_blocks=True)[1]
+    assert build_and_check(wl, gemm(ib, ob), AVX2) < 1e-5
+
+
+@pytest.mark.parametrize("channels,out_channels,size", [(24, 72, 56), (40, 120, 28), (208, 440, 14),
+                                                        (160, 960, 7)])
 def test_gemm_tile_spills_no_accumulator_on_avx2(channels, out_channels, size):
     # the rule counts the registers a reduction step holds: the compiled kernel reloads nothing
     # from the stack (the 4 pixels x 3 blocks tile the rule chose before reloaded 17 vectors)

@@ -86,7 +86,9 @@ from .workload import (
 #: (:func:`.epilogue.sigmoid_te`), not one libm ``expf`` call per element.
 #: 8: packed dense kernels tiled over rows and feature blocks, blocks padding the features (:mod:`.dense`).
 #: 9: 1x1 GEMM tiles of several channel blocks where no such count divides them, the last tile partial.
-SCHEDULE_VERSION = 10
+#: 10: AVX2's 1x1 GEMM tiles count the live broadcasts and put 2-pixel tiles first; dense loops blocks-outer.
+#: 11: on AVX2, 1x1 GEMM tiles of 2 pixels or more on odd widths too, a row's last tile partial.
+SCHEDULE_VERSION = 11
 
 #: dense weight blocks (the packed output-feature block is the vector width)
 DEFAULT_DENSE_BLOCKS = dense.DEFAULT_BLOCKS

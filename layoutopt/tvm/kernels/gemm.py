@@ -217,10 +217,10 @@ def schedule_gemm(sch, conv, target: Any, finish: Callable[[Any, list[str]], Non
     candidate = annotated_candidate(sch, conv) or {}
     rows_outer = candidate.get("order", ORDERS[0]) == "rows"
     _, out_outer, out_h, out_w, out_block = (int(d) for d in sch.get(conv).writes[0].source.shape)
-    rows, columns, blocks = gemm_register_tile(out_h, out_w, out_outer, out_block, target,
-                                               partial_blocks=True)
     in_block = next(int(r.source.shape[4]) for r in sch.get(conv).reads if len(r.source.shape) == 5)
     n, ko, y, x, ki, c = sch.get_loops(conv)
+    rows, columns, blocks = gemm_register_tile(out_h, out_w, out_outer, out_block, target,
+                                               partial_blocks=True, in_channels=int(sch.get(c).extent))
     koo, koi = sch.split(ko, [None, blocks])
     yo, yi = sch.split(y, [None, rows])
     xo, xi = sch.split(x, [None, columns])

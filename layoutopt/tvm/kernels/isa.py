@@ -149,10 +149,14 @@ def depthwise_register_tile(out_width: int, block: int, kernel_w: int, target: A
 #: what a GEMM tile over a partial last group of channel blocks pays for its predicated loops, as a
 #: factor on its FMAs per load (see :func:`gemm_register_tile`)
 PARTIAL_TILE_COST = 1.1
+#: the weight panel (input channels x a tile's output channels) above which a GEMM tile's weights
+#: stream from L2 for each pixel tile: a 32 KiB L1d (see :func:`gemm_register_tile`)
+STREAMED_PANEL_BYTES = 32 * 1024
 
 
 def gemm_register_tile(out_h: int, out_w: int, out_outer: int, out_block: int,
-                       target: Any = None, partial_blocks: bool = False) -> tuple[int, int, int]:
+                       target: Any = None, partial_blocks: bool = False,
+                       in_channels: int | None = None) -> tuple[int, int, int]:
     """``(rows, columns, blocks)``: the register tile of a GEMM vectorised along its output block
     (the 1x1 conv's, :mod:`.gemm`; Winograd's per tile position, :mod:`.winograd`; the packed dense's,
     :mod:`.dense`, its rows as pixels): output pixels (rows x columns) times output channel blocks.
@@ -163,32 +167,45 @@ def gemm_register_tile(out_h: int, out_w: int, out_outer: int, out_block: int,
     vector for enough pixels come first (fewer, and the weight panel streams through the cache once
     per pixel or two: a 1-pixel x 8-block tile ran several times slower than the direct kernel); then
     one covering all pixels (the weight streams once: Winograd's small GEMMs); then the most FMAs per
-    load; then the most accumulators, then the most pixels. ``columns`` divides the output width,
-    ``rows`` (more than one only when a tile spans whole rows) the height, ``blocks`` the number of
-    output-channel blocks.
+    load; then the most accumulators, then the most pixels. ``columns`` divides the output width
+    (but see odd widths below), ``rows`` (more than one only when a tile spans whole rows) the height,
+    ``blocks`` the number of output-channel blocks.
 
     What fits, and what comes first:
 
-    * Blocks of one vector on a 16-register file (8 channels on AVX2), measured on Zen 3: the
-      accumulators, one register per pixel (one in all for a one-block tile) and the weight vector
-      leave one register free. AVX2 has no broadcast operand: LLVM keeps each pixel's broadcast live
-      across the blocks, and spilled accumulators where they did not fit: 4 pixels x 3 blocks
-      (12 + 4 + 1) reloaded 17 vectors from the stack in its inner loop. 2 pixels or more first:
-      4-pixel tiles hold 2 blocks (4 FMAs per 3 loads), 2-pixel ones up to 6 (3 per 2). Partial last
-      tiles are allowed wherever they do more FMAs per load, counted over the whole GEMM, than
-      the best tile of dividing blocks by :data:`PARTIAL_TILE_COST`. On the 1x1 layers of four mobile
-      backbones the tiles so chosen ran a median 1.18x faster than the rule before, up to 1.56x on
-      14x14 and 28x28 maps (``benchmarks/results/gemm_tiles.md``).
-    * Otherwise (AVX-512, and blocks of several vectors on AVX2), measured on Skylake and Zen 4:
-      accumulators in at most 3/4 of the registers (all but one weight row's when that leaves fewer
-      than 4 pixels), 4 pixels or more first. AVX-512's FMAs take a broadcast memory operand: the
-      pixels' values need no register. With ``partial_blocks``, where no count of blocks above one
-      divides ``out_outer`` and fits beside the pixels, a count that does not divide it is allowed,
-      the last tile partial (RegNet's 104 channels are 13 blocks of 8, which only one-block tiles
-      divide).
+    * On a 16-register file (AVX2), measured on Zen 3: the accumulators, one register per pixel (one
+      in all for a one-block tile) and a block's weight vectors leave one register free. AVX2 has no
+      broadcast operand: LLVM keeps each pixel's broadcast live across the blocks, and spilled
+      accumulators where they did not fit: 4 pixels x 3 blocks of 8 (12 + 4 + 1) reloaded 17 vectors
+      from the stack in its inner loop. Blocks of 8 channels put tiles of 2 pixels or more first:
+      4-pixel tiles hold 2 blocks (4 FMAs per 3 loads), 2-pixel ones up to 6 (3 per 2); blocks of 16
+      (two vectors) put 4 pixels or more first. Partial last tiles of blocks are allowed wherever they
+      do more FMAs per load, counted over the whole GEMM, than the best tile of dividing blocks by
+      :data:`PARTIAL_TILE_COST`. On an odd width no 2-pixel tile divides a row, so a row's last tile
+      may be partial there (7 = 2 + 2 + 2 + 1, or 4 + 3: the columns split the row evenly), over
+      dividing blocks, at the same cost factor (tiles partial both ways ran 0.3-0.6x). Blocks of
+      several vectors whose weight panel (``in_channels`` x the tile's channels) exceeds
+      :data:`STREAMED_PANEL_BYTES` keep the rule below where its tile has more pixels: the panel
+      streams from L2 once per pixel tile, and a row of 7 pixels x one 16-channel block (17 registers)
+      ran 1.1-1.3x faster there than 2 x 2 blocks at 14x14 (and than 4 + 3 x 1 at 7x7), while 2 x 2
+      ran up to 2x faster on panels that fit L1. Blocks of 8 gained on every panel size: 2 x 5
+      blocks ran 1.05-1.08x faster than 7 x 1 on 7x7 maps with panels of 69-180 KiB (cold, paired
+      rounds). Measured (``benchmarks/results/gemm_tiles.md``): version 10 (blocks of 8) ran the 1x1
+      layers of four mobile backbones a median 1.18x faster than the rule below, up to 1.56x on 14x14
+      and 28x28 maps; version 11's partial rows and wider blocks against version 10's in that file.
+      Winograd's and the dense's tiles of 16-channel blocks keep the rule below (not measured with
+      this one).
+    * Otherwise (AVX-512, and blocks of several vectors on AVX2 without ``partial_blocks``), measured
+      on Skylake and Zen 4: accumulators in at most 3/4 of the registers (all but one weight row's
+      when that leaves fewer than 4 pixels), 4 pixels or more first. AVX-512's FMAs take a broadcast
+      memory operand: the pixels' values need no register. With ``partial_blocks``, where no count of
+      blocks above one divides ``out_outer`` and fits beside the pixels, a count that does not divide
+      it is allowed, the last tile partial (RegNet's 104 channels are 13 blocks of 8, which only
+      one-block tiles divide).
 
-    ``partial_blocks``: the caller's schedule computes a partial last tile (the 1x1 GEMM's does;
-    Winograd's and the dense's do not).
+    ``partial_blocks``: the caller's schedule computes partial last tiles, of blocks and of a row's
+    columns (the 1x1 GEMM's does; Winograd's and the dense's do not). ``in_channels``: the GEMM's
+    reduction length, which sizes the weight panel (unknown: the panel is taken to fit).
 
     Example:
         >>> gemm_register_tile(7, 7, 32, 16, {"kind": "llvm", "mcpu": "znver4"})
@@ -198,9 +215,29 @@ def gemm_register_tile(out_h: int, out_w: int, out_outer: int, out_block: int,
         [(1, 2, 5), (1, 4, 2)]
         >>> [gemm_register_tile(56, 56, 13, 8, avx2, partial_blocks=p) for p in (False, True)]
         [(1, 8, 1), (1, 2, 5)]
+        >>> [gemm_register_tile(7, 7, 20, 8, avx2, partial_blocks=p) for p in (False, True)]  # 2+2+2+1
+        [(1, 7, 1), (1, 2, 5)]
     """
     lanes, registers = vector_registers(target)
     per_block = -(-out_block // lanes)
+    if registers < 32 and (per_block == 1 or partial_blocks):  # (wider blocks: measured on the 1x1 GEMM only)
+        tile = _best_gemm_tile(out_h, out_w, out_outer, per_block, registers - 1, partial_blocks,
+                               broadcasts_live=True, few_pixels=2 if per_block == 1 else 4,
+                               partial_columns=partial_blocks and out_w % 2 == 1)
+        streamed = in_channels is not None and in_channels * tile[2] * out_block * 4 > STREAMED_PANEL_BYTES
+        if per_block == 1 or not streamed:
+            return tile
+        # blocks of several vectors whose weight panel streams from L2 once per pixel tile: a whole-row
+        # tile passes over it fewer times, and ran faster even where its accumulators spilled
+        rows = _tile_of_dividing_columns(out_h, out_w, out_outer, per_block, registers, partial_blocks)
+        return rows if rows[0] * rows[1] > tile[0] * tile[1] else tile
+    return _tile_of_dividing_columns(out_h, out_w, out_outer, per_block, registers, partial_blocks)
+
+
+def _tile_of_dividing_columns(out_h: int, out_w: int, out_outer: int, per_block: int, registers: int,
+                              partial_blocks: bool) -> tuple[int, int, int]:
+    """Version 10's rule (:func:`gemm_register_tile`): columns that divide the width; the registers
+    counted for blocks of one vector on AVX2 only, elsewhere accumulators in 3/4 of the registers."""
     if registers < 32 and per_block == 1:
         return _best_gemm_tile(out_h, out_w, out_outer, per_block, registers - 1, partial_blocks,
                                broadcasts_live=True, few_pixels=2)
@@ -213,26 +250,34 @@ def gemm_register_tile(out_h: int, out_w: int, out_outer: int, out_block: int,
 
 def _best_gemm_tile(out_h: int, out_w: int, out_outer: int, per_block: int, budget: int,
                     partial_blocks: bool = False, broadcasts_live: bool = False,
-                    few_pixels: int = 4) -> tuple[int, int, int]:
+                    few_pixels: int = 4, partial_columns: bool = False) -> tuple[int, int, int]:
     """The best tile (see :func:`gemm_register_tile`) whose accumulators, plus the inputs a
     reduction step holds (:func:`_held`), take at most ``budget`` registers; tiles of ``few_pixels``
-    pixels or more first."""
+    pixels or more first. With ``partial_columns``, a row's last tile may be partial too (columns
+    that do not divide the width), over dividing blocks only: tiles partial both ways ran 0.34-0.6x
+    of the row-of-7 tile on 7x7 maps, where partial columns alone ran 1.1-1.4x."""
     best, best_key = (1, 1, 1), (0, False, -1.0, False, 0.0, 0)
-    for columns in (d for d in range(1, out_w + 1) if out_w % d == 0):
+    for columns in range(1, out_w + 1):
+        divides_width = out_w % columns == 0
+        row_tiles = -(-out_w // columns)
+        if not divides_width and not (partial_columns and columns == -(-out_w // row_tiles)):
+            continue  # the columns split a row evenly over its tiles (7: 4 + 3, not 6 + 1)
         row_options = [1] if columns < out_w else [r for r in range(1, out_h + 1) if out_h % r == 0]
         for rows in row_options:
             pixels = rows * columns
             fitting = [b for b in range(1, out_outer + 1)
                        if pixels * b * per_block + _held(pixels, b, per_block, broadcasts_live) <= budget]
             dividing = [b for b in fitting if out_outer % b == 0]
-            for blocks in fitting if partial_blocks and (broadcasts_live or dividing == [1]) else dividing:
+            partial = partial_blocks and divides_width and (broadcasts_live or dividing == [1])
+            for blocks in fitting if partial else dividing:
                 # over the whole GEMM: a partial last tile loads each pixel's input as a full one does,
                 # and its predicated loops cost about a tenth (RegNet's 104->208 at 28x28: 2 pixels x 6
                 # of its 26 blocks ran 217 us, 4 x 2 blocks 194 us)
-                tiles = -(-out_outer // blocks)
-                accumulators = pixels * out_outer * per_block / tiles  # per tile, on average
-                loads = out_outer * per_block / tiles + pixels
-                divides = out_outer % blocks == 0
+                block_tiles = -(-out_outer // blocks)
+                average_pixels = rows * out_w / row_tiles
+                accumulators = average_pixels * out_outer * per_block / block_tiles  # per tile, on average
+                loads = out_outer * per_block / block_tiles + average_pixels
+                divides = out_outer % blocks == 0 and divides_width
                 key = (min(pixels, few_pixels), pixels == out_h * out_w,
                        accumulators / loads / (1.0 if divides else PARTIAL_TILE_COST), divides, accumulators,
                        pixels)
