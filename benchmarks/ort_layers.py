@@ -274,6 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10, help="profiled runs of each side per round")
     parser.add_argument("--out", type=Path, default=None, help="append the tables to this markdown file")
     args = parser.parse_args(argv)
+    for option, value in (("--rounds", args.rounds), ("--runs", args.runs), ("--threads", args.threads)):
+        if value < 1:
+            parser.error(f"{option} must be at least 1, not {value}")
     for what, path in (("model", args.onnx), ("--library", args.library), ("--solution", args.solution)):
         if not path.is_file():
             parser.error(f"{what}: no file {str(path)!r}")

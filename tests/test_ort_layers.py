@@ -129,3 +129,15 @@ def test_profiles_of_several_rounds_keep_each_nodes_fastest_run():
     merged = fastest_nodes(rounds)
     assert [(n["node"], n["op"], n["seconds"]) for n in merged] == [("a", "Conv", 3.0), ("b", "Add", 0.5),
                                                                      ("c", "Relu", 2.0)]
+
+
+@pytest.mark.parametrize("option", ["--rounds", "--runs"])
+def test_cli_refuses_fewer_than_one_round_or_run(tmp_path, option, capsys):
+    from benchmarks.ort_layers import main
+
+    files = [tmp_path / name for name in ("m.onnx", "m.so", "m.solution.json")]
+    for path in files:
+        path.write_text("")
+    with pytest.raises(SystemExit):
+        main([str(files[0]), "--library", str(files[1]), "--solution", str(files[2]), option, "0"])
+    assert f"{option} must be at least 1, not 0" in capsys.readouterr().err
