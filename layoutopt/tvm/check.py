@@ -265,7 +265,8 @@ def first_divergence(mod, graph, assignment, target: Any, inputs: Sequence[np.nd
 
 def float64_module(mod):
     """``mod`` with ``main`` computed in float64: float32 inputs, constants and every float32 ``dtype``
-    or ``out_dtype`` attribute widened; the rest (integer tensors, shapes) as it is.
+    or ``out_dtype`` attribute widened; the rest (integer tensors, shapes) as it is. Layer norms are
+    written out (TOPI has no float64 one).
 
     Raises:
         ProblemError: ``main`` holds something this widening does not cover (a ``match_cast``, a call
@@ -335,7 +336,10 @@ def float64_module(mod):
         raise
     except Exception as exc:  # TVM's type inference refuses a widened call
         raise ProblemError(f"float64 reference: {first_line(exc)}") from None
-    return bb.get()
+    # TOPI's layer_norm computes float32 and float16 only: written out (mean, variance, ...) it runs in
+    # float64 (batch norms first as at inference, so that only layer norms are left to decompose)
+    transform = relax.transform
+    return transform.DecomposeOpsForTraining()(transform.DecomposeOpsForInference()(bb.get()))
 
 
 def _widened_attrs(tvm, attrs):

@@ -75,3 +75,18 @@ def test_what_is_not_a_layer_norm_stays_as_written(variant):
     prepared = prepare(written_out(**variant)[0])
     assert "relax.nn.layer_norm" not in ops_of(prepared)
     assert ops_of(prepared).count("relax.mean") == 2
+
+
+def test_the_float64_reference_computes_a_layer_norm():
+    # TOPI's layer_norm refuses float64: the reference writes it out again
+    import tvm
+
+    from layoutopt.tvm.check import float64_module
+
+    prepared = prepare(written_out()[0])
+    wide = float64_module(prepared)
+    assert "relax.nn.layer_norm" not in ops_of(wide)
+    x = np.random.default_rng(2).standard_normal((1, TOKENS, WIDTH))
+    vm = tvm.relax.VirtualMachine(tvm.compile(wide, "llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), run(prepared, x.astype("float32")),
+                               rtol=1e-5, atol=1e-5)
