@@ -225,9 +225,8 @@ def clip_bounds_as_ops(mod):
             if op is None or not isinstance(args, relax.Tuple) or len(args.fields) != 2:
                 return call
             tensor, bound = args.fields
-            scalar = is_tensor_constant(bound) and int(np.prod(bound.value.shape, dtype=np.int64)) == 1
             shape = static_shape(tensor) if isinstance(tensor, relax.Var) else None
-            if not scalar or shape is None or shape != static_shape(call) or \
+            if _scalar(bound) is None or shape is None or shape != static_shape(call) or \
                     str(tensor.ty.dtype) != str(call.ty.dtype):
                 return call
             return op(tensor, bound)
@@ -265,10 +264,7 @@ def channel_shuffles_as_take(mod):
     tvm = import_tvm()
     relax = tvm.relax
     reshape, permute = tvm.ir.Op.get("relax.reshape"), tvm.ir.Op.get("relax.permute_dims")
-
-    def bound(expr, op, lookup):
-        value = lookup(expr) if isinstance(expr, relax.Var) else None
-        return value if isinstance(value, relax.Call) and value.op == op else None
+    bound = _bound_call
 
     @relax.expr_functor.mutator
     class _Shuffles(relax.expr_functor.PyExprMutator):
@@ -327,8 +323,7 @@ def layer_norms_as_one_op(mod):
     @relax.expr_functor.mutator
     class _LayerNorms(relax.expr_functor.PyExprMutator):
         def bound(self, expr, name):
-            value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
-            return value if isinstance(value, relax.Call) and value.op == ops[name] else None
+            return _bound_call(expr, ops[name], self.lookup_binding)
 
         def either(self, call, name):
             """``(the argument that is a call of ``name``, the other)``, or ``(None, None)``."""
@@ -372,6 +367,14 @@ def layer_norms_as_one_op(mod):
     return relax.transform.DeadCodeElimination()(_with_main(mod, _LayerNorms(mod).visit_expr(mod["main"])))
 
 
+def _bound_call(expr, op, lookup):
+    """The call of ``op`` that ``expr`` is, or that the variable ``expr`` is bound to (``lookup``: a
+    mutator's ``lookup_binding``), else None."""
+    relax = import_tvm().relax
+    value = lookup(expr) if isinstance(expr, relax.Var) else expr
+    return value if isinstance(value, relax.Call) and value.op == op else None
+
+
 def _trailing_axes(mean, ndim: int) -> list[int] | None:
     """The axes a ``keepdims`` mean reduces, when they are the last ones (a layer norm's), else None."""
     if mean.attrs.axis is None or not mean.attrs.keepdims:
@@ -382,9 +385,10 @@ def _trailing_axes(mean, ndim: int) -> list[int] | None:
 
 def _scalar(expr) -> float | None:
     """The value of a one-element tensor constant, else None."""
-    if not is_tensor_constant(expr) or expr.value.numpy().size != 1:
+    if not is_tensor_constant(expr):
         return None
-    return float(expr.value.numpy().reshape(()))
+    value = expr.value.numpy()
+    return float(value.reshape(())) if value.size == 1 else None
 
 
 def _of_shape(expr, shape: list[int]) -> np.ndarray | None:
@@ -392,7 +396,8 @@ def _of_shape(expr, shape: list[int]) -> np.ndarray | None:
     if expr is None or not is_tensor_constant(expr):
         return None
     value = expr.value.numpy()
-    if value.size != int(np.prod(shape)) or [d for d in value.shape if d != 1] != [d for d in shape if d > 1]:
+    squeezed = [d for d in shape if d != 1]
+    if value.size != int(np.prod(shape)) or [d for d in value.shape if d != 1] != squeezed:
         return None
     return np.ascontiguousarray(value.reshape(shape))
 

@@ -224,8 +224,8 @@ def gemm_register_tile(out_h: int, out_w: int, out_outer: int, out_block: int,
         tile = _best_gemm_tile(out_h, out_w, out_outer, per_block, registers - 1, partial_blocks,
                                broadcasts_live=True, few_pixels=2 if per_block == 1 else 4,
                                partial_columns=partial_blocks and out_w % 2 == 1)
-        streamed = in_channels is not None and in_channels * tile[2] * out_block * 4 > STREAMED_PANEL_BYTES
-        if per_block == 1 or not streamed:
+        panel = None if in_channels is None else in_channels * tile[2] * out_block * 4
+        if per_block == 1 or panel is None or panel <= STREAMED_PANEL_BYTES:
             return tile
         # blocks of several vectors whose weight panel streams from L2 once per pixel tile: a whole-row
         # tile passes over it fewer times, and ran faster even where its accumulators spilled
