@@ -97,3 +97,33 @@ def test_no_time_limit_is_never_reported_as_reached(monkeypatch):
     problem = frustrated_problem(nodes=6, degree=3, seed=3)
     result = mip().solve(problem, Deadline(None), mip.resolve_options())
     assert result.status == "feasible" and result.message and "time limit" not in result.message
+
+
+@pytest.mark.parametrize("time_limit", [None, 30.0])
+def test_an_infeasible_answer_that_denies_the_warm_start_is_no_proof(monkeypatch, time_limit):
+    """CBC answers INFEASIBLE when its time limit stops it before a first solution; that once turned
+    a timed-out run into a false proof of infeasibility. Any backend saying so while pbqp holds an
+    allowed assignment is wrong, so the warm start is returned with the trivial bound."""
+    from ortools.linear_solver import pywraplp
+
+    monkeypatch.setattr(pywraplp.Solver, "Solve", lambda self, *args: pywraplp.Solver.INFEASIBLE)
+    problem = frustrated_problem(nodes=6, degree=3, seed=3)
+    sol = layoutopt.solve_problem(problem, "mip", time_limit=time_limit, backend="cbc")
+    assert sol.status == "feasible" and math.isfinite(sol.objective)
+    assert sol.lower_bound == problem.trivial_lower_bound() < sol.objective
+    assert "reported infeasible, which is no proof" in sol.message
+    assert sol.stats["mip_status"] == pywraplp.Solver.INFEASIBLE and sol.stats["infeasible_not_trusted"]
+
+
+def test_a_timed_out_cbc_infeasible_answer_without_warm_start_proves_nothing(monkeypatch):
+    from ortools.linear_solver import pywraplp
+
+    from layoutopt.solvers import mip as mip_module
+
+    monkeypatch.setattr(pywraplp.Solver, "Solve", lambda self, *args: pywraplp.Solver.INFEASIBLE)
+    monkeypatch.setattr(mip_module, "heuristic_assignment", lambda problem, deadline: None)
+    problem = frustrated_problem(nodes=6, degree=3, seed=3)
+    timed = layoutopt.solve_problem(problem, "mip", time_limit=30.0, backend="cbc")
+    assert timed.status == "infeasible" and timed.lower_bound < math.inf and "not proven" in timed.message
+    untimed = layoutopt.solve_problem(problem, "mip", backend="cbc")  # the same answer, unlimited: trusted
+    assert untimed.status == "infeasible" and untimed.lower_bound == math.inf
