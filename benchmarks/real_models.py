@@ -37,7 +37,9 @@ Rows are kept in ``real_models.json`` beside the markdown: a run of some models 
 from __future__ import annotations
 
 import argparse
+import datetime
 import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -54,6 +56,7 @@ import numpy as np
 from benchmarks import onnx_written
 from benchmarks.networks import export_torchvision
 from benchmarks.runtimes import (
+    MAX_OTHERS_CORES,
     ONNXRUNTIME,
     OPENVINO,
     ROUNDS,
@@ -62,6 +65,7 @@ from benchmarks.runtimes import (
     start_engines,
     time_side_by_side,
 )
+from layoutopt.machine import stamp
 
 RESULTS = Path(__file__).parent / "results"
 #: the engines' names in the side-by-side timing: the two exported TVM builds, then the runtimes
@@ -194,18 +198,74 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     best_fixed = result.baselines["best_fixed"]
     if best_fixed.executable is not result.executable:  # else b* is the build handed back: timed once
         libraries[BEST_FIXED] = export_library(best_fixed.executable, builds / f"{name}.best_fixed.so")
-    inputs = [np.random.default_rng(1).standard_normal(model.shape).astype("float32")]
+    row["library_digests"] = {build: _digest(library) for build, library in libraries.items()}
+    time_row(row, path, libraries, threads, args)
+    return row
+
+
+def time_row(row: dict, model_file: Path, libraries: dict[str, Path], threads: int,
+             args: argparse.Namespace) -> None:
+    """Time a row's exported ``libraries`` beside ORT and OpenVINO on ``model_file`` and put the
+    figures in ``row`` (its side-by-side record, the engines that failed, the stamp)."""
+    inputs = [np.random.default_rng(1).standard_normal(row["shape"]).astype("float32")]
     started = time.perf_counter()
-    with start_engines(path, inputs, libraries, threads) as (engines, failed):
+    with start_engines(model_file, inputs, libraries, threads) as (engines, failed):
         if HANDED_BACK not in engines:
-            raise RuntimeError(f"{name}: the exported build does not load: {failed[HANDED_BACK]}")
+            raise RuntimeError(f"{row['model']}: the exported build does not load: {failed[HANDED_BACK]}")
         side = time_side_by_side(engines, args.rounds, args.runs, settle=args.settle,
                                  versions={n: engine.version for n, engine in engines.items()})
     row["timings"]["side by side"] = round(time.perf_counter() - started, 1)  # the settling wait included
     row["side_by_side"] = side.as_dict()
     row["engines_failed"] = failed
     row["stamp"] = side.stamp
+
+
+def retime_model(row: dict, args: argparse.Namespace) -> dict:
+    """Time a tuned row's exported builds again (``--retime``): the libraries its tune wrote under
+    ``--builds``, on the same kind of machine, checked to be those very files.
+
+    Raises:
+        RuntimeError: a library is missing or not the one the row's tune exported, or the CPU
+            differs from the one the row was tuned on.
+    """
+    name = row["model"]
+    machine = stamp()["machine"]
+    if row["stamp"]["machine"] != machine:
+        raise RuntimeError(f"{name}: tuned on {row['stamp']['machine']}, this is {machine}: re-tune it here")
+    builds = Path(args.builds)
+    libraries = {HANDED_BACK: builds / f"{name}.so"}
+    if BEST_FIXED in row["side_by_side"]["seconds"]:
+        libraries[BEST_FIXED] = builds / f"{name}.best_fixed.so"
+    for build, library in libraries.items():
+        if not library.exists():
+            raise RuntimeError(f"{name}: {library} is missing: re-tune the row")
+        if not _exported_by(row, build, library):
+            raise RuntimeError(f"{name}: {library} is not the library this row's tune exported "
+                               "(another tune overwrote it?): re-tune the row")
+    threads = int(os.environ["TVM_NUM_THREADS"])
+    if threads != row["threads"]:
+        raise RuntimeError(f"{name}: tuned and timed on {row['threads']} threads, not {threads}")
+    first = row.get("retimed", {}).get("first_timed", row["stamp"]["date"])
+    time_row(row, fetch(MODELS[name], Path(args.models)), libraries, threads, args)
+    row["retimed"] = {"date": row["stamp"]["date"], "first_timed": first}
     return row
+
+
+def _exported_by(row: dict, build: str, library: Path) -> bool:
+    """Is ``library`` the file the row's tune exported for ``build``? Its digest says so; rows tuned
+    before digests were recorded accept a file written in the minutes before their first timing
+    (the export comes just before it; a later tune writes it after)."""
+    recorded = row.get("library_digests", {}).get(build)
+    if recorded is not None:
+        return _digest(library) == recorded
+    timed = row.get("retimed", {}).get("first_timed", row["stamp"]["date"])
+    ended = datetime.datetime.strptime(timed, "%Y-%m-%d %H:%M UTC").replace(tzinfo=datetime.timezone.utc)
+    window = row["timings"].get("side by side", 0) + 180  # the stamp is minutes, the export just before
+    return 0 <= ended.timestamp() + 60 - library.stat().st_mtime <= window
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _ms(seconds) -> str:
@@ -260,8 +320,9 @@ def timing_cells(row: dict) -> list[str]:
         return "-" if value is None else f"{value:.1e}"
 
     best_fixed = ms(BEST_FIXED) if BEST_FIXED in timed else ms(HANDED_BACK)
-    load = f"{side.load_before:g} / {side.load_after:g}" + ("" if side.publishable else
-                                                            " **busy: not for publishing**")
+    others = "" if side.others_cores is None else f"; others {side.others_cores:.2f}"
+    load = f"{side.load_before:g} / {side.load_after:g}{others}" + ("" if side.publishable else
+                                                                     " **busy: not for publishing**")
     return [ms(HANDED_BACK), f"{best_fixed} ({row['best_fixed_member']})", ms(ONNXRUNTIME), ms(OPENVINO),
             speedup(ONNXRUNTIME), speedup(OPENVINO), speedup(BEST_FIXED),
             f"{error(HANDED_BACK)} / {error(OPENVINO)}", load]
@@ -290,7 +351,11 @@ def write_markdown(rows: list[dict], out: Path) -> None:
         "rotated each round. Latencies are medians over the rounds (ms); speed-ups are the build "
         "handed back's, the median of the per-round ratios (other / handed back, above 1: "
         "layoutopt's build is faster) with its 95 % interval. A row whose 1-minute load average was "
-        "above the core count before or after its rounds is marked **busy: not for publishing**. "
+        "above the core count before its rounds, or whose rounds shared the host with other processes "
+        f"taking more than {MAX_OTHERS_CORES:g} cores (their CPU time from `/proc`, the "
+        "hypervisor's steal included; 'others' in the last column), is marked **busy: not for "
+        "publishing**. Rows timed before that was measured were judged by the load after their rounds "
+        "too, which counts the engines' own threads. "
         "'In network / predicted' is the sum of a build's modelled calls (kernels, transforms), each "
         "timed inside the running network, over the layout problem's objective for its assignment.",
         "",
@@ -302,7 +367,7 @@ def write_markdown(rows: list[dict], out: Path) -> None:
         "| kernels measured | tune s | handed back | .so handed back ms | .so b* ms (which) | ORT ms "
         "| OpenVINO ms | vs ORT | vs OpenVINO | vs b* | layoutopt in network / predicted "
         "| b* in network / predicted | MB moved per inference: handed back / b* "
-        "| max rel. err vs ORT: .so / OpenVINO | load avg before / after |",
+        "| max rel. err vs ORT: .so / OpenVINO | load avg before / after; others (cores) |",
         "|---" * 20 + "|",
     ]
     for r in rows:
@@ -318,9 +383,14 @@ def write_markdown(rows: list[dict], out: Path) -> None:
     lines += ["", "## The models", ""]
     for r in rows:
         side = r.get("side_by_side")
-        timed = (f"timed with load average {side['load_before']:g} before, {side['load_after']:g} after"
+        others = "" if side is None or side.get("others_cores") is None else (
+            f", other processes {side['others_cores']:.2f} cores during the rounds")
+        timed = (f"timed with load average {side['load_before']:g} before, {side['load_after']:g} "
+                 f"after{others}"
                  if side else f"load average {r.get('load_before')} before, {r.get('load_after')} after")
         failed = "".join(f"; {name} did not run: {why}" for name, why in r.get("engines_failed", {}).items())
+        if r.get("retimed"):
+            timed += f" (timed again without re-tuning; first timed {r['retimed']['first_timed']})"
         lines.append(f"- **{r['model']}**: {r['family']}. Boundary ops (plain NCHW): "
                      f"{', '.join(op.removeprefix('relax.') for op in r['boundary_ops']) or 'none'}; "
                      f"{r['followers']} ops follow their input's layout. "
@@ -357,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=120.0,
                         help="seconds to wait after tuning for the load average to fall to the core count")
     parser.add_argument("--out", default=str(RESULTS / "real_models.md"))
+    parser.add_argument("--retime", action="store_true",
+                        help="time the rows' exported builds again, beside ORT and OpenVINO, without "
+                             "re-tuning (the libraries under --builds their tunes wrote)")
     args = parser.parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
     names = [n.strip() for n in args.only.split(",") if n.strip()]
@@ -366,9 +439,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     store = out.with_suffix(".json")
     rows = {r["model"]: r for r in json.loads(store.read_text())} if store.exists() else {}
+    if args.retime and (missing := [n for n in names if "side_by_side" not in rows.get(n, {})]):
+        parser.error(f"--retime: no timed row for {', '.join(missing)} in {store}")
     for name in names:
         print(f"== {name}", flush=True)
-        rows[name] = run_model(name, args)
+        rows[name] = retime_model(rows[name], args) if args.retime else run_model(name, args)
         store.parent.mkdir(parents=True, exist_ok=True)
         store.write_text(json.dumps(list(rows.values()), indent=1, default=float) + "\n")
         write_markdown(list(rows.values()), out)

@@ -14,9 +14,10 @@ interleaved rounds, on what a user deploys (notes/measuring.md). This module doe
 * the :class:`SideBySide` it returns gives each engine's median over the rounds and, paired round by
   round, the median of the per-round ratios with its 95 % interval (:class:`layoutopt.tvm.timing.Ratio`):
   the ratio is what survives a shared host's speed episodes; where median and ratio disagree, the rounds
-  were noisy. It stamps the 1-minute load average before and after and the machine
-  (:func:`layoutopt.machine.stamp`), and is not :attr:`~SideBySide.publishable` when the load was above
-  the number of cores before or after.
+  were noisy. It stamps the 1-minute load average before and after, the CPU time other processes took
+  during the rounds, and the machine (:func:`layoutopt.machine.stamp`), and is not
+  :attr:`~SideBySide.publishable` when the load was above the number of cores before the rounds or
+  others took more than :data:`MAX_OTHERS_CORES` during them.
 
 Usage (the ``real-models`` extra: onnxruntime and openvino)::
 
@@ -62,10 +63,17 @@ KINDS = ("tvm", ONNXRUNTIME, OPENVINO)
 WARMUP, ROUNDS, RUNS = 3, 15, 7
 #: where the children find this package when it is not installed
 _ROOT = Path(__file__).resolve().parent.parent
+#: cores' worth of CPU time other processes (and the hypervisor's steal) may take during the rounds
+#: before the figures are not to be published. A quiet host reads 0.01-0.05 (kernel threads).
+MAX_OTHERS_CORES = 0.25
+#: rounds shorter than this leave the others' CPU unknown: ``/proc`` counts in ticks of 10 ms
+MIN_ACCOUNTED_SECONDS = 1.0
 
 
 class Engine(Protocol):
-    """What :func:`time_side_by_side` times: a model ready to run on one fixed input."""
+    """What :func:`time_side_by_side` times: a model ready to run on one fixed input. An engine that
+    runs in a process of its own says which in a ``pid`` attribute, so that its CPU time counts as
+    the rounds' own and not as other work on the host."""
 
     def time(self, runs: int) -> list[float]:
         """Seconds of each of ``runs`` runs, back to back."""
@@ -83,16 +91,23 @@ class SideBySide:
     ``seconds[name][i]`` is engine ``name``'s median of its ``runs`` runs in round ``i``; ``errors`` each
     engine's max relative error against ``reference``'s outputs on the same input; the load averages
     are the 1-minute ones before the warm-up and after the last round; ``max_load`` is the load above
-    which the figures are not to be published (the number of cores: 2 on 2 cores).
+    which the figures are not to be published (the number of cores: 2 on 2 cores). ``others_cores`` is
+    the CPU time the rest of the host took during the rounds (steal included), in cores: the machine's
+    busy time less the engines' and this process's, over the rounds' wall time (None where
+    ``/proc`` is missing).
+
+    The load after the rounds counts the engines' own threads: after 40 s of rounds on 2 threads the
+    1-minute average reads about 1.2 more than the host's other work. So the load after decides only
+    where ``others_cores`` is unknown.
 
     Example:
         >>> result = SideBySide({"so": [1.0, 1.1, 0.9], "onnxruntime": [1.2, 1.3, 1.2]}, runs=7, warmup=3,
         ...                     load_before=0.4, load_after=2.5, max_load=2.0, errors={"so": 1e-6},
-        ...                     reference="onnxruntime", stamp={}, versions={})
+        ...                     reference="onnxruntime", stamp={}, versions={}, others_cores=0.4)
         >>> result.latency("so").median, round(result.speedup("so", over="onnxruntime").median, 3)
         (1.0, 1.2)
         >>> result.publishable, result.refusal
-        (False, 'load average 2.5 after the rounds, above 2: not for publishing')
+        (False, 'other processes took 0.4 cores during the rounds, above 0.25: not for publishing')
     """
 
     seconds: dict[str, list[float]]
@@ -105,6 +120,7 @@ class SideBySide:
     reference: str | None
     stamp: dict[str, str]
     versions: dict[str, str]
+    others_cores: float | None = None
 
     def latency(self, name: str) -> Latency:
         """Engine ``name``'s median over the rounds (and the spread of its round samples)."""
@@ -122,18 +138,22 @@ class SideBySide:
 
     @property
     def publishable(self) -> bool:
-        """Whether the host was quiet enough: the 1-minute load at most ``max_load`` before and after."""
+        """Whether the host was quiet enough: the 1-minute load at most ``max_load`` before the rounds,
+        and other processes within :data:`MAX_OTHERS_CORES` during them (:attr:`refusal` says why not)."""
         return self.refusal is None
 
     @property
     def refusal(self) -> str | None:
         """Why these figures are not to be published (None when they may be)."""
-        busy = [f"{load:g} {when}" for load, when in ((self.load_before, "before"),
-                                                       (self.load_after, "after the rounds"))
-                if load > self.max_load]
-        if not busy:
-            return None
-        return f"load average {' and '.join(busy)}, above {self.max_load:g}: not for publishing"
+        loads = [(self.load_before, "before")]
+        if self.others_cores is None:
+            loads.append((self.load_after, "after the rounds"))
+        busy = [f"{load:g} {when}" for load, when in loads if load > self.max_load]
+        reasons = [f"load average {' and '.join(busy)}, above {self.max_load:g}"] if busy else []
+        if self.others_cores is not None and self.others_cores > MAX_OTHERS_CORES:
+            reasons.append(f"other processes took {self.others_cores:g} cores during the rounds, "
+                           f"above {MAX_OTHERS_CORES:g}")
+        return f"{'; '.join(reasons)}: not for publishing" if reasons else None
 
     @property
     def rounds(self) -> int:
@@ -153,7 +173,9 @@ def time_side_by_side(engines: Mapping[str, Engine], rounds: int = ROUNDS, runs:
                       max_load: float | None = None, settle: float = 0.0,
                       loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg,
                       sleep: Callable[[float], None] = time.sleep,
-                      versions: Mapping[str, str] | None = None) -> SideBySide:
+                      versions: Mapping[str, str] | None = None,
+                      cpu_clock: Callable[[Sequence[int]], tuple[float, float, float] | None] | None = None,
+                      ) -> SideBySide:
     """Time ``engines`` in ``rounds`` interleaved rounds of ``runs`` runs each (the round's sample is
     their median), the order rotated each round (:func:`layoutopt.tvm.timing.rotated`), after
     ``warmup`` runs of each; every engine's outputs are checked against ``reference``'s first.
@@ -161,7 +183,8 @@ def time_side_by_side(engines: Mapping[str, Engine], rounds: int = ROUNDS, runs:
     The load average is stamped before the warm-up and after the last round. Before, it waits up to
     ``settle`` seconds for the load to fall to ``max_load`` (default: the usable cores), so that the
     work that just ended here (a tuning's compile workers) has left the average; a load that stays
-    above marks the result as not :attr:`~SideBySide.publishable`.
+    above marks the result as not :attr:`~SideBySide.publishable`. During the rounds, ``cpu_clock``
+    (default :func:`cpu_seconds`, on ``/proc``) gives the CPU time other processes took.
 
     Raises:
         ValueError: no engine, or a count below 1.
@@ -191,13 +214,55 @@ def time_side_by_side(engines: Mapping[str, Engine], rounds: int = ROUNDS, runs:
                 except ProblemError as exc:
                     raise ProblemError(f"{name}'s outputs do not compare with {reference}'s: {exc}") from None
     seconds: dict[str, list[float]] = {name: [] for name in engines}
+    ours = [os.getpid(), *(pid for pid in (getattr(e, "pid", None) for e in engines.values()) if pid)]
+    clock = cpu_clock or cpu_seconds
+    started = clock(ours)
     for round_ in range(rounds):
         for name in rotated(list(engines), round_):
             seconds[name].append(float(np.median(engines[name].time(runs))))
+    ended = clock(ours)
+    others = None  # unknown without /proc, or over rounds too short for its 10 ms ticks to tell
+    if started is not None and ended is not None and ended[0] - started[0] >= MIN_ACCOUNTED_SECONDS:
+        wall, busy, own = (e - s for s, e in zip(started, ended, strict=True))
+        others = round(max(0.0, busy - own) / wall, 3)
     load_after = round(float(loadavg()[0]), 2)
     return SideBySide(seconds, runs, warmup, round(load_before, 2), load_after, max_load, errors,
                       reference if reference in engines else None,
-                      stamp([ONNXRUNTIME, OPENVINO, "onnxslim"]), dict(versions or {}))
+                      stamp([ONNXRUNTIME, OPENVINO, "onnxslim"]), dict(versions or {}), others)
+
+
+def cpu_seconds(pids: Sequence[int]) -> tuple[float, float, float] | None:
+    """``(now, the machine's busy CPU seconds so far, those of processes pids)``, from ``/proc``
+    (``now`` on the monotonic clock, in seconds); None where ``/proc`` is missing (not Linux).
+
+    The machine's count is every core's time not idle and not waiting on I/O, the hypervisor's steal
+    included (a neighbour on a shared host). A process's count covers all its threads; one that has
+    exited counts 0.
+
+    Example:
+        >>> import os
+        >>> now, machine, ours = cpu_seconds([os.getpid()])
+        >>> machine >= ours > 0
+        True
+    """
+    now = time.monotonic()
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            fields = [int(v) for v in handle.readline().split()[1:]]
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    busy = (user + nice + system + irq + softirq + steal) / tick
+    own = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+                after_name = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        own += int(after_name[11]) + int(after_name[12])  # utime, stime (fields 14 and 15)
+    return now, busy, own / tick
 
 
 def _settled_load(max_load: float, settle: float, loadavg: Callable[[], tuple[float, float, float]],
@@ -245,6 +310,7 @@ class RuntimeServer:
         self._process = subprocess.Popen([sys.executable, "-c", _CHILD, kind, json.dumps(spec)],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                          env=environment)
+        self.pid = self._process.pid
         try:
             self.version = str(self._answer(None)["version"])
         except EngineError:
@@ -526,10 +592,17 @@ def markdown(result: SideBySide, subject: str) -> list[str]:
                      f"| {'-' if error is None else f'{error:.1e}'} |")
     lines += ["", f"{result.rounds} interleaved rounds of {result.runs} runs (after {result.warmup} warm-up "
               f"runs); load average {result.load_before:g} before, {result.load_after:g} after; "
-              f"{result.stamp.get('machine', '?')}; {result.stamp.get('date', '?')}.",
+              f"{others_text(result)}; {result.stamp.get('machine', '?')}; {result.stamp.get('date', '?')}.",
               f"**{result.refusal}.**" if result.refusal else "The host was quiet (load at most "
-              f"{result.max_load:g}): publishable."]
+              f"{result.max_load:g} before, other processes within {MAX_OTHERS_CORES:g} cores): publishable."]
     return lines
+
+
+def others_text(result: SideBySide) -> str:
+    """The CPU other processes took during the rounds, as the tables print it."""
+    if result.others_cores is None:
+        return "other processes' CPU not measured"
+    return f"other processes {result.others_cores:.2f} cores"
 
 
 def _named_path(text: str) -> tuple[str, Path]:

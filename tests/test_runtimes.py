@@ -120,6 +120,54 @@ def test_a_busy_machine_is_refused_before_or_after():
                              loadavg=_loads(2.0)).publishable  # "above 2", not "at 2"
 
 
+def _clock(*readings):
+    """A fake cpu_clock answering ``(now, machine busy s, ours s)`` in turn."""
+    answers = list(readings)
+    return lambda pids: answers.pop(0)
+
+
+def test_other_processes_cpu_during_the_rounds_decides_not_the_load_after_them():
+    """The load after long rounds counts the engines' own threads (2.05 after DBNet 640's on a quiet
+    host): with the others' CPU time known, only that, and the load before, refuse a result."""
+    quiet = time_side_by_side({"so": FakeEngine("so", [])}, rounds=1, runs=1, max_load=2,
+                              loadavg=_loads(1.0, 2.4), cpu_clock=_clock((0, 100.0, 5.0), (10, 120.0, 24.5)))
+    assert quiet.others_cores == 0.05 and quiet.publishable  # 20 s busy, 19.5 of them the engines'
+    shared = time_side_by_side({"so": FakeEngine("so", [])}, rounds=1, runs=1, max_load=2,
+                               loadavg=_loads(1.0, 1.2), cpu_clock=_clock((0, 100.0, 5.0), (10, 126.0, 25.0)))
+    assert shared.others_cores == 0.6
+    assert shared.refusal == ("other processes took 0.6 cores during the rounds, above 0.25: not for "
+                              "publishing")
+    assert "other processes 0.60 cores" in "\n".join(runtimes.markdown(shared, "so"))
+    for clock in (lambda pids: None, _clock((0, 100.0, 5.0), (0.5, 100.5, 5.0))):  # no /proc; too short
+        unknown = time_side_by_side({"so": FakeEngine("so", [])}, rounds=1, runs=1, max_load=2,
+                                    loadavg=_loads(1.0, 2.4), cpu_clock=clock)
+        assert unknown.others_cores is None
+        assert unknown.refusal == "load average 2.4 after the rounds, above 2: not for publishing"
+
+
+def test_an_engines_own_cpu_time_counts_as_the_rounds_not_as_others():
+    class Spinning(FakeEngine):
+        def time(self, runs):
+            end = runtimes.time.process_time() + 0.6
+            while runtimes.time.process_time() < end:
+                pass
+            return [0.6] * runs
+
+    seen = []
+
+    def clock(pids):
+        seen.append((list(pids), runtimes.cpu_seconds(pids)))
+        return seen[-1][1]
+
+    result = time_side_by_side({"so": Spinning("so", [])}, rounds=2, runs=1, warmup=0, max_load=2,
+                               loadavg=_loads(0.0), cpu_clock=clock)
+    (pids, start), (_, end) = seen
+    assert pids == [runtimes.os.getpid()]  # an in-process engine has no pid of its own
+    assert end[2] - start[2] >= 1.15  # the 1.2 s of spinning, ours (the clock ticks in 1/100 s)
+    assert end[1] - start[1] >= end[2] - start[2] - 0.05  # and inside the machine's busy time
+    assert result.others_cores is not None and result.others_cores >= 0
+
+
 def test_bad_counts_and_no_engine_are_refused():
     with pytest.raises(ValueError, match="at least one engine"):
         time_side_by_side({})
@@ -181,3 +229,69 @@ def test_real_models_cells_say_when_b_star_was_handed_back_a_busy_row_and_an_old
     assert cells[8] == "4.2 / 0.9 **busy: not for publishing**"
     old = real_models.timing_cells({"tuned": 0.01, "best_fixed": 0.02, "onnxruntime": 0.03})
     assert old[:8] == ["-"] * 8 and "re-run" in old[8]
+
+
+def test_real_models_cells_name_the_other_processes_cpu():
+    row = _row({"handed_back": [0.010], "onnxruntime": [0.020], "openvino": [0.03]}, load_after=2.1)
+    row["side_by_side"]["others_cores"] = 0.04
+    assert real_models.timing_cells(row)[8] == "0.3 / 2.1; others 0.04"  # quiet: the load after is ours
+    row["side_by_side"]["others_cores"] = 0.5
+    assert real_models.timing_cells(row)[8] == "0.3 / 2.1; others 0.50 **busy: not for publishing**"
+
+
+def _tuned_row(tmp_path, **extra):
+    builds = tmp_path / "builds"
+    builds.mkdir(parents=True)
+    for name, content in (("det.so", b"handed back"), ("det.best_fixed.so", b"b*")):
+        (builds / name).write_bytes(content)
+    row = _row({"handed_back": [0.010], "best_fixed": [0.012], "onnxruntime": [0.020]}, model="det",
+               threads=2, timings={"side by side": 40.0},
+               stamp={"date": "2026-12-02 10:00 UTC", "machine": real_models.stamp()["machine"]},
+               library_digests={"handed_back": real_models._digest(builds / "det.so"),
+                                "best_fixed": real_models._digest(builds / "det.best_fixed.so")})
+    row.update(extra)
+    return row, builds
+
+
+def test_retime_times_the_rows_own_libraries_again(tmp_path, monkeypatch):
+    row, builds = _tuned_row(tmp_path)
+    timed = []
+
+    def time_row(row, model_file, libraries, threads, args):
+        timed.append((model_file, libraries, threads))
+        row["stamp"] = {**row["stamp"], "date": "2026-12-02 11:30 UTC"}
+
+    monkeypatch.setattr(real_models, "time_row", time_row)
+    monkeypatch.setattr(real_models, "fetch", lambda model, where: where / "det.onnx")
+    monkeypatch.setitem(real_models.MODELS, "det", None)
+    monkeypatch.setenv("TVM_NUM_THREADS", "2")
+    args = real_models.argparse.Namespace(builds=str(builds), models=str(tmp_path))
+    real_models.retime_model(row, args)
+    assert timed == [(tmp_path / "det.onnx", {"handed_back": builds / "det.so",
+                                              "best_fixed": builds / "det.best_fixed.so"}, 2)]
+    assert row["retimed"] == {"date": "2026-12-02 11:30 UTC", "first_timed": "2026-12-02 10:00 UTC"}
+    real_models.retime_model(row, args)  # again: still the first timing it remembers
+    assert row["retimed"]["first_timed"] == "2026-12-02 10:00 UTC"
+
+    (builds / "det.so").write_bytes(b"another tune's build")
+    with pytest.raises(RuntimeError, match=r"det\.so is not the library this row's tune exported"):
+        real_models.retime_model(row, args)
+    monkeypatch.setenv("TVM_NUM_THREADS", "1")
+    with pytest.raises(RuntimeError, match="tuned and timed on 2 threads, not 1"):
+        real_models.retime_model(_tuned_row(tmp_path / "b")[0], real_models.argparse.Namespace(
+            builds=str(tmp_path / "b" / "builds"), models=str(tmp_path)))
+    other = _tuned_row(tmp_path / "c")[0]
+    other["stamp"]["machine"] = "Another CPU (x86_64, AVX2)"
+    with pytest.raises(RuntimeError, match=r"tuned on Another CPU .* re-tune it here"):
+        real_models.retime_model(other, args)
+
+
+def test_a_row_without_digests_takes_a_library_written_just_before_its_first_timing(tmp_path):
+    row, builds = _tuned_row(tmp_path)
+    del row["library_digests"]
+    library = builds / "det.so"
+    ended = real_models.datetime.datetime(2026, 12, 2, 10, 0, tzinfo=real_models.datetime.timezone.utc)
+    for offset, accepted in ((-100, True), (-150, True), (-300, False), (+120, False)):
+        stamp = ended.timestamp() + offset
+        real_models.os.utime(library, (stamp, stamp))
+        assert real_models._exported_by(row, "handed_back", library) == accepted, offset
