@@ -280,6 +280,47 @@ def test_pooling_in_a_channel_block_is_vectorised_along_the_block_and_matches_th
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("op", ["softmax", "layer_norm", "mean", "max"])
+@pytest.mark.parametrize("shape", [(3, 67), (2, 5, 64), (40, 211)])
+def test_a_reduction_along_the_contiguous_axis_runs_on_vectors_of_partial_results(op, shape, target):
+    """softmax's max and sum, a layer norm's moments: rfactor over vector lanes, the lengths no
+    multiple of the lanes (67, 211) ending in one predicated step."""
+    tvm = import_tvm()
+    relax = tvm.relax
+    data = np.random.default_rng(3).standard_normal(shape).astype("float32")
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(data.shape, "float32"))
+    ones, zeros = (relax.const(np.full(shape[-1], v, "float32")) for v in (1.0, 0.0))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            y = {"softmax": lambda: relax.op.nn.softmax(x, axis=-1),
+                 "layer_norm": lambda: relax.op.nn.layer_norm(x, ones, zeros, axes=[-1]),
+                 "mean": lambda: relax.op.mean(x, axis=[-1], keepdims=True),
+                 "max": lambda: relax.op.max(x, axis=[-1])}[op]()
+            out = builder.emit_output(y)
+        builder.emit_func_output(out)
+    with target:
+        legalized = relax.transform.LegalizeOps()(builder.get())
+    scheduled = schedule_module(legalized, target)
+    lanes, _ = kernels.isa.vector_registers(target)
+    reductions = [f.script() for f in scheduled.functions.values()
+                  if isinstance(f, tvm.tirx.PrimFunc) and "_rf" in f.script()]
+    assert reductions and all(f"T.vectorized({lanes})" in s or f"T.vectorized(T.int64({lanes}))" in s
+                              for s in reductions)
+    outputs = []
+    for mod in (legalized, scheduled):
+        vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
+        outputs.append(vm["main"](tvm.runtime.tensor(data)).numpy())
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-6)
+    expected = {"softmax": lambda a: np.exp(a - a.max(-1, keepdims=True)) / np.exp(
+                    a - a.max(-1, keepdims=True)).sum(-1, keepdims=True),
+                "layer_norm": lambda a: (a - a.mean(-1, keepdims=True)) / np.sqrt(
+                    a.var(-1, keepdims=True) + 1e-5),
+                "mean": lambda a: a.mean(-1, keepdims=True),
+                "max": lambda a: a.max(-1)}[op](data.astype("float64"))
+    np.testing.assert_allclose(outputs[1], expected, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("epilogue", [False, True])
 def test_a_concat_copies_each_input_in_its_own_loop_with_its_followers_inlined(epilogue, target):
     tvm = import_tvm()
