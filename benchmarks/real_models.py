@@ -62,6 +62,7 @@ from benchmarks.runtimes import (
     ROUNDS,
     RUNS,
     SideBySide,
+    others_text,
     start_engines,
     time_side_by_side,
 )
@@ -384,7 +385,7 @@ def write_markdown(rows: list[dict], out: Path) -> None:
     for r in rows:
         side = r.get("side_by_side")
         others = "" if side is None or side.get("others_cores") is None else (
-            f", other processes {side['others_cores']:.2f} cores during the rounds")
+            f", {others_text(SideBySide.from_dict(side))} during the rounds")
         timed = (f"timed with load average {side['load_before']:g} before, {side['load_after']:g} "
                  f"after{others}"
                  if side else f"load average {r.get('load_before')} before, {r.get('load_after')} after")

@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -68,6 +68,8 @@ _ROOT = Path(__file__).resolve().parent.parent
 MAX_OTHERS_CORES = 0.25
 #: rounds shorter than this leave the others' CPU unknown: ``/proc`` counts in ticks of 10 ms
 MIN_ACCOUNTED_SECONDS = 1.0
+#: the longest wait, after an engine's turn, for its process to stop burning CPU (:func:`_wait_until_idle`)
+IDLE_WAIT_SECONDS = 1.0
 
 
 class Engine(Protocol):
@@ -94,7 +96,9 @@ class SideBySide:
     which the figures are not to be published (the number of cores: 2 on 2 cores). ``others_cores`` is
     the CPU time the rest of the host took during the rounds (steal included), in cores: the machine's
     busy time less the engines' and this process's, over the rounds' wall time (None where
-    ``/proc`` is missing).
+    ``/proc`` is missing). ``idle_cores[name]`` is what engine ``name``'s process burnt while the
+    others ran (a runtime's threads spinning after its runs), in cores: work that slows the engine
+    being timed, which neither figure above counts as other work.
 
     The load after the rounds counts the engines' own threads: after 40 s of rounds on 2 threads the
     1-minute average reads about 1.2 more than the host's other work. So the load after decides only
@@ -121,6 +125,7 @@ class SideBySide:
     stamp: dict[str, str]
     versions: dict[str, str]
     others_cores: float | None = None
+    idle_cores: dict[str, float] = field(default_factory=dict)
 
     def latency(self, name: str) -> Latency:
         """Engine ``name``'s median over the rounds (and the spread of its round samples)."""
@@ -184,7 +189,9 @@ def time_side_by_side(engines: Mapping[str, Engine], rounds: int = ROUNDS, runs:
     ``settle`` seconds for the load to fall to ``max_load`` (default: the usable cores), so that the
     work that just ended here (a tuning's compile workers) has left the average; a load that stays
     above marks the result as not :attr:`~SideBySide.publishable`. During the rounds, ``cpu_clock``
-    (default :func:`cpu_seconds`, on ``/proc``) gives the CPU time other processes took.
+    (default :func:`cpu_seconds`, on ``/proc``) gives the CPU time other processes took. After each
+    turn of an engine in a process of its own, the next turn waits for that process to go idle (TVM's
+    thread pool spins after its runs), up to :data:`IDLE_WAIT_SECONDS`.
 
     Raises:
         ValueError: no engine, or a count below 1.
@@ -214,21 +221,58 @@ def time_side_by_side(engines: Mapping[str, Engine], rounds: int = ROUNDS, runs:
                 except ProblemError as exc:
                     raise ProblemError(f"{name}'s outputs do not compare with {reference}'s: {exc}") from None
     seconds: dict[str, list[float]] = {name: [] for name in engines}
-    ours = [os.getpid(), *(pid for pid in (getattr(e, "pid", None) for e in engines.values()) if pid)]
+    pids = {name: pid for name, pid in ((n, getattr(e, "pid", None)) for n, e in engines.items()) if pid}
+    ours = [os.getpid(), *pids.values()]
     clock = cpu_clock or cpu_seconds
+    # each engine's CPU time and the wall time over the other engines' turns: what it burns there
+    during_others = {name: [0.0, 0.0] for name in pids}
     started = clock(ours)
     for round_ in range(rounds):
         for name in rotated(list(engines), round_):
+            before = {other: cpu_seconds([pid]) for other, pid in pids.items() if other != name}
             seconds[name].append(float(np.median(engines[name].time(runs))))
+            for other, then in before.items():
+                now = cpu_seconds([pids[other]])
+                if then is not None and now is not None:
+                    during_others[other][0] += now[0] - then[0]
+                    during_others[other][1] += now[2] - then[2]
+            if name in pids:
+                _wait_until_idle(pids[name], sleep)
     ended = clock(ours)
     others = None  # unknown without /proc, or over rounds too short for its 10 ms ticks to tell
     if started is not None and ended is not None and ended[0] - started[0] >= MIN_ACCOUNTED_SECONDS:
         wall, busy, own = (e - s for s, e in zip(started, ended, strict=True))
         others = round(max(0.0, busy - own) / wall, 3)
+    idle = {name: round(cpu / wall, 3) for name, (wall, cpu) in during_others.items()
+            if wall >= MIN_ACCOUNTED_SECONDS}
     load_after = round(float(loadavg()[0]), 2)
     return SideBySide(seconds, runs, warmup, round(load_before, 2), load_after, max_load, errors,
                       reference if reference in engines else None,
-                      stamp([ONNXRUNTIME, OPENVINO, "onnxslim"]), dict(versions or {}), others)
+                      stamp([ONNXRUNTIME, OPENVINO, "onnxslim"]), dict(versions or {}), others, idle)
+
+
+def _wait_until_idle(pid: int, sleep: Callable[[float], None], poll: float = 0.05, quiet_polls: int = 2
+                     ) -> None:
+    """Wait until process ``pid`` burns no CPU over ``quiet_polls`` polls in a row, at most
+    :data:`IDLE_WAIT_SECONDS`.
+
+    TVM's thread pool spins after a run (``TVM_THREAD_POOL_SPIN_COUNT``): about one core for 250 ms
+    after each turn (sampled every 50 ms on DBNet 320's build: 0.96, 0.78, 0.51, 0.99, 0.99, 0.2, then
+    0), 0.15-0.28 cores on average over the other engines' turns, which slowed whichever engine came
+    next (10 ms runs: its whole turn). Waiting here keeps each engine's turn to itself, as a deployment
+    has it, without changing how any engine is configured. ``/proc`` counts in 10 ms ticks and the
+    spinning comes in bursts, so one quiet poll is not proof enough."""
+    last = cpu_seconds([pid])
+    quiet = 0
+    for _ in range(round(IDLE_WAIT_SECONDS / poll) if last is not None else 0):
+        sleep(poll)
+        now = cpu_seconds([pid])
+        if now is None:
+            return
+        quiet = quiet + 1 if now[2] == last[2] else 0
+        if quiet >= quiet_polls:
+            return
+        last = now
 
 
 def cpu_seconds(pids: Sequence[int]) -> tuple[float, float, float] | None:
@@ -602,7 +646,9 @@ def others_text(result: SideBySide) -> str:
     """The CPU other processes took during the rounds, as the tables print it."""
     if result.others_cores is None:
         return "other processes' CPU not measured"
-    return f"other processes {result.others_cores:.2f} cores"
+    idle = ", ".join(f"{name} {cores:.2f}" for name, cores in result.idle_cores.items())
+    return f"other processes {result.others_cores:.2f} cores" + (
+        f"; the engines between their turns (cores): {idle}" if idle else "")
 
 
 def _named_path(text: str) -> tuple[str, Path]:

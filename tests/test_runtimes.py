@@ -168,6 +168,70 @@ def test_an_engines_own_cpu_time_counts_as_the_rounds_not_as_others():
     assert result.others_cores is not None and result.others_cores >= 0
 
 
+def test_what_an_engine_burns_between_its_turns_is_measured(monkeypatch):
+    """A runtime whose threads spin after its runs slows the engine timed next: each engine in a
+    process of its own gets its CPU outside its turns measured."""
+    spinner = runtimes.subprocess.Popen([runtimes.sys.executable, "-c", "while True: pass"])
+    try:
+        class Spinning(FakeEngine):  # its process spins all along, in its turns and out of them
+            pid = spinner.pid
+
+            def time(self, runs):
+                runtimes.time.sleep(0.3)
+                return [0.3] * runs
+
+        class Quiet(FakeEngine):
+            def time(self, runs):
+                runtimes.time.sleep(0.3)
+                return [0.3] * runs
+
+        waits = []
+
+        def sleep(seconds):
+            waits.append(seconds)
+            runtimes.time.sleep(seconds)
+
+        monkeypatch.setattr(runtimes, "IDLE_WAIT_SECONDS", 0.2)
+        result = time_side_by_side({"spinning": Spinning("spinning", []), "quiet": Quiet("quiet", [])},
+                                   rounds=4, runs=1, warmup=0, max_load=2, loadavg=_loads(0.0),
+                                   cpu_clock=_clock((0, 0.0, 0.0), (2.4, 4.8, 4.8)), sleep=sleep)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    # after each of its turns the rounds waited for it to go idle, and gave up at the longest wait
+    assert len(waits) == 4 * 4 and set(waits) == {0.05}
+    assert list(result.idle_cores) == ["spinning"]  # an in-process engine has no process to watch
+    assert result.idle_cores["spinning"] > 0.5  # about one core, less what the host lends elsewhere
+    assert "the engines between their turns (cores): spinning" in runtimes.others_text(result)
+    assert SideBySide.from_dict(json.loads(json.dumps(result.as_dict()))) == result
+
+
+def test_the_next_turn_waits_for_an_engine_to_go_idle():
+    """A process that spins for 0.15 s after its turn, as TVM's thread pool does: the wait ends once
+    it has gone idle, well before the longest wait."""
+    code = ("import sys, time\n"
+            "for line in sys.stdin:\n"
+            "    end = time.monotonic() + 0.15\n"
+            "    while time.monotonic() < end: pass\n"
+            "    print('done', flush=True)\n")
+    child = runtimes.subprocess.Popen([runtimes.sys.executable, "-c", code], stdin=runtimes.subprocess.PIPE,
+                                      stdout=runtimes.subprocess.PIPE, text=True)
+    try:
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        child.stdout.readline()  # its "turn" is over as it answers; the spinning goes on
+        started = runtimes.time.monotonic()
+        runtimes._wait_until_idle(child.pid, runtimes.time.sleep)
+        waited = runtimes.time.monotonic() - started
+        before = runtimes.cpu_seconds([child.pid])[2]
+        runtimes.time.sleep(0.1)
+        assert runtimes.cpu_seconds([child.pid])[2] == before  # idle when the wait ended
+        assert waited < 0.8
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_bad_counts_and_no_engine_are_refused():
     with pytest.raises(ValueError, match="at least one engine"):
         time_side_by_side({})
