@@ -246,10 +246,15 @@ def retime_model(row: dict, args: argparse.Namespace) -> dict:
     threads = int(os.environ["TVM_NUM_THREADS"])
     if threads != row["threads"]:
         raise RuntimeError(f"{name}: tuned and timed on {row['threads']} threads, not {threads}")
-    first = row.get("retimed", {}).get("first_timed", row["stamp"]["date"])
+    first = _first_timed(row)
     time_row(row, fetch(MODELS[name], Path(args.models)), libraries, threads, args)
     row["retimed"] = {"date": row["stamp"]["date"], "first_timed": first}
     return row
+
+
+def _first_timed(row: dict) -> str:
+    """The stamp date of the row's timing right after its tune (later ones are ``--retime``'s)."""
+    return row.get("retimed", {}).get("first_timed", row["stamp"]["date"])
 
 
 def _exported_by(row: dict, build: str, library: Path) -> bool:
@@ -259,8 +264,8 @@ def _exported_by(row: dict, build: str, library: Path) -> bool:
     recorded = row.get("library_digests", {}).get(build)
     if recorded is not None:
         return _digest(library) == recorded
-    timed = row.get("retimed", {}).get("first_timed", row["stamp"]["date"])
-    ended = datetime.datetime.strptime(timed, "%Y-%m-%d %H:%M UTC").replace(tzinfo=datetime.timezone.utc)
+    ended = datetime.datetime.strptime(_first_timed(row), "%Y-%m-%d %H:%M UTC").replace(
+        tzinfo=datetime.timezone.utc)
     window = row["timings"].get("side by side", 0) + 180  # the stamp is minutes, the export just before
     return 0 <= ended.timestamp() + 60 - library.stat().st_mtime <= window
 

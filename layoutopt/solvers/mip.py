@@ -192,10 +192,12 @@ class Mip(Solver):
         status, x_values, bound = outcome
         stats["mip_status"] = status
         limited = "time limit reached" if remaining is not None else "stopped early"
-        if status == pywraplp.Solver.INFEASIBLE:
-            if hint is None and not (backend == "cbc" and remaining is not None):
-                return SolverResult(None, "infeasible", math.inf, f"mip ({backend}) proved that every "
-                                    "assignment uses a forbidden (inf) entry", stats)
+        distrusted = status == pywraplp.Solver.INFEASIBLE and (
+            hint is not None or (backend == "cbc" and remaining is not None))
+        if status == pywraplp.Solver.INFEASIBLE and not distrusted:
+            return SolverResult(None, "infeasible", math.inf, f"mip ({backend}) proved that every "
+                                "assignment uses a forbidden (inf) entry", stats)
+        if distrusted:
             # Not a proof: CBC reports INFEASIBLE when its time limit stops it before a first solution
             # (seen in the test suite on a busy machine), and no backend may deny the warm start.
             status = pywraplp.Solver.NOT_SOLVED
@@ -207,7 +209,7 @@ class Mip(Solver):
                 f"{limited}; lower_bound is the {backend} best bound")
         else:  # NOT_SOLVED (time limit before a first solution) or ABNORMAL
             assignment, lower = hint, problem.trivial_lower_bound()
-            reported = ("reported infeasible, which is no proof here" if stats.get("infeasible_not_trusted")
+            reported = ("reported infeasible, which is no proof here" if distrusted
                         else f"{limited} without a solution (status {status})")
             message = (f"mip ({backend}) {reported}; using the warm start, lower_bound is the sum of the "
                        "least costs")

@@ -264,7 +264,6 @@ def channel_shuffles_as_take(mod):
     tvm = import_tvm()
     relax = tvm.relax
     reshape, permute = tvm.ir.Op.get("relax.reshape"), tvm.ir.Op.get("relax.permute_dims")
-    bound = _bound_call
 
     @relax.expr_functor.mutator
     class _Shuffles(relax.expr_functor.PyExprMutator):
@@ -272,8 +271,8 @@ def channel_shuffles_as_take(mod):
             call = super().visit_call_(call)
             out = static_shape(call)
             lookup = self.lookup_binding
-            transposed = bound(call.args[0], permute, lookup) if call.op == reshape else None
-            grouped = bound(transposed.args[0], reshape, lookup) if transposed is not None else None
+            transposed = _bound_call(call.args[0], permute, lookup) if call.op == reshape else None
+            grouped = _bound_call(transposed.args[0], reshape, lookup) if transposed is not None else None
             if grouped is None or out is None or len(out) != 4:
                 return call
             data, five = grouped.args[0], static_shape(grouped)
