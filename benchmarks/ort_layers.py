@@ -7,7 +7,12 @@ when compiled with ``PERF_COUNT`` (its infer request's ``profiling_info`` with e
 its runtime model, which :mod:`benchmarks.runtimes` writes to a file; :func:`openvino_node_times`
 reads it). layoutopt times every call of its build inside the running
 network (:func:`layoutopt.tvm.profile.profile_calls`, matched to the solution's layers by
-:func:`layoutopt.tvm.profile.layer_calls`). Each side keeps each node's fastest run.
+:func:`layoutopt.tvm.profile.layer_calls`). The command line takes each node's median over the runs of
+a round, on both sides: a TVM build's fastest runs follow the host's fast spells (on a shared 2-core
+host a network's runs take 4.7 ms in one and 9 ms in the next), OpenVINO's per-node times do not (the
+sum of its nodes' fastest runs stayed at 6.3 ms while its fastest runs took 4.8), so fastest against
+fastest flatters the TVM build. The rounds interleave the sides, and each layer's ratio is paired
+round by round (:func:`paired_rounds`).
 :func:`match_convs` pairs each conv2d layer of the tuned build with the engine's node running the same
 convolution (same input, weight and output shapes, in program order among equal shapes) and
 :func:`markdown` groups the pairs by kernel shape and algorithm, so that a table shows which layers
@@ -34,21 +39,27 @@ from __future__ import annotations
 import json
 import sys
 from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from layoutopt.tvm.kernels.workload import conv2d_output_shape
+from layoutopt.tvm.timing import Ratio
 
 #: ONNX Runtime ops that run a convolution (``FusedConv``: with its activation or residual add); OpenVINO's
 #: are read as ``Conv`` (:func:`openvino_node_times`)
 CONV_OPS = ("Conv", "FusedConv")
 #: OpenVINO's node types of a convolution
 OPENVINO_CONV_TYPES = ("Convolution", "GroupConvolution")
+#: what sums a node's runs into one time: ``min`` (its fastest) or ``statistics.median``
+Statistic = Callable[[Sequence[float]], float]
 
 
-def node_times(profile: str | Path) -> list[dict[str, Any]]:
-    """Each node of an ONNX Runtime profile with its fastest run, in the order the nodes first ran.
+def node_times(profile: str | Path, statistic: Statistic = min) -> list[dict[str, Any]]:
+    """Each node of an ONNX Runtime profile with its fastest run (or ``statistic`` of its runs), in the
+    order the nodes first ran.
 
     Returns dicts ``{"node", "op", "inputs", "outputs", "seconds"}``: the shapes are lists of ints,
     one per tensor argument.
@@ -70,16 +81,21 @@ def node_times(profile: str | Path) -> list[dict[str, Any]]:
             "op": args.get("op_name", ""),
             "inputs": _shapes(args.get("input_type_shape", [])),
             "outputs": _shapes(args.get("output_type_shape", [])),
-            "seconds": float("inf"),
+            "runs": [],
         })
-        node["seconds"] = min(node["seconds"], float(event["dur"]) * 1e-6)
-    return list(nodes.values())
+        node["runs"].append(float(event["dur"]) * 1e-6)
+    return [{**_without_runs(node), "seconds": float(statistic(node["runs"]))} for node in nodes.values()]
 
 
-def openvino_node_times(profile: str | Path) -> list[dict[str, Any]]:
+def _without_runs(node: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in node.items() if key != "runs"}
+
+
+def openvino_node_times(profile: str | Path, statistic: Statistic = min) -> list[dict[str, Any]]:
     """Each node of an OpenVINO profile (the file :mod:`benchmarks.runtimes` writes: one record
-    ``{"node", "type", "exec_type", "seconds", "inputs", "outputs"}`` per executed node, its fastest run
-    and its shapes as it runs) in :func:`node_times`'s form. Its conv nodes (``Convolution``,
+    ``{"node", "type", "exec_type", "runs", "seconds", "inputs", "outputs"}`` per executed node, every
+    run's time, the fastest, and its shapes as it runs) in :func:`node_times`'s form, with ``statistic``
+    of its runs. Its conv nodes (``Convolution``,
     ``GroupConvolution``) become ``Conv`` with an OIHW weight shape: a grouped weight
     ``(G, O/G, I/G, KH, KW)`` is ``(O, I/G, KH, KW)``, as ONNX has it.
 
@@ -99,7 +115,7 @@ def openvino_node_times(profile: str | Path) -> list[dict[str, Any]]:
                 inputs[1] = [groups * per_group, *rest]
         nodes.append({"node": record["node"], "op": op, "inputs": inputs,
                       "outputs": [list(shape) for shape in record.get("outputs", [])],
-                      "seconds": record["seconds"]})
+                      "seconds": float(statistic(record.get("runs") or [record["seconds"]]))})
     return nodes
 
 
@@ -172,10 +188,57 @@ def group_of(workload: Mapping[str, Any], algorithm: str) -> str:
     return f"{kind} {algorithm}"
 
 
+def paired_rounds(rounds: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """The :func:`match_convs` records of several interleaved rounds (the same layers, in the same order,
+    each round), one per layer: each side's time its median over the rounds where both sides ran it,
+    with the per-round times kept (``"ours_rounds"``, ``"engine_rounds"``) so that :func:`markdown`
+    pairs them round by round.
+
+    A layer's fastest run over all rounds may come from a fast spell of the host on one side and a slow
+    one on the other; its ratio within each round compares the two sides in the same spell. A round
+    where a side did not run the layer counts as None in its lists.
+
+    Example::
+
+        records = paired_rounds([match_convs(layers, nodes) for layers, nodes in rounds])
+        records[0]["engine_rounds"]       # the engine's time of the first layer in each round
+    """
+    combined = []
+    for per_round in zip(*rounds, strict=True):
+        # None where a side did not run the layer that round: the lists stay aligned with the rounds
+        both = [r["in_network"] is not None and r["engine"] is not None for r in per_round]
+        ours = [r["in_network"] if ok else None for r, ok in zip(per_round, both, strict=True)]
+        theirs = [r["engine"] if ok else None for r, ok in zip(per_round, both, strict=True)]
+        combined.append({**per_round[0], "ours_rounds": ours, "engine_rounds": theirs,
+                         "in_network": _median([t for t in ours if t is not None]),
+                         "engine": _median([t for t in theirs if t is not None])})
+    return combined
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def _ratio_text(records: Sequence[Mapping[str, Any]]) -> str:
+    """The engine's time over ours for ``records`` together: paired round by round (the median of the
+    per-round ratios of the sums, with its 95 % interval) when they carry their rounds, else the ratio
+    of the sums."""
+    if all(r.get("ours_rounds") for r in records):
+        # the rounds where every one of the records ran on both sides
+        rounds = [i for i in range(min(len(r["ours_rounds"]) for r in records))
+                  if all(r["ours_rounds"][i] is not None for r in records)]
+        if rounds:
+            ratio = Ratio.of([sum(r["engine_rounds"][i] for r in records) for i in rounds],
+                             [sum(r["ours_rounds"][i] for r in records) for i in rounds])
+            return f"{ratio.median:.2f}x [{ratio.low:.2f}-{ratio.high:.2f}]"
+    return f"{sum(r['engine'] for r in records) / sum(r['in_network'] for r in records):.2f}x"
+
+
 def markdown(records: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]],
              engine: str = "ONNX Runtime") -> list[str]:
     """Markdown lines: the totals by group, then every matched layer (ms; ratio engine / layoutopt,
-    above 1 where layoutopt's layer is faster), then the engine's time outside its convs."""
+    above 1 where layoutopt's layer is faster; paired round by round, with its 95 % interval, for
+    records from :func:`paired_rounds`), then the engine's time outside its convs."""
     matched = [r for r in records if r["engine"] is not None and r["in_network"] is not None]
     if not matched:
         return [f"No conv layer matched a node of {engine}'s profile."]
@@ -183,24 +246,27 @@ def markdown(records: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, 
     for record in matched:
         groups[record["group"]].append(record)
     ours, theirs = (sum(r[k] for r in matched) for k in ("in_network", "engine"))
-    lines = [f"{len(matched)} of {len(records)} conv layers matched an {engine} node; each side's "
-             "time is the node's fastest run inside its own running network (ms).", "",
+    each = ("each side's time is the median over the rounds of the node's time in the round, inside "
+            "its own running network (ms); the ratio is paired round by round"
+            if all(r.get("ours_rounds") for r in matched) else
+            "each side's time is the node's fastest run inside its own running network (ms)")
+    lines = [f"{len(matched)} of {len(records)} conv layers matched an {engine} node; {each}.", "",
              f"| kernel, algorithm (layoutopt) | layers | layoutopt | {engine} | {engine} / layoutopt "
              "| layers faster in layoutopt |", "|---|---|---|---|---|---|"]
     for group, members in sorted(groups.items(), key=lambda item: -sum(r["in_network"] for r in item[1])):
         a, b = (sum(r[k] for r in members) for k in ("in_network", "engine"))
         wins = sum(r["in_network"] < r["engine"] for r in members)
-        lines.append(f"| {group} | {len(members)} | {a * 1e3:.3f} | {b * 1e3:.3f} | {b / a:.2f}x "
+        lines.append(f"| {group} | {len(members)} | {a * 1e3:.3f} | {b * 1e3:.3f} | {_ratio_text(members)} "
                      f"| {wins} of {len(members)} |")
     wins = sum(r["in_network"] < r["engine"] for r in matched)
     lines.append(f"| all convs | {len(matched)} | {ours * 1e3:.3f} | {theirs * 1e3:.3f} "
-                 f"| {theirs / ours:.2f}x | {wins} of {len(matched)} |")
+                 f"| {_ratio_text(matched)} | {wins} of {len(matched)} |")
     lines += ["", f"{engine}'s other nodes (reorders, pooling, gemm, elementwise): "
               f"{other_seconds(nodes) * 1e3:.3f} ms.",
               "", f"| layer | layoutopt choice | layoutopt | {engine} op | {engine} | {engine} / layoutopt |",
               "|---|---|---|---|---|---|"]
     lines += [f"| {r['layer']} | {r['choice']} | {r['in_network'] * 1e3:.3f} | {r['engine_op']} "
-              f"| {r['engine'] * 1e3:.3f} | {r['engine'] / r['in_network']:.2f}x |"
+              f"| {r['engine'] * 1e3:.3f} | {_ratio_text([r])} |"
               for r in matched]
     return lines
 
@@ -222,23 +288,28 @@ def summary_cells(records: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def build_layers(library: str | Path, solution: str | Path, inputs: Sequence[Any],
-                 runs: int = 20) -> list[dict[str, Any]]:
+                 runs: int = 20, statistic: Statistic = min) -> tuple[list[dict[str, Any]], float]:
     """The conv2d layers of an exported build (``library``, the ``solution`` file it was built from),
     each with its in-network time in the running library (:func:`layoutopt.tvm.profile.profile_calls`,
-    the fastest of ``runs`` runs), as :func:`match_convs` takes them."""
+    the fastest of ``runs`` runs, or ``statistic`` of them), as :func:`match_convs` takes them; and the
+    seconds of the build's other calls (transforms, pooling, dense, elementwise) together. The VM's
+    builtins are left out: in the profile they take about the timer's own cost (a whole run takes
+    0.98 of its kernels' times without them, MobileNetV2's build)."""
     import tvm
 
     from layoutopt.tvm import load_solution
-    from layoutopt.tvm.profile import KernelShapes, layer_calls, profile_calls
+    from layoutopt.tvm.profile import KernelShapes, call_category, layer_calls, profile_calls
 
     record = load_solution(solution)
     targets = [layer for layer in record.layers if layer.kind == "target"]
-    calls = profile_calls(tvm.runtime.load_module(str(library)), inputs, repeat=runs)
+    calls = profile_calls(tvm.runtime.load_module(str(library)), inputs, repeat=runs, statistic=statistic)
     times = layer_calls(calls, [(layer.layer, layer.workload, layer.candidate) for layer in targets],
                         KernelShapes(record.target))
-    return [{"layer": layer.layer, "workload": layer.workload, "choice": layer.label,
-             "algorithm": layer.candidate.get("algorithm", "direct"), "in_network": times.get(layer.layer)}
-            for layer in targets if layer.workload["op"] == "conv2d"]
+    layers = [{"layer": layer.layer, "workload": layer.workload, "choice": layer.label,
+               "algorithm": layer.candidate.get("algorithm", "direct"), "in_network": times.get(layer.layer)}
+              for layer in targets if layer.workload["op"] == "conv2d"]
+    convs = sum(layer["in_network"] or 0.0 for layer in layers)
+    return layers, sum(call.seconds for call in calls if call_category(call.symbol) != "vm builtins") - convs
 
 
 def fastest_nodes(profiles: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
@@ -255,12 +326,14 @@ def fastest_nodes(profiles: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import os
+    import statistics
     import tempfile
 
     import numpy as np
 
-    from benchmarks.runtimes import ONNXRUNTIME, OPENVINO, _inputs, start_engines
+    from benchmarks.runtimes import ONNXRUNTIME, OPENVINO, _inputs, start_engines, wait_until_idle
     from layoutopt.machine import stamp_line
+    from layoutopt.tvm.timing import rotated
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("onnx", type=Path, help="the original model, run by ONNX Runtime and OpenVINO")
@@ -269,8 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--input-shape", default=None,
                         help="comma-separated shape of the (single) input; default: the model's, if static")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="interleaved rounds: each side profiled in turn, each node's fastest kept")
+    parser.add_argument("--rounds", type=int, default=9,
+                        help="interleaved rounds: each side profiled in turn, ratios paired by round")
     parser.add_argument("--runs", type=int, default=10, help="profiled runs of each side per round")
     parser.add_argument("--out", type=Path, default=None, help="append the tables to this markdown file")
     args = parser.parse_args(argv)
@@ -287,33 +360,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
     inputs = [np.random.default_rng(1).standard_normal(shape).astype("float32")]
     readers = {ONNXRUNTIME: ("ONNX Runtime", node_times), OPENVINO: ("OpenVINO", openvino_node_times)}
-    ours: list[list[dict[str, Any]]] = []
-    theirs: dict[str, list[list[dict[str, Any]]]] = {engine: [] for engine in readers}
+    ours = "layoutopt"
+    records: dict[str, list[list[dict[str, Any]]]] = {engine: [] for engine in readers}
+    others: dict[str, list[tuple[float, float]]] = {engine: [] for engine in readers}
+    profiles: dict[str, list[list[dict[str, Any]]]] = {engine: [] for engine in readers}
     load = os.getloadavg()[0]
-    # rounds interleave the sides: a shared host's slow spells then fall on each, and each node keeps
-    # its fastest run over the rounds
+    # interleaved rounds, the order rotated: the host's slow spells last seconds, so each layer's ratio
+    # is taken within a round, where both sides ran in the same spell. After each side's turn its process
+    # must go idle (TVM's thread pool spins for ~250 ms), so that no side slows the next one's.
     with (start_engines(args.onnx, inputs, {}, args.threads, tuple(readers)) as (engines, failed),
           tempfile.TemporaryDirectory() as tmp):
         for name, reason in failed.items():
             print(f"{name} did not start: {reason}", file=sys.stderr)
         for index in range(args.rounds):
-            layers = build_layers(args.library, args.solution, inputs, args.runs)
-            ours.append([{"node": layer["layer"], "seconds": layer["in_network"]} for layer in layers
-                         if layer["in_network"] is not None])
-            for engine in engines:
-                theirs[engine].append(readers[engine][1](engines[engine].profile(
-                    args.runs, Path(tmp) / f"{engine}{index}")))
-    fastest = {node["node"]: node["seconds"] for node in fastest_nodes(ours)}
-    layers = [{**layer, "in_network": fastest.get(layer["layer"])} for layer in layers]
+            nodes: dict[str, list[dict[str, Any]]] = {}
+            for side in rotated([ours, *engines], index):
+                if side == ours:
+                    layers, ours_other = build_layers(args.library, args.solution, inputs, args.runs,
+                                                      statistics.median)
+                    wait_until_idle(os.getpid())
+                else:
+                    profile = engines[side].profile(args.runs, Path(tmp) / f"{side}{index}")
+                    nodes[side] = readers[side][1](profile, statistics.median)
+                    wait_until_idle(engines[side].pid)
+            for engine, engine_nodes in nodes.items():
+                records[engine].append(match_convs(layers, engine_nodes))
+                others[engine].append((ours_other, other_seconds(engine_nodes)))
+                profiles[engine].append(engine_nodes)
+            print(f"round {index + 1} of {args.rounds}", file=sys.stderr)
     lines = [f"## {args.onnx.stem}: conv layers against ONNX Runtime and OpenVINO", "",
              f"*{stamp_line()}; load average {load:.1f} before, {os.getloadavg()[0]:.1f} after*", "",
              f"`python -m benchmarks.ort_layers {args.onnx.name} --library {args.library.name} --solution "
              f"{args.solution.name}`: {args.rounds} interleaved rounds of {args.runs} profiled runs of each "
-             f"side, each in its own process, {args.threads} threads.", ""]
-    for engine, profiles in theirs.items():
-        if profiles:
-            label, nodes = readers[engine][0], fastest_nodes(profiles)
-            lines += [f"### {label}", "", *markdown(match_convs(layers, nodes), nodes, label), ""]
+             f"side (each node's median over a round's runs), each engine in its own process, "
+             f"{args.threads} threads.", ""]
+    for engine, rounds in records.items():
+        if rounds:
+            label = readers[engine][0]
+            ours_other, theirs_other = zip(*others[engine], strict=True)
+            other = Ratio.of(theirs_other, ours_other)
+            table = markdown(paired_rounds(rounds), fastest_nodes(profiles[engine]), label)
+            lines += [f"### {label}", "", *table,
+                      "", "Outside the convs (medians over the rounds): layoutopt's other calls (VM "
+                      f"builtins apart) "
+                      f"{np.median(ours_other) * 1e3:.3f} ms, {label}'s other nodes "
+                      f"{np.median(theirs_other) * 1e3:.3f} ms; {label} / layoutopt {other.median:.2f}x "
+                      f"[{other.low:.2f}-{other.high:.2f}].", ""]
     text = "\n".join(lines) + "\n"
     if args.out:
         with open(args.out, "a") as handle:

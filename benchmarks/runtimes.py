@@ -68,7 +68,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 MAX_OTHERS_CORES = 0.25
 #: rounds shorter than this leave the others' CPU unknown: ``/proc`` counts in ticks of 10 ms
 MIN_ACCOUNTED_SECONDS = 1.0
-#: the longest wait, after an engine's turn, for its process to stop burning CPU (:func:`_wait_until_idle`)
+#: the longest wait, after an engine's turn, for its process to stop burning CPU (:func:`wait_until_idle`)
 IDLE_WAIT_SECONDS = 1.0
 
 
@@ -237,7 +237,7 @@ def time_side_by_side(engines: Mapping[str, Engine], rounds: int = ROUNDS, runs:
                     during_others[other][0] += now[0] - then[0]
                     during_others[other][1] += now[2] - then[2]
             if name in pids:
-                _wait_until_idle(pids[name], sleep)
+                wait_until_idle(pids[name], sleep)
     ended = clock(ours)
     others = None  # unknown without /proc, or over rounds too short for its 10 ms ticks to tell
     if started is not None and ended is not None and ended[0] - started[0] >= MIN_ACCOUNTED_SECONDS:
@@ -251,8 +251,8 @@ def time_side_by_side(engines: Mapping[str, Engine], rounds: int = ROUNDS, runs:
                       stamp([ONNXRUNTIME, OPENVINO, "onnxslim"]), dict(versions or {}), others, idle)
 
 
-def _wait_until_idle(pid: int, sleep: Callable[[float], None], poll: float = 0.05, quiet_polls: int = 2
-                     ) -> None:
+def wait_until_idle(pid: int, sleep: Callable[[float], None] = time.sleep, poll: float = 0.05,
+                    quiet_polls: int = 2) -> None:
     """Wait until process ``pid`` burns no CPU over ``quiet_polls`` polls in a row, at most
     :data:`IDLE_WAIT_SECONDS`.
 
@@ -387,8 +387,8 @@ class RuntimeServer:
 
     def profile(self, runs: int, prefix: str | os.PathLike) -> str:
         """The profile file of ``runs`` profiled runs: ONNX Runtime's own
-        (:func:`benchmarks.ort_layers.node_times` reads it), or OpenVINO's nodes with their fastest runs
-        (:func:`benchmarks.ort_layers.openvino_node_times`)."""
+        (:func:`benchmarks.ort_layers.node_times` reads it), or OpenVINO's nodes with every run's time
+        and the fastest (:func:`benchmarks.ort_layers.openvino_node_times`)."""
         return str(self._answer({"profile": runs, "prefix": str(prefix)})["file"])
 
     def close(self) -> None:
@@ -523,24 +523,25 @@ def _load_openvino(spec: Mapping[str, Any], inputs: list[np.ndarray]) -> _Loaded
     def profile(runs: int, prefix: str) -> str:
         profiled = profiling().create_infer_request()
         profiled.infer(inputs, share_inputs=True)  # warm-up, not kept
-        fastest: dict[str, dict[str, Any]] = {}
+        nodes: dict[str, dict[str, Any]] = {}
         for _ in range(runs):
             profiled.infer(inputs, share_inputs=True)
             for info in profiled.profiling_info:
-                seconds = info.real_time.total_seconds()
-                if info.status == ov.ProfilingInfo.Status.EXECUTED and seconds < fastest.get(
-                        info.node_name, {}).get("seconds", float("inf")):
-                    fastest[info.node_name] = {"node": info.node_name, "type": info.node_type,
-                                               "exec_type": info.exec_type, "seconds": seconds}
+                if info.status == ov.ProfilingInfo.Status.EXECUTED:
+                    nodes.setdefault(info.node_name, {"node": info.node_name, "type": info.node_type,
+                                                      "exec_type": info.exec_type, "runs": []}
+                                     )["runs"].append(info.real_time.total_seconds())
+        for node in nodes.values():
+            node["seconds"] = min(node["runs"])
         # the shapes of each node as it runs (its fused nodes keep no ONNX name: a conv with its batch
         # norm folded in is named after the multiply), logical (NCHW, grouped weights 5-D)
         for op in profiling().get_runtime_model().get_ordered_ops():
-            if op.get_friendly_name() in fastest:
-                fastest[op.get_friendly_name()].update(
+            if op.get_friendly_name() in nodes:
+                nodes[op.get_friendly_name()].update(
                     inputs=[_static_shape(port) for port in op.inputs()],
                     outputs=[_static_shape(port) for port in op.outputs()])
         path = f"{prefix}_openvino_profile.json"
-        Path(path).write_text(json.dumps(list(fastest.values())))
+        Path(path).write_text(json.dumps(list(nodes.values())))
         return path
 
     # inputs shared, not copied: as ONNX Runtime and TVM take them

@@ -4,6 +4,7 @@ with our layers."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -14,6 +15,7 @@ from benchmarks.ort_layers import (
     match_convs,
     node_times,
     openvino_node_times,
+    paired_rounds,
     summary_cells,
 )
 
@@ -53,6 +55,17 @@ def test_node_times_keeps_each_nodes_fastest_run_in_first_run_order(profile):
     assert [n["node"] for n in nodes] == ["conv_a", "conv_b", "conv_c", "reorder"]
     assert [n["seconds"] for n in nodes] == pytest.approx([400e-6, 300e-6, 500e-6, 50e-6])
     assert nodes[1]["inputs"][1] == [64, 64, 3, 3] and nodes[1]["outputs"] == [[1, 64, 28, 28]]
+
+
+def test_node_times_take_another_statistic_of_each_nodes_runs(profile, tmp_path):
+    nodes = node_times(profile, statistics.median)  # runs at 1.5x, 1.0x and 1.2x
+    assert [n["seconds"] for n in nodes] == pytest.approx([480e-6, 360e-6, 600e-6, 60e-6])
+    assert "runs" not in nodes[0]
+    written = tmp_path / "ov.json"  # OpenVINO's file keeps every run: its fastest is "seconds"
+    written.write_text(json.dumps([{"node": "n", "type": "Eltwise", "exec_type": "jit", "seconds": 1e-6,
+                                    "runs": [3e-6, 1e-6, 2e-6, 5e-6]}]))
+    assert openvino_node_times(written)[0]["seconds"] == 1e-6
+    assert openvino_node_times(written, statistics.median)[0]["seconds"] == pytest.approx(2.5e-6)
 
 
 def test_match_pairs_equal_shapes_in_program_order_and_tells_strides_apart(profile):
@@ -129,6 +142,32 @@ def test_profiles_of_several_rounds_keep_each_nodes_fastest_run():
     merged = fastest_nodes(rounds)
     assert [(n["node"], n["op"], n["seconds"]) for n in merged] == [("a", "Conv", 3.0), ("b", "Add", 0.5),
                                                                      ("c", "Relu", 2.0)]
+
+
+def test_rounds_pair_each_layer_within_its_round():
+    """A slow spell of the host slows both sides of its round; the paired ratio holds where the medians
+    of each side's times, taken from different rounds, do not."""
+    def record(layer, ours, engine):
+        return {"layer": layer, "choice": "NCHW8c", "algorithm": "direct", "group": "3x3 direct",
+                "in_network": ours, "engine": engine, "engine_op": "Conv"}
+
+    # layer a: the engine 2x slower than us in every round, whatever the spell (1x, 3x, 1.5x)
+    rounds = [[record("a", 1.0, 2.0), record("b", 1.0, None)],
+              [record("a", 3.0, 6.0), record("b", 2.0, 1.0)],
+              [record("a", 1.5, 3.0), record("b", 4.0, 2.0)]]
+    combined = paired_rounds(rounds)
+    assert [r["layer"] for r in combined] == ["a", "b"]
+    assert combined[0]["in_network"] == 1.5 and combined[0]["engine"] == 3.0
+    assert combined[0]["ours_rounds"] == [1.0, 3.0, 1.5] and combined[0]["engine_rounds"] == [2.0, 6.0, 3.0]
+    # b ran on the engine's side in the last two rounds only
+    assert combined[1]["ours_rounds"] == [None, 2.0, 4.0] and combined[1]["engine"] == 1.5
+    text = "\n".join(markdown(combined, []))
+    assert "| a | NCHW8c | 1500.000 | Conv | 3000.000 | 2.00x [2.00-2.00] |" in text
+    assert "| b | NCHW8c | 3000.000 | Conv | 1500.000 | 0.50x [0.50-0.50] |" in text
+    assert "paired round by round" in text
+    # the group pairs the sums of the rounds where both layers ran: (6 + 1) / (3 + 2), (3 + 2) / (1.5 + 4)
+    assert "| 3x3 direct | 2 | 4500.000 | 4500.000 | 1.15x [0.91-1.40] | 1 of 2 |" in text
+    assert paired_rounds([]) == []
 
 
 @pytest.mark.parametrize("option", ["--rounds", "--runs"])

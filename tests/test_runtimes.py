@@ -221,7 +221,7 @@ def test_the_next_turn_waits_for_an_engine_to_go_idle():
         child.stdin.flush()
         child.stdout.readline()  # its "turn" is over as it answers; the spinning goes on
         started = runtimes.time.monotonic()
-        runtimes._wait_until_idle(child.pid, runtimes.time.sleep)
+        runtimes.wait_until_idle(child.pid, runtimes.time.sleep)
         waited = runtimes.time.monotonic() - started
         before = runtimes.cpu_seconds([child.pid])[2]
         runtimes.time.sleep(0.1)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import Counter, defaultdict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,7 +97,8 @@ def call_category(symbol: str) -> str:
 
 
 def profile_calls(executable, inputs: Sequence[np.ndarray], repeat: int = 5,
-                  runner: Runner | None = None) -> list[Call]:
+                  runner: Runner | None = None,
+                  statistic: Callable[[Sequence[float]], float] = min) -> list[Call]:
     """Time every call of ``main`` where it runs, ``repeat`` times after a warm-up; the fastest run of
     each call (see :func:`profile_builds`).
 
@@ -117,11 +118,12 @@ def profile_calls(executable, inputs: Sequence[np.ndarray], repeat: int = 5,
         >>> all(call.seconds > 0 for call in calls)
         True
     """
-    return profile_builds({"build": executable}, inputs, repeat, runner)["build"]
+    return profile_builds({"build": executable}, inputs, repeat, runner, statistic)["build"]
 
 
 def profile_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray],
-                   repeat: int = 5, runner: Runner | None = None) -> dict[str, list[Call]]:
+                   repeat: int = 5, runner: Runner | None = None,
+                   statistic: Callable[[Sequence[float]], float] = min) -> dict[str, list[Call]]:
     """:func:`profile_calls` for several builds, in interleaved rounds (one run of each per round), as
     :func:`~layoutopt.tvm.measure_latencies` times them: on a shared machine interference comes in
     episodes, and builds profiled one after the other would not see the same ones.
@@ -130,6 +132,9 @@ def profile_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray],
     time (a core shared with another tenant runs slower for seconds at a time), so the fastest run is
     the call's own cost, and it holds still where the median moves (``benchmarks/results/e2e-notes.md``
     measured both). The calibrated costs and the in-network check are made of these times.
+    ``statistic`` (``statistics.median``, say) takes each call's ``repeat`` times instead: to set them
+    beside another engine's per-node times, which do not follow the host's fast spells the way our
+    fastest runs do (``benchmarks.ort_layers``).
 
     Raises:
         ProblemError: ``runner`` cannot time the calls of a running build (the VM's instrument hook
@@ -179,7 +184,7 @@ def profile_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray],
     profiles = {}
     for name, measured in runs.items():
         timed = measured[1:]
-        profiles[name] = [Call(symbol, shapes, min(run[i][2] for run in timed))
+        profiles[name] = [Call(symbol, shapes, float(statistic([run[i][2] for run in timed])))
                           for i, (symbol, shapes, _) in enumerate(timed[0])]
     return profiles
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 import pytest
 
@@ -205,3 +207,7 @@ def test_a_profile_keeps_each_calls_fastest_run(monkeypatch):
     monkeypatch.setattr(profile.time, "perf_counter", fake_counter)
     calls = profile.profile_calls(executable, inputs, repeat=4)
     assert len(calls) == per_run and all(call.seconds == 1.0 for call in calls)
+    # another statistic of the same runs: the median of 6, 6, 1, 6 s
+    readings.update(count=0, now=0.0)
+    calls = profile.profile_calls(executable, inputs, repeat=4, statistic=statistics.median)
+    assert all(call.seconds == 6.0 for call in calls)
