@@ -81,6 +81,62 @@ _VM_OPS = frozenset({"relax.shape_of", "relax.null_value", "relax.print", "relax
                      "relax.to_vdevice"})
 
 
+def fold_reshapes(mod):
+    """``mod`` with each chain of reshapes made one reshape, and a reshape to its input's own shape
+    dropped (static shapes only).
+
+    Importers write such chains: the PP-OCRv4 recogniser reshapes its 40x6625 logits to 1x40x6625 and
+    back before its softmax, which FuseOps made one kernel copying the tensor twice through an
+    intermediate, its indices taken modulo 6625 (146 us of a 12 ms network). A reshape is no kernel
+    when the VM can make it a view (``RewriteDataflowReshape``), but not one that reads another
+    reshape's output inside a fused function.
+
+    Example:
+        >>> from tvm import relax
+        >>> bb = relax.BlockBuilder()
+        >>> x = relax.Var("x", relax.TensorType((40, 66), "float32"))
+        >>> with bb.function("main", [x]):
+        ...     with bb.dataflow():
+        ...         y = bb.emit(relax.op.reshape(x, (1, 40, 66)))
+        ...         z = bb.emit_output(relax.op.reshape(y, (2640,)))
+        ...     bb.emit_func_output(z)
+        I.GlobalVar("main")
+        >>> [str(binding.value) for binding in fold_reshapes(bb.get())["main"].body.blocks[0].bindings]
+        ['R.reshape(x, R.shape([2640]))']
+    """
+    tvm = import_tvm()
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    data, reshape = wildcard(), is_op("relax.reshape")
+    chain, single = reshape(reshape(data, wildcard()), wildcard()), reshape(data, wildcard())
+
+    def static_shape(expr) -> list[int] | None:
+        ty = expr.ty
+        if not isinstance(ty, tvm.relax.TensorType) or ty.shape is None:
+            return None
+        try:
+            return [int(d) for d in getattr(ty.shape, "values", ty.shape)]
+        except (TypeError, ValueError):  # a symbolic dimension
+            return None
+
+    def rewrite(expr, matches):
+        source = matches[data]
+        before, after = static_shape(source), static_shape(expr)
+        if before is None or after is None:
+            return expr
+        if before == after:
+            return source
+        return expr if source.same_as(expr.args[0]) else tvm.relax.op.reshape(source, after)
+
+    folded = mod.clone()  # the caller's module stays as it was
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tvm.relax.Function):
+            # chains first (a chain's last reshape then reads the first one's input), then identities
+            folded[gvar] = rewrite_call(single, rewrite, rewrite_call(chain, rewrite, func))
+    # the inner reshapes of a chain are left unused
+    return tvm.relax.transform.DeadCodeElimination()(folded)
+
+
 def legalize(mod, target=None):
     """The build's first step: every Relax op becomes a TIR PrimFunc (a blocked conv2d through this
     module's legalizer: TVM's refuses it; sigmoid, SiLU and softmax through this module's too,
@@ -191,7 +247,7 @@ def compile_module(mod, target=None, fuse: bool = True) -> Compiled:
 
     target = resolve_target(target)
     relax = tvm.relax
-    mod = legalize(mod, target)
+    mod = legalize(fold_reshapes(mod), target)
     with target:
         mod = relax.transform.FoldConstant()(mod)
         if fuse:
