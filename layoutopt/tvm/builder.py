@@ -27,6 +27,7 @@ from .kernels import schedule_module
 from .kernels.epilogue import sigmoid_te, softmax_te
 from .kernels.module import Fallback, fallbacks
 from .memory import bytes_moved
+from .ops import static_shape
 
 __all__ = ["Compiled", "build", "check_rewrite", "compile_module", "legalize"]
 
@@ -109,15 +110,6 @@ def fold_reshapes(mod):
 
     data, reshape = wildcard(), is_op("relax.reshape")
     chain, single = reshape(reshape(data, wildcard()), wildcard()), reshape(data, wildcard())
-
-    def static_shape(expr) -> list[int] | None:
-        ty = expr.ty
-        if not isinstance(ty, tvm.relax.TensorType) or ty.shape is None:
-            return None
-        try:
-            return [int(d) for d in getattr(ty.shape, "values", ty.shape)]
-        except (TypeError, ValueError):  # a symbolic dimension
-            return None
 
     def rewrite(expr, matches):
         source = matches[data]
