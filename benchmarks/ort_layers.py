@@ -93,9 +93,9 @@ def _without_runs(node: Mapping[str, Any]) -> dict[str, Any]:
 
 def openvino_node_times(profile: str | Path, statistic: Statistic = min) -> list[dict[str, Any]]:
     """Each node of an OpenVINO profile (the file :mod:`benchmarks.runtimes` writes: one record
-    ``{"node", "type", "exec_type", "runs", "seconds", "inputs", "outputs"}`` per executed node, every
-    run's time, the fastest, and its shapes as it runs) in :func:`node_times`'s form, with ``statistic``
-    of its runs. Its conv nodes (``Convolution``,
+    ``{"node", "type", "exec_type", "runs", "inputs", "outputs"}`` per executed node: every run's time
+    and its shapes as it runs; files written before 2026-12-02 hold its fastest run as ``"seconds"``)
+    in :func:`node_times`'s form, with ``statistic`` of its runs. Its conv nodes (``Convolution``,
     ``GroupConvolution``) become ``Conv`` with an OIHW weight shape: a grouped weight
     ``(G, O/G, I/G, KH, KW)`` is ``(O, I/G, KH, KW)``, as ONNX has it.
 

@@ -388,7 +388,7 @@ class RuntimeServer:
     def profile(self, runs: int, prefix: str | os.PathLike) -> str:
         """The profile file of ``runs`` profiled runs: ONNX Runtime's own
         (:func:`benchmarks.ort_layers.node_times` reads it), or OpenVINO's nodes with every run's time
-        and the fastest (:func:`benchmarks.ort_layers.openvino_node_times`)."""
+        (:func:`benchmarks.ort_layers.openvino_node_times`)."""
         return str(self._answer({"profile": runs, "prefix": str(prefix)})["file"])
 
     def close(self) -> None:
@@ -531,8 +531,6 @@ def _load_openvino(spec: Mapping[str, Any], inputs: list[np.ndarray]) -> _Loaded
                     nodes.setdefault(info.node_name, {"node": info.node_name, "type": info.node_type,
                                                       "exec_type": info.exec_type, "runs": []}
                                      )["runs"].append(info.real_time.total_seconds())
-        for node in nodes.values():
-            node["seconds"] = min(node["runs"])
         # the shapes of each node as it runs (its fused nodes keep no ONNX name: a conv with its batch
         # norm folded in is named after the multiply), logical (NCHW, grouped weights 5-D)
         for op in profiling().get_runtime_model().get_ordered_ops():
