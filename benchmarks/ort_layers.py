@@ -234,11 +234,12 @@ def _ratio_text(records: Sequence[Mapping[str, Any]]) -> str:
     return f"{sum(r['engine'] for r in records) / sum(r['in_network'] for r in records):.2f}x"
 
 
-def markdown(records: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]],
+def markdown(records: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]] | None,
              engine: str = "ONNX Runtime") -> list[str]:
     """Markdown lines: the totals by group, then every matched layer (ms; ratio engine / layoutopt,
     above 1 where layoutopt's layer is faster; paired round by round, with its 95 % interval, for
-    records from :func:`paired_rounds`), then the engine's time outside its convs."""
+    records from :func:`paired_rounds`), then the engine's time outside its convs in ``nodes``
+    (``None``: the caller reports it, paired with ours, as :func:`main` does)."""
     matched = [r for r in records if r["engine"] is not None and r["in_network"] is not None]
     if not matched:
         return [f"No conv layer matched a node of {engine}'s profile."]
@@ -261,9 +262,10 @@ def markdown(records: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, 
     wins = sum(r["in_network"] < r["engine"] for r in matched)
     lines.append(f"| all convs | {len(matched)} | {ours * 1e3:.3f} | {theirs * 1e3:.3f} "
                  f"| {_ratio_text(matched)} | {wins} of {len(matched)} |")
-    lines += ["", f"{engine}'s other nodes (reorders, pooling, gemm, elementwise): "
-              f"{other_seconds(nodes) * 1e3:.3f} ms.",
-              "", f"| layer | layoutopt choice | layoutopt | {engine} op | {engine} | {engine} / layoutopt |",
+    if nodes is not None:
+        lines += ["", f"{engine}'s other nodes (reorders, pooling, gemm, elementwise): "
+                  f"{other_seconds(nodes) * 1e3:.3f} ms."]
+    lines += ["", f"| layer | layoutopt choice | layoutopt | {engine} op | {engine} | {engine} / layoutopt |",
               "|---|---|---|---|---|---|"]
     lines += [f"| {r['layer']} | {r['choice']} | {r['in_network'] * 1e3:.3f} | {r['engine_op']} "
               f"| {r['engine'] * 1e3:.3f} | {_ratio_text([r])} |"
@@ -312,17 +314,6 @@ def build_layers(library: str | Path, solution: str | Path, inputs: Sequence[Any
     return layers, sum(call.seconds for call in calls if call_category(call.symbol) != "vm builtins") - convs
 
 
-def fastest_nodes(profiles: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """Several profiles of the same network merged: each node (by name) with its fastest run, in the
-    order of the first profile. Example: ``fastest_nodes([node_times(a), node_times(b)])``."""
-    merged: dict[str, dict[str, Any]] = {}
-    for nodes in profiles:
-        for node in nodes:
-            if node["node"] not in merged or node["seconds"] < merged[node["node"]]["seconds"]:
-                merged[node["node"]] = {**merged.get(node["node"], node), "seconds": node["seconds"]}
-    return list(merged.values())
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import os
@@ -363,7 +354,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours = "layoutopt"
     records: dict[str, list[list[dict[str, Any]]]] = {engine: [] for engine in readers}
     others: dict[str, list[tuple[float, float]]] = {engine: [] for engine in readers}
-    profiles: dict[str, list[list[dict[str, Any]]]] = {engine: [] for engine in readers}
     load = os.getloadavg()[0]
     # interleaved rounds, the order rotated: the host's slow spells last seconds, so each layer's ratio
     # is taken within a round, where both sides ran in the same spell. After each side's turn its process
@@ -386,7 +376,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             for engine, engine_nodes in nodes.items():
                 records[engine].append(match_convs(layers, engine_nodes))
                 others[engine].append((ours_other, other_seconds(engine_nodes)))
-                profiles[engine].append(engine_nodes)
             print(f"round {index + 1} of {args.rounds}", file=sys.stderr)
     lines = [f"## {args.onnx.stem}: conv layers against ONNX Runtime and OpenVINO", "",
              f"*{stamp_line()}; load average {load:.1f} before, {os.getloadavg()[0]:.1f} after*", "",
@@ -399,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             label = readers[engine][0]
             ours_other, theirs_other = zip(*others[engine], strict=True)
             other = Ratio.of(theirs_other, ours_other)
-            table = markdown(paired_rounds(rounds), fastest_nodes(profiles[engine]), label)
+            table = markdown(paired_rounds(rounds), None, label)
             lines += [f"### {label}", "", *table,
                       "", "Outside the convs (medians over the rounds): layoutopt's other calls (VM "
                       f"builtins apart) "
