@@ -1,0 +1,224 @@
+"""Does a kernel's isolated cost hold inside the network? Each chosen kernel of an exported build timed
+alone, as the cost model measured it, and inside the running build, in the same interleaved rounds.
+
+A row of ``real_models.md`` divides the build's calls timed in the network by the objective its costs
+predicted. Those costs were measured minutes before, in another of the host's spells (compute-bound code
+runs up to 2x apart from one spell to the next here: ``host_drift.py``), so that ratio mixes the cost
+model's error with the host's drift. This benchmark takes the drift out: in each round, every kernel
+layer of the build's solution file is timed alone with the measurer's protocol (``LocalRunner``: cold
+caches but the input, the median of its repeats), then the build is profiled (each call timed where it
+runs, the median of ``--runs`` runs); the two sides of a round share its spell, and each layer's ratio
+(in network / isolated) is paired round by round, with its 95 % interval. Grouped by kernel family and
+algorithm, those ratios say what the model gets wrong about the network; the solution's own predicted
+costs over this run's isolated ones say how far the host drifted since the tune.
+
+Usage::
+
+    python -m benchmarks.isolated_vs_network --library B.so --solution B.solution.json --rounds 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("TVM_NUM_THREADS", "2")
+
+from layoutopt.tvm.timing import Ratio
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def layer_group(workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> str:
+    """The kernel family and algorithm a layer's ratio is grouped by, e.g. ``"conv2d gemm"``.
+
+    Example:
+        >>> layer_group({"op": "conv2d", "groups": 1}, {"in": "NCHW8c", "out": "NCHW8c", "algorithm": "gemm"})
+        'conv2d gemm'
+        >>> layer_group({"op": "dense"}, {"in": "NC", "out": "NC"})
+        'dense direct'
+    """
+    return f"{workload['op']} {candidate.get('algorithm', 'direct')}"
+
+
+def paired_groups(isolated: Mapping[str, Sequence[float]], network: Mapping[str, Sequence[float | None]],
+                  groups: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Per group (and ``"all"``, last), each side's median over the rounds of the group's per-round sum
+    (seconds) and their ratio, in network / isolated, paired by round with its 95 % interval. A round
+    where a layer of the group matched no call in the network is left out of that group.
+
+    Example:
+        >>> iso = {"a": [1.0, 1.0, 1.0], "b": [2.0, 2.0, 2.0]}
+        >>> net = {"a": [1.2, 1.1, None], "b": [2.0, 2.2, 2.4]}
+        >>> rows = paired_groups(iso, net, {"a": "x", "b": "y"})
+        >>> [(row["group"], row["rounds"], round(row["ratio"].median, 3)) for row in rows]
+        [('y', 3, 1.1), ('x', 2, 1.15), ('all', 2, 1.083)]
+    """
+    members: dict[str, list[str]] = defaultdict(list)
+    for layer, group in groups.items():
+        members[group].append(layer)
+    rows = []
+    ordered = sorted(members, key=lambda g: -sum(np.median(isolated[layer]) for layer in members[g]))
+    for group, layers in [*((g, members[g]) for g in ordered), ("all", list(groups))]:
+        rounds = [i for i in range(min(len(isolated[layer]) for layer in layers))
+                  if all(network[layer][i] is not None for layer in layers)]
+        if not rounds:
+            continue
+        iso = [sum(isolated[layer][i] for layer in layers) for i in rounds]
+        net = [sum(network[layer][i] for layer in layers) for i in rounds]  # type: ignore[misc]
+        rows.append({"group": group, "layers": len(layers), "rounds": len(rounds),
+                     "isolated": float(np.median(iso)), "network": float(np.median(net)),
+                     "ratio": Ratio.of(net, iso)})
+    return rows
+
+
+def _one_pass(calls: Sequence[tuple[Any, Sequence[Any]]]) -> float:
+    """Seconds to run each ``(function, arguments)`` once, in order."""
+    started = time.perf_counter()
+    for function, arguments in calls:
+        function(*arguments)
+    return time.perf_counter() - started
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--library", type=Path, required=True, help="the exported build (.so)")
+    parser.add_argument("--solution", type=Path, required=True, help="the solution file it was built from")
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--runs", type=int, default=10, help="profiled runs of the build per round")
+    parser.add_argument("--layers", action="store_true", help="also a row per layer")
+    parser.add_argument("--out", type=Path, default=RESULTS / "isolated_vs_network.md",
+                        help="markdown appended here")
+    args = parser.parse_args(argv)
+    for path in (args.library, args.solution):
+        if not path.is_file():
+            parser.error(f"no file {str(path)!r}")
+
+    import tvm
+
+    from layoutopt.machine import stamp_line
+    from layoutopt.tvm import LocalRunner, load_solution, resolve_target
+    from layoutopt.tvm.kernels import build_kernel
+    from layoutopt.tvm.profile import KernelShapes, call_category, layer_calls, profile_calls
+    from layoutopt.tvm.timing import time_builds
+
+    record = load_solution(args.solution)
+    target = resolve_target(record.target)
+    layers = [layer for layer in record.layers if layer.kind == "target"]
+    kernels = {layer.layer: build_kernel(layer.workload, layer.candidate, target) for layer in layers}
+    # one library, as the measurer compiles a batch of kernels
+    functions = {f"kernel_{i}": kernel.module[kernel.name].with_attr("global_symbol", f"kernel_{i}")
+                 for i, kernel in enumerate(kernels.values())}
+    runner = LocalRunner()  # the measurer's default protocol: cold, the median of its repeats
+    with tempfile.TemporaryDirectory() as directory:  # exported and loaded, as the measurer runs kernels
+        path = Path(directory) / "kernels.so"
+        runner.export(tvm.compile(tvm.IRModule(functions), target=target), path)
+        library, device = runner.load(str(path), "kernels")
+    args_of = {name: kernel.device_args(kernel.logical_inputs(), device) for name, kernel in kernels.items()}
+    symbol = dict(zip(kernels, functions, strict=True))
+    build = tvm.runtime.load_module(str(args.library))
+    inputs = [np.random.default_rng(1).standard_normal(spec.shape).astype(spec.dtype)
+              for spec in record.inputs.values()]
+    wanted = [(layer.layer, layer.workload, layer.candidate) for layer in layers]
+    shapes = KernelShapes(record.target)
+    isolated: dict[str, list[float]] = {layer.layer: [] for layer in layers}
+    network: dict[str, list[float | None]] = {layer.layer: [] for layer in layers}
+    whole: list[float] = []  # the build's median whole run in each round, no profiler
+    called: list[float] = []  # the sum of its profiled calls in each round, VM builtins apart
+    # the kernel layers run back to back, each on buffers of its own: the network's kernels, with no
+    # layer reading what another (and so the other thread) has just written
+    apart: list[float] = []
+    passes = [(library[symbol[name]], args_of[name]) for name in kernels]
+    load = os.getloadavg()[0]
+    for index in range(args.rounds):
+        # the order alternates, so that neither side always runs right after the other
+        for side in (("isolated", "network") if index % 2 == 0 else ("network", "isolated")):
+            if side == "isolated":
+                for name in kernels:
+                    repeats = runner.time(library, device, symbol[name], args_of[name])
+                    isolated[name].append(statistics.median(repeats))
+            else:
+                whole.append(statistics.median(time_builds({"build": build}, inputs, args.runs)["build"]))
+                apart.append(statistics.median(_one_pass(passes) for _ in range(args.runs)))
+                calls = profile_calls(build, inputs, repeat=args.runs, statistic=statistics.median)
+                called.append(sum(c.seconds for c in calls if call_category(c.symbol) != "vm builtins"))
+                times = layer_calls(calls, wanted, shapes)
+                for name in kernels:
+                    network[name].append(times.get(name))
+        print(f"round {index + 1} of {args.rounds}", file=sys.stderr)
+
+    # a layer no call of the network matched in any round (its kernel fused otherwise than extracted)
+    # would leave its group with no complete round: it is named, and left out of the sums
+    unmatched = [layer.layer for layer in layers if all(t is None for t in network[layer.layer])]
+    layers = [layer for layer in layers if layer.layer not in unmatched]
+    groups = {layer.layer: layer_group(layer.workload, layer.candidate) for layer in layers}
+    predicted = {layer.layer: layer.predicted_cost for layer in layers}
+    lines = [f"## {args.library.name}: each kernel alone and in the network, in the same rounds", "",
+             f"*{stamp_line()}; load average {load:.1f} before, {os.getloadavg()[0]:.1f} after*", "",
+             f"`python -m benchmarks.isolated_vs_network --library {args.library.name} --solution "
+             f"{args.solution.name} --rounds {args.rounds} --runs {args.runs}`: {len(layers)} kernel layers"
+             + (f" ({len(unmatched)} more matched no call of the network: {', '.join(map(str, unmatched))})"
+                if unmatched else "") + ". "
+             "Isolated: the measurer's protocol (cold caches but the input), the median of its repeats; in "
+             f"network: each call's median over {args.runs} profiled runs of the build. Sums per round; the "
+             "ratio paired by round, with its 95 % interval. 'Solution's costs' are the costs the solution "
+             "was chosen with (calibrated in the network where the tune calibrated) over this run's isolated "
+             "times.", "",
+             "| kernels | layers | isolated ms | in network ms | in network / isolated "
+             "| solution's costs / isolated |",
+             "|---|---|---|---|---|---|"]
+    for row in paired_groups(isolated, network, groups):
+        names = [n for n, g in groups.items() if row["group"] in ("all", g)]
+        tuned = [predicted[n] for n in names]
+        drift = (f"{sum(tuned) / sum(float(np.median(isolated[n])) for n in names):.3f}"
+                 if all(t is not None for t in tuned) else "-")
+        ratio = row["ratio"]
+        lines.append(f"| {row['group']} | {row['layers']} | {row['isolated'] * 1e3:.3f} "
+                     f"| {row['network'] * 1e3:.3f} | {ratio.median:.3f} [{ratio.low:.3f}-{ratio.high:.3f}] "
+                     f"| {drift} |")
+    if args.layers:
+        lines += ["", "| layer | kernels | choice | isolated us | in network us | in network / isolated |",
+                  "|---|---|---|---|---|---|"]
+        for layer in layers:
+            row = paired_groups(isolated, network, {layer.layer: groups[layer.layer]})[-1]
+            lines.append(f"| {layer.layer} | {groups[layer.layer]} | {layer.label} "
+                         f"| {row['isolated'] * 1e6:.1f} | {row['network'] * 1e6:.1f} "
+                         f"| {row['ratio'].median:.2f} |")
+    profiled, flowing = Ratio.of(whole, called), Ratio.of(whole, apart)
+    lines += ["", f"Whole runs of the build, no profiler (median of {args.runs} per round): "
+              f"{np.median(whole) * 1e3:.3f} ms; its profiled calls (VM builtins apart) summed "
+              f"{np.median(called) * 1e3:.3f} ms, whole run / calls {profiled.median:.3f} "
+              f"[{profiled.low:.3f}-{profiled.high:.3f}]; its kernel layers run back to back, each on "
+              f"buffers of its own, {np.median(apart) * 1e3:.3f} ms, whole run / back to back "
+              f"{flowing.median:.3f} [{flowing.low:.3f}-{flowing.high:.3f}]."]
+    # each round on its own: on a host whose whole runs switch between a fast and a slow mode, the
+    # rounds show which side each mode moves
+    lines += ["", "| round | kernels isolated ms | kernels in network ms | in network / isolated "
+              "| whole run ms | back to back ms |", "|---|---|---|---|---|---|"]
+    for index in range(args.rounds):
+        iso = sum(isolated[layer.layer][index] for layer in layers)
+        net = [network[layer.layer][index] for layer in layers]
+        in_network = sum(net) if None not in net else None  # type: ignore[arg-type]
+        lines.append(f"| {index + 1} | {iso * 1e3:.3f} | "
+                     + (f"{in_network * 1e3:.3f} | {in_network / iso:.3f}" if in_network else "- | -")
+                     + f" | {whole[index] * 1e3:.3f} | {apart[index] * 1e3:.3f} |")
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        with open(args.out, "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
