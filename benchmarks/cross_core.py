@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import append_section
+
 os.environ.setdefault("TVM_NUM_THREADS", "2")
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -126,10 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             label = f"below {high}" if low == 0 else f"{low} and above" if high == np.inf else f"{low}-{high}"
             lines.append(f"| {label} | {int(selected.sum())} | {build * 1e3:.2f} | {own * 1e6:.1f} | "
                          f"{other * 1e6:.1f} |")
-    text = "\n".join(lines) + "\n"
-    with open(args.out, "a", encoding="utf-8") as handle:
-        handle.write(text + "\n")
-    print(text)
+    append_section(lines, args.out)
     return 0
 
 

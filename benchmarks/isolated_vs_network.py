@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import append_section
+
 os.environ.setdefault("TVM_NUM_THREADS", "2")
 
 from layoutopt.tvm.timing import Ratio
@@ -212,11 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines.append(f"| {index + 1} | {iso * 1e3:.3f} | "
                      + (f"{in_network * 1e3:.3f} | {in_network / iso:.3f}" if in_network else "- | -")
                      + f" | {whole[index] * 1e3:.3f} | {apart[index] * 1e3:.3f} |")
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        with open(args.out, "a", encoding="utf-8") as handle:
-            handle.write(text + "\n")
-    print(text)
+    append_section(lines, args.out)
     return 0
 
 

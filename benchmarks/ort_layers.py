@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import append_section
 from layoutopt.tvm.kernels.workload import conv2d_output_shape
 from layoutopt.tvm.timing import Ratio
 
@@ -395,11 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{np.median(ours_other) * 1e3:.3f} ms, {label}'s other nodes "
                       f"{np.median(theirs_other) * 1e3:.3f} ms; {label} / layoutopt {other.median:.2f}x "
                       f"[{other.low:.2f}-{other.high:.2f}].", ""]
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        with open(args.out, "a") as handle:
-            handle.write(text)
-    print(text)
+    append_section(lines, args.out)
     return 0
 
 
