@@ -393,8 +393,8 @@ def write_markdown(rows: list[dict], out: Path) -> None:
         side = r.get("side_by_side")
         others = "" if side is None or side.get("others_cores") is None else (
             f", {others_text(SideBySide.from_dict(side))} during the rounds")
-        timed = (f"timed with load average {side['load_before']:g} before, {side['load_after']:g} "
-                 f"after{others}"
+        timed = (f"timed in {SideBySide.from_dict(side).rounds} rounds with load average "
+                 f"{side['load_before']:g} before, {side['load_after']:g} after{others}"
                  if side else f"load average {r.get('load_before')} before, {r.get('load_after')} after")
         failed = "".join(f"; {name} did not run: {why}" for name, why in r.get("engines_failed", {}).items())
         if r.get("retimed"):
