@@ -9,8 +9,10 @@ layer of the build's solution file is timed alone with the measurer's protocol (
 caches but the input, the median of its repeats), then the build is profiled (each call timed where it
 runs, the median of ``--runs`` runs); the two sides of a round share its spell, and each layer's ratio
 (in network / isolated) is paired round by round, with its 95 % interval. Grouped by kernel family and
-algorithm, those ratios say what the model gets wrong about the network; the solution's own predicted
-costs over this run's isolated ones say how far the host drifted since the tune.
+algorithm, those ratios say what the model gets wrong about the network. The costs the solution was
+chosen with (its layers' ``predicted_cost``: calibrated in the network where the tune calibrated) are
+set beside this run's isolated times. Whole runs with no profiler, and the kernels run back to back on
+buffers of their own, tell the profiler's share and the share of the data passed between layers.
 
 Usage::
 
@@ -182,12 +184,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for row in paired_groups(isolated, network, groups):
         names = [n for n, g in groups.items() if row["group"] in ("all", g)]
         tuned = [predicted[n] for n in names]
-        drift = (f"{sum(tuned) / sum(float(np.median(isolated[n])) for n in names):.3f}"
-                 if all(t is not None for t in tuned) else "-")
+        chosen_with = (f"{sum(tuned) / sum(float(np.median(isolated[n])) for n in names):.3f}"
+                       if all(t is not None for t in tuned) else "-")
         ratio = row["ratio"]
         lines.append(f"| {row['group']} | {row['layers']} | {row['isolated'] * 1e3:.3f} "
                      f"| {row['network'] * 1e3:.3f} | {ratio.median:.3f} [{ratio.low:.3f}-{ratio.high:.3f}] "
-                     f"| {drift} |")
+                     f"| {chosen_with} |")
     if args.layers:
         lines += ["", "| layer | kernels | choice | isolated us | in network us | in network / isolated |",
                   "|---|---|---|---|---|---|"]
