@@ -115,21 +115,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from layoutopt.tvm.kernels import build_kernel
     from layoutopt.tvm.profile import KernelShapes, call_category, layer_calls, profile_calls
     from layoutopt.tvm.timing import time_builds
+    from layoutopt.tvm.worker import WorkerState
 
     record = load_solution(args.solution)
     target = resolve_target(record.target)
     layers = [layer for layer in record.layers if layer.kind == "target"]
     kernels = {layer.layer: build_kernel(layer.workload, layer.candidate, target) for layer in layers}
-    # one library, as the measurer compiles a batch of kernels
-    functions = {f"kernel_{i}": kernel.module[kernel.name].with_attr("global_symbol", f"kernel_{i}")
-                 for i, kernel in enumerate(kernels.values())}
     runner = LocalRunner()  # the measurer's default protocol: cold, the median of its repeats
-    with tempfile.TemporaryDirectory() as directory:  # exported and loaded, as the measurer runs kernels
-        path = Path(directory) / "kernels.so"
-        runner.export(tvm.compile(tvm.IRModule(functions), target=target), path)
-        library, device = runner.load(str(path), "kernels")
+    with tempfile.TemporaryDirectory() as directory:  # one library, compiled and loaded as the measurer's
+        compiled = WorkerState._library(runner, target, kernels, directory)
+        library, device = runner.load(next(iter(compiled.values())).library, "kernels")
     args_of = {name: kernel.device_args(kernel.logical_inputs(), device) for name, kernel in kernels.items()}
-    symbol = dict(zip(kernels, functions, strict=True))
+    symbol = {name: result.function for name, result in compiled.items()}
     build = tvm.runtime.load_module(str(args.library))
     inputs = [np.random.default_rng(1).standard_normal(spec.shape).astype(spec.dtype)
               for spec in record.inputs.values()]

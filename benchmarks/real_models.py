@@ -390,11 +390,11 @@ def write_markdown(rows: list[dict], out: Path) -> None:
             f"| {_prediction(r, 'best_fixed')} | {_moved(r)} | {cells[7]} | {cells[8]} |")
     lines += ["", "## The models", ""]
     for r in rows:
-        side = r.get("side_by_side")
-        others = "" if side is None or side.get("others_cores") is None else (
-            f", {others_text(SideBySide.from_dict(side))} during the rounds")
-        timed = (f"timed in {SideBySide.from_dict(side).rounds} rounds with load average "
-                 f"{side['load_before']:g} before, {side['load_after']:g} after{others}"
+        side = SideBySide.from_dict(r["side_by_side"]) if r.get("side_by_side") else None
+        others = "" if side is None or side.others_cores is None else (
+            f", {others_text(side)} during the rounds")
+        timed = (f"timed in {side.rounds} rounds with load average "
+                 f"{side.load_before:g} before, {side.load_after:g} after{others}"
                  if side else f"load average {r.get('load_before')} before, {r.get('load_after')} after")
         failed = "".join(f"; {name} did not run: {why}" for name, why in r.get("engines_failed", {}).items())
         if r.get("retimed"):
