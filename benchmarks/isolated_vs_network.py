@@ -2,17 +2,18 @@
 alone, as the cost model measured it, and inside the running build, in the same interleaved rounds.
 
 A row of ``real_models.md`` divides the build's calls timed in the network by the objective its costs
-predicted. Those costs were measured minutes before, in another of the host's spells (compute-bound code
-runs up to 2x apart from one spell to the next here: ``host_drift.py``), so that ratio mixes the cost
-model's error with the host's drift. This benchmark takes the drift out: in each round, every kernel
-layer of the build's solution file is timed alone with the measurer's protocol (``LocalRunner``: cold
-caches but the input, the median of its repeats), then the build is profiled (each call timed where it
-runs, the median of ``--runs`` runs); the two sides of a round share its spell, and each layer's ratio
-(in network / isolated) is paired round by round, with its 95 % interval. Grouped by kernel family and
-algorithm, those ratios say what the model gets wrong about the network. The costs the solution was
-chosen with (its layers' ``predicted_cost``: calibrated in the network where the tune calibrated) are
-set beside this run's isolated times. Whole runs with no profiler, and the kernels run back to back on
-buffers of their own, tell the profiler's share and the share of the data passed between layers.
+predicted. Those costs were measured minutes before, in another of the host's spells (compute-bound code runs
+up to 2x apart from one spell to the next here: ``host_drift.py``), so that ratio mixes the cost model's error
+with the host's drift. This benchmark takes the drift out: in each round, every kernel layer of the build's
+solution file is timed alone with the measurer's two cold protocols (``LocalRunner``: cold caches but the
+input, the median of its repeats; and ``LocalRunner(handoff=True)``, where the thread pool has just written
+the input, as the layer before does in the network), then the build is profiled (each call timed where it
+runs, the median of ``--runs`` runs); the two sides of a round share its spell, and each layer's ratio (in
+network / isolated) is paired round by round, with its 95 % interval. Grouped by kernel family and algorithm,
+those ratios say what the model gets wrong about the network. The costs the solution was chosen with (its
+layers' ``predicted_cost``: calibrated in the network where the tune calibrated) are set beside this run's
+isolated times. Whole runs with no profiler, and the kernels run back to back on buffers of their own, tell
+the profiler's share and the share of the data passed between layers.
 
 Usage::
 
@@ -94,6 +95,10 @@ def _one_pass(calls: Sequence[tuple[Any, Sequence[Any]]]) -> float:
     return time.perf_counter() - started
 
 
+def _ratio(ratio: Ratio) -> str:
+    return f"{ratio.median:.3f} [{ratio.low:.3f}-{ratio.high:.3f}]"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--library", type=Path, required=True, help="the exported build (.so)")
@@ -122,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     layers = [layer for layer in record.layers if layer.kind == "target"]
     kernels = {layer.layer: build_kernel(layer.workload, layer.candidate, target) for layer in layers}
     runner = LocalRunner()  # the measurer's default protocol: cold, the median of its repeats
+    protocols = {"cold": runner, "handoff": LocalRunner(handoff=True)}
     with tempfile.TemporaryDirectory() as directory:  # one library, compiled and loaded as the measurer's
         compiled = WorkerState._library(runner, target, kernels, directory)
         library, device = runner.load(next(iter(compiled.values())).library, "kernels")
@@ -132,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               for spec in record.inputs.values()]
     wanted = [(layer.layer, layer.workload, layer.candidate) for layer in layers]
     shapes = KernelShapes(record.target)
-    isolated: dict[str, list[float]] = {layer.layer: [] for layer in layers}
+    isolated = {protocol: {layer.layer: [] for layer in layers} for protocol in protocols}
     network: dict[str, list[float | None]] = {layer.layer: [] for layer in layers}
     whole: list[float] = []  # the build's median whole run in each round, no profiler
     called: list[float] = []  # the sum of its profiled calls in each round, VM builtins apart
@@ -145,9 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the order alternates, so that neither side always runs right after the other
         for side in (("isolated", "network") if index % 2 == 0 else ("network", "isolated")):
             if side == "isolated":
-                for name in kernels:
-                    repeats = runner.time(library, device, symbol[name], args_of[name])
-                    isolated[name].append(statistics.median(repeats))
+                for protocol, timer in protocols.items():
+                    for name in kernels:
+                        repeats = timer.time(library, device, symbol[name], args_of[name])
+                        isolated[protocol][name].append(statistics.median(repeats))
             else:
                 whole.append(statistics.median(time_builds({"build": build}, inputs, args.runs)["build"]))
                 apart.append(statistics.median(_one_pass(passes) for _ in range(args.runs)))
@@ -170,31 +177,35 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"{args.solution.name} --rounds {args.rounds} --runs {args.runs}`: {len(layers)} kernel layers"
              + (f" ({len(unmatched)} more matched no call of the network: {', '.join(map(str, unmatched))})"
                 if unmatched else "") + ". "
-             "Isolated: the measurer's protocol (cold caches but the input), the median of its repeats; in "
-             f"network: each call's median over {args.runs} profiled runs of the build. Sums per round; the "
-             "ratio paired by round, with its 95 % interval. 'Solution's costs' are the costs the solution "
-             "was chosen with (calibrated in the network where the tune calibrated) over this run's isolated "
-             "times.", "",
-             "| kernels | layers | isolated ms | in network ms | in network / isolated "
-             "| solution's costs / isolated |",
-             "|---|---|---|---|---|---|"]
-    for row in paired_groups(isolated, network, groups):
+             "Isolated, two protocols of the measurer, each the median of its repeats: cold (caches "
+             "flushed but the input, which the kernel's own last run left in its threads' caches) and "
+             "handoff (cold, and the thread pool writes the input just before each run, each thread a "
+             f"contiguous part). In network: each call's median over {args.runs} profiled runs of the build. "
+             "Sums per round; each ratio paired by round, with its 95 % interval. 'Solution's costs' are the "
+             "costs the solution was chosen with (calibrated in the network where the tune calibrated) over "
+             "this run's cold times.", "",
+             "| kernels | layers | cold ms | handoff ms | in network ms | in network / cold "
+             "| in network / handoff | solution's costs / cold |",
+             "|---|---|---|---|---|---|---|---|"]
+    by_protocol = {protocol: paired_groups(isolated[protocol], network, groups) for protocol in protocols}
+    for row, handed in zip(by_protocol["cold"], by_protocol["handoff"], strict=True):
         names = [n for n, g in groups.items() if row["group"] in ("all", g)]
         tuned = [predicted[n] for n in names]
-        chosen_with = (f"{sum(tuned) / sum(float(np.median(isolated[n])) for n in names):.3f}"
+        chosen_with = (f"{sum(tuned) / sum(float(np.median(isolated['cold'][n])) for n in names):.3f}"
                        if all(t is not None for t in tuned) else "-")
-        ratio = row["ratio"]
         lines.append(f"| {row['group']} | {row['layers']} | {row['isolated'] * 1e3:.3f} "
-                     f"| {row['network'] * 1e3:.3f} | {ratio.median:.3f} [{ratio.low:.3f}-{ratio.high:.3f}] "
-                     f"| {chosen_with} |")
+                     f"| {handed['isolated'] * 1e3:.3f} | {row['network'] * 1e3:.3f} "
+                     f"| {_ratio(row['ratio'])} | {_ratio(handed['ratio'])} | {chosen_with} |")
     if args.layers:
-        lines += ["", "| layer | kernels | choice | isolated us | in network us | in network / isolated |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", "| layer | kernels | choice | cold us | handoff us | in network us | in network / cold "
+                  "| in network / handoff |", "|---|---|---|---|---|---|---|---|"]
         for layer in layers:
-            row = paired_groups(isolated, network, {layer.layer: groups[layer.layer]})[-1]
+            row, handed = (paired_groups(isolated[protocol], network, {layer.layer: groups[layer.layer]})[-1]
+                           for protocol in ("cold", "handoff"))
             lines.append(f"| {layer.layer} | {groups[layer.layer]} | {layer.label} "
-                         f"| {row['isolated'] * 1e6:.1f} | {row['network'] * 1e6:.1f} "
-                         f"| {row['ratio'].median:.2f} |")
+                         f"| {row['isolated'] * 1e6:.1f} | {handed['isolated'] * 1e6:.1f} "
+                         f"| {row['network'] * 1e6:.1f} | {row['ratio'].median:.2f} "
+                         f"| {handed['ratio'].median:.2f} |")
     profiled, flowing = Ratio.of(whole, called), Ratio.of(whole, apart)
     lines += ["", f"Whole runs of the build, no profiler (median of {args.runs} per round): "
               f"{np.median(whole) * 1e3:.3f} ms; its profiled calls (VM builtins apart) summed "
@@ -204,14 +215,17 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{flowing.median:.3f} [{flowing.low:.3f}-{flowing.high:.3f}]."]
     # each round on its own: on a host whose whole runs switch between a fast and a slow mode, the
     # rounds show which side each mode moves
-    lines += ["", "| round | kernels isolated ms | kernels in network ms | in network / isolated "
-              "| whole run ms | back to back ms |", "|---|---|---|---|---|---|"]
+    lines += ["", "| round | kernels cold ms | kernels handoff ms | kernels in network ms "
+              "| in network / cold | in network / handoff | whole run ms | back to back ms |",
+              "|---|---|---|---|---|---|---|---|"]
     for index in range(args.rounds):
-        iso = sum(isolated[layer.layer][index] for layer in layers)
+        cold, handoff = (sum(isolated[protocol][layer.layer][index] for layer in layers)
+                         for protocol in ("cold", "handoff"))
         net = [network[layer.layer][index] for layer in layers]
         in_network = sum(net) if None not in net else None  # type: ignore[arg-type]
-        lines.append(f"| {index + 1} | {iso * 1e3:.3f} | "
-                     + (f"{in_network * 1e3:.3f} | {in_network / iso:.3f}" if in_network else "- | -")
+        lines.append(f"| {index + 1} | {cold * 1e3:.3f} | {handoff * 1e3:.3f} | "
+                     + (f"{in_network * 1e3:.3f} | {in_network / cold:.3f} | {in_network / handoff:.3f}"
+                        if in_network else "- | - | -")
                      + f" | {whole[index] * 1e3:.3f} | {apart[index] * 1e3:.3f} |")
     append_section(lines, args.out)
     return 0

@@ -88,19 +88,21 @@ def record_cost(record: Mapping[str, Any]) -> float:
     return float(min(passes)) if passes else math.inf
 
 
-#: how a kernel is timed: ``"cold"`` (weights and output flushed from the caches before each run) or
-#: ``"warm"`` (see :class:`~layoutopt.tvm.runner.LocalRunner`)
-TIMINGS = ("cold", "warm")
-#: the cache's version field: TVM's version, the schedule version, and ``+cold`` for cold timings
-_VERSION_FIELD = re.compile(r"(?P<tvm>.+)\+schedules\.(?P<schedules>\d+)(?P<cold>\+cold)?")
+#: how a kernel is timed: ``"cold"`` (weights and output flushed from the caches before each run),
+#: ``"handoff"`` (cold, the input written by the thread pool just before each run) or ``"warm"`` (see
+#: :class:`~layoutopt.tvm.runner.Runner`)
+TIMINGS = ("cold", "handoff", "warm")
+#: the cache's version field: TVM's version, the schedule version, and ``+cold`` or ``+handoff`` (none for
+#: warm timings)
+_VERSION_FIELD = re.compile(r"(?P<tvm>.+)\+schedules\.(?P<schedules>\d+)(?:\+(?P<timing>cold|handoff))?")
 
 
 @dataclass(frozen=True)
 class CostContext:
     """What a cached cost is valid for: a time is reused only for the same ``target`` (the resolved
     target's JSON dict), compiler (``tvm``, apache-tvm's version), hand-written schedules
-    (``schedules``, :data:`~layoutopt.tvm.kernels.SCHEDULE_VERSION`), ``timing`` (``"cold"`` or
-    ``"warm"``) and ``device`` (None: this machine; ``"rpc:KEY"``: an RPC device key).
+    (``schedules``, :data:`~layoutopt.tvm.kernels.SCHEDULE_VERSION`), ``timing`` (one of
+    :data:`TIMINGS`) and ``device`` (None: this machine; ``"rpc:KEY"``: an RPC device key).
 
     A record stores them in the fields of the caches written before this record existed, byte for
     byte: ``"target"`` (:attr:`target_key`), ``"tvm"`` (:attr:`version_key`, which packs TVM's
@@ -150,8 +152,9 @@ class CostContext:
 
     @property
     def version_key(self) -> str:
-        """The record's ``"tvm"`` field: ``TVM+schedules.N``, and ``+cold`` for cold timings."""
-        return f"{self.tvm}+schedules.{self.schedules}" + ("+cold" if self.timing == "cold" else "")
+        """The record's ``"tvm"`` field: ``TVM+schedules.N``, then ``+cold`` or ``+handoff`` (nothing for
+        warm timings, as caches older than cold timing wrote it)."""
+        return f"{self.tvm}+schedules.{self.schedules}" + ("" if self.timing == "warm" else f"+{self.timing}")
 
     def key(self, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> str:
         """The string a record of (workload, candidate) in this context is stored under."""
@@ -178,7 +181,7 @@ class CostContext:
         if found is None or not isinstance(target, dict):
             raise ProblemError(f"cost record target {record.get('target')!r}, tvm {record.get('tvm')!r}: not "
                                "the fields of a cost context (written by another layoutopt version?)")
-        return cls(target, found["tvm"], int(found["schedules"]), "cold" if found["cold"] else "warm",
+        return cls(target, found["tvm"], int(found["schedules"]), found["timing"] or "warm",
                    record.get("device"))
 
     def to_json(self) -> dict[str, Any]:

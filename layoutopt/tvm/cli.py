@@ -127,9 +127,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="measure the kernels, check and time the builds on the devices of the TVM RPC "
                         "tracker at HOST:PORT (give --target the devices' target)")
     parser.add_argument("--key", help="device key registered at the RPC tracker (with --rpc)")
-    parser.add_argument("--warm", action="store_true",
-                        help="time kernels with warm caches (default: cold, with their weights and "
-                             "output flushed before each run, as the network leaves them)")
+    parser.add_argument("--timing", choices=("cold", "handoff", "warm"), default="cold",
+                        help="how kernels are timed: cold (default: weights and output flushed before each "
+                             "run, as the network leaves them), handoff (cold, and the input written by the "
+                             "thread pool just before each run, as the layer before leaves it; this machine "
+                             "only) or warm (caches as the last run left them)")
     parser.add_argument("--baselines", default="greedy",
                         help="comma-separated baselines to build and time beside the best fixed layout "
                         "(b*: the faster of nchw8c and nchw16c, always built, and with Winograd the fixed "
@@ -265,12 +267,12 @@ def _runner(args: argparse.Namespace):
         raise ProblemError("--key needs --rpc HOST:PORT (the tracker the device is registered with)")
     from .runner import LocalRunner, RPCRunner
 
-    cold = not args.warm
+    settings = {"cold": args.timing != "warm", "handoff": args.timing == "handoff"}
     if not args.rpc:
-        return LocalRunner(cold=cold)
+        return LocalRunner(**settings)
     if not args.key:
         raise ProblemError("--rpc needs --key (the device key registered at the tracker)")
-    return RPCRunner(tracker=args.rpc, key=args.key, cold=cold)
+    return RPCRunner(tracker=args.rpc, key=args.key, **settings)
 
 
 def _candidates(blocks_text: str | None, orders_text: str = "oc", algorithms_text: str | None = None):

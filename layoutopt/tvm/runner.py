@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import socket
@@ -69,6 +70,13 @@ class Runner:
     over one that is faster there. Each repeat of a cold timing is the median of ``cold_runs`` single
     runs.
 
+    Handed over (``handoff=True``, cold only, this machine only): cold, and the input is also written
+    just before each run by the device's thread pool, each thread a contiguous part of it, as the layer
+    before leaves it in a network. Each thread then reads what the other has just written wherever its
+    part of the work differs from the writer's, which a kernel timed cold never does: on hosts where
+    reading lines another core has just written costs twice as much as reading one's own, in-network
+    kernels run up to 1.5x their cold isolated times (``benchmarks/results/cross_core.md``).
+
     Warm (``cold=False``): ``number`` runs make one repeat; ``number=0`` lets TVM grow it until a
     repeat lasts at least ``min_repeat_ms`` (each repeat then averages many runs, which tames noise
     on shared machines).
@@ -85,6 +93,7 @@ class Runner:
     min_repeat_ms: float = 20.0
     cold: bool = True
     cold_runs: int = 10
+    handoff: bool = False
     _builds: dict[int, tuple[Any, Any, Any]] = field(default_factory=dict, init=False, repr=False,
                                                      compare=False)
 
@@ -99,14 +108,19 @@ class Runner:
                 f"cold_runs >= 1, got number={self.number}, repeat={self.repeat}, "
                 f"min_repeat_ms={self.min_repeat_ms}, cold_runs={self.cold_runs}"
             )
-        if not isinstance(self.cold, bool):
-            raise ProblemError(f"{type(self).__name__}: cold must be True or False, got {self.cold!r}")
+        for flag in ("cold", "handoff"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ProblemError(f"{type(self).__name__}: {flag} must be True or False, got "
+                                   f"{getattr(self, flag)!r}")
+        if self.handoff and not self.cold:
+            raise ProblemError(f"{type(self).__name__}: handoff timing is cold timing with the input "
+                               "written just before each run; it needs cold=True")
 
     @property
     def timing(self) -> str:
-        """``"cold"`` or ``"warm"``: how :meth:`time` treats the caches (cached costs of the two
-        are kept apart)."""
-        return "cold" if self.cold else "warm"
+        """``"cold"``, ``"handoff"`` or ``"warm"``: how :meth:`time` treats the caches (cached costs of
+        each are kept apart)."""
+        return ("handoff" if self.handoff else "cold") if self.cold else "warm"
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_builds": {}}  # loaded builds do not cross processes
@@ -137,8 +151,9 @@ class Runner:
         """Seconds per run of ``module[name](*args)``, one value per repeat."""
         if self.cold:
             # TVM runs the flush before each repeat, outside the timed region: one run per repeat
+            preproc = _handoff_preproc(args[0]) if self.handoff else _FLUSH
             timer = module.time_evaluator(name, device, number=1, repeat=self.repeat * self.cold_runs,
-                                          f_preproc="cache_flush_cpu_non_first_arg")
+                                          f_preproc=preproc)
             runs = [float(r) for r in timer(*args).results]
             return [statistics.median(runs[i:i + self.cold_runs])
                     for i in range(0, len(runs), self.cold_runs)]
@@ -251,6 +266,8 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.handoff:
+            raise ProblemError(_HANDOFF_REMOTE)
         parse_rpc_address(self.tracker)
         if not self.key:
             raise ProblemError("RPCRunner needs the device key the RPC servers registered with (--key)")
@@ -259,6 +276,11 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
     @property
     def device_name(self) -> str:
         return f"rpc:{self.key}"
+
+    def time(self, module: Any, device: Any, name: str, args: Sequence[Any]) -> list[float]:
+        if self.handoff:  # checked here too: a runner unpickled or changed after it was made
+            raise ProblemError(_HANDOFF_REMOTE)
+        return super().time(module, device, name, args)
 
     def summary(self) -> dict[str, Any]:
         """The tracker's summary (``server_info``, ``queue_info``), asked with a timeout.
@@ -343,3 +365,50 @@ def parse_rpc_address(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ProblemError(f"RPC tracker address {address!r} must look like HOST:PORT, e.g. 127.0.0.1:9190")
     return host, int(port)
+
+
+#: TVM's own pre-run step of cold timings: every argument but the first flushed from the CPU caches
+_FLUSH = "cache_flush_cpu_non_first_arg"
+#: the pre-run step of handoff timings, registered in this process when first needed
+_HANDOFF = "layoutopt.runner.handoff"
+_HANDOFF_REMOTE = ("RPCRunner: handoff timing writes each kernel's input from this process's thread pool, so "
+                   "it times kernels on this machine only (LocalRunner); use cold timing on RPC devices")
+#: the input the next handoff timing rewrites before each run: (its flat view, a pristine copy, writer)
+_handoff_input: list[Any] = []
+
+
+def _handoff_preproc(first: Any) -> str:
+    """Get the handoff pre-run step ready for timings whose first argument is ``first``; its name.
+
+    The step flushes the other arguments as cold timing does, then copies a pristine copy of ``first``
+    into it with a kernel parallel over the thread pool (TVM gives each thread a contiguous part of a
+    parallel loop), so that each part is in the cache of the thread that wrote it, and nowhere else.
+    """
+    tvm = import_tvm()
+    if tvm.get_global_func(_HANDOFF, allow_missing=True) is None:
+        flush = tvm.get_global_func(_FLUSH)
+
+        def handoff(*args: Any) -> None:
+            flush(*args)
+            view, pristine, writer = _handoff_input
+            writer(pristine, view)
+
+        tvm.register_global_func(_HANDOFF, handoff)
+    size = math.prod(int(d) for d in first.shape)
+    view = first._create_view((size,))
+    pristine = tvm.runtime.tensor(view.numpy(), first.device)
+    _handoff_input[:] = [view, pristine, _parallel_copy(str(first.dtype))]
+    return _HANDOFF
+
+
+@functools.cache
+def _parallel_copy(dtype: str) -> Any:
+    """A compiled copy of one flat ``dtype`` tensor into another, parallel over the thread pool."""
+    tvm = import_tvm()
+    size = tvm.te.var("size", "int64")
+    source = tvm.te.placeholder((size,), dtype, name="source")
+    copy = tvm.te.compute((size,), lambda i: source[i], name="copy")
+    sch = tvm.s_tir.Schedule(tvm.te.create_prim_func([source, copy]))
+    outer, _ = sch.split(sch.get_loops(sch.get_sblock("copy"))[0], factors=[None, 256])
+    sch.parallel(outer)
+    return tvm.compile(sch.mod, target="llvm")["main"]

@@ -325,6 +325,13 @@ def test_the_measurer_keys_and_writes_records_as_before(tmp_path):
         assert sorted(result.record) == sorted(json.loads(written)), result.error
 
 
+def test_each_timing_has_a_version_field_of_its_own_that_reads_back():
+    for timing, suffix in (("cold", "+cold"), ("handoff", "+handoff"), ("warm", "")):
+        context = CostContext({"kind": "llvm"}, "0.27", 5, timing)
+        assert context.version_key == "0.27+schedules.5" + suffix
+        assert CostContext.from_record(context.record_fields()) == context
+
+
 def test_a_cost_context_is_checked_and_a_foreign_record_is_named():
     with pytest.raises(ProblemError, match="timing 'tepid'"):
         CostContext({"kind": "llvm"}, "0.27", 5, timing="tepid")

@@ -335,7 +335,31 @@ def test_cold_timing_flushes_all_but_the_input_before_each_single_run():
     assert tvm.get_global_func("cache_flush_cpu_non_first_arg", allow_missing=True) is not None
 
 
-def test_cold_and_warm_costs_are_cached_apart(tiny_conv, tmp_path):
+def test_handoff_timing_writes_the_input_afresh_before_each_run():
+    import numpy as np
+    import tvm
+    from tvm.script import tirx as T
+
+    # a kernel that adds 1 to its only argument, the input: timed cold, every run (TVM's untimed first
+    # run included) adds 1 to what the last run left; handed over, every run starts from the input given
+    @T.prim_func
+    def bump(a: T.handle):
+        T.func_attr({"global_symbol": "bump"})
+        data = T.match_buffer(a, (4099,), "float32")  # no multiple of the copy's chunks
+        for i in range(4099):
+            data[i] = data[i] + T.float32(1)
+
+    module = tvm.compile(tvm.IRModule({"bump": bump}), target="llvm").mod
+    start = np.random.default_rng(0).standard_normal(4099).astype("float32")
+    for runner, runs in ((LocalRunner(repeat=2, cold_runs=3), 1 + 2 * 3),
+                         (LocalRunner(repeat=2, cold_runs=3, handoff=True), 1)):
+        tensor = tvm.runtime.tensor(start, tvm.cpu())
+        assert len(runner.time(module, tvm.cpu(), "bump", [tensor])) == 2
+        np.testing.assert_allclose(tensor.numpy(), start + runs, rtol=1e-6)
+    assert LocalRunner(handoff=True).timing == "handoff"
+
+
+def test_cold_warm_and_handoff_costs_are_cached_apart(tiny_conv, tmp_path):
     path, task = tmp_path / "c.jsonl", [(tiny_conv, {"in": "NCHW8c", "out": "NCHW8c"})]
     with Measurer(cache=path, runner=LocalRunner(repeat=2, cold_runs=3), progress=False, passes=1) as m:
         (cold,) = m.measure(task)
@@ -343,7 +367,11 @@ def test_cold_and_warm_costs_are_cached_apart(tiny_conv, tmp_path):
                   progress=False, passes=1) as m:
         (warm,) = m.measure(task)
         (again,) = m.measure(task)
+    with Measurer(cache=path, runner=LocalRunner(repeat=2, cold_runs=3, handoff=True), progress=False,
+                  passes=1) as m:
+        (handoff,) = m.measure(task)
     assert cold.ok and warm.ok and not cold.cached and not warm.cached and again.cached
+    assert handoff.ok and not handoff.cached and handoff.record["tvm"].endswith("+handoff")
     assert cold.record["tvm"].endswith("+cold") and not warm.record["tvm"].endswith("+cold")
     assert len(cold.results) == 2 and again.cost == warm.cost
 
@@ -357,6 +385,10 @@ def test_bad_settings_and_tasks_are_clear_errors_before_anything_runs(tiny_conv)
         LocalRunner(cold_runs=0)
     with pytest.raises(ProblemError, match="cold must be True or False"):
         LocalRunner(cold="no")
+    with pytest.raises(ProblemError, match="handoff timing .* needs cold=True"):
+        LocalRunner(cold=False, handoff=True)
+    with pytest.raises(ProblemError, match="times kernels on this machine only"):
+        RPCRunner("127.0.0.1:1", "board", handoff=True)  # said before the tracker is asked
     with pytest.raises(ProblemError, match="timeout"):
         Measurer(timeout=0)
     with pytest.raises(ProblemError, match="passes must be a positive integer"):

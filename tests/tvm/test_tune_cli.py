@@ -47,6 +47,7 @@ def test_tune_runs_end_to_end_and_writes_a_report(tmp_path, capsys):
         (["--input-shape", "1,4,eight"], "integer dims"),
         (["--rpc", "127.0.0.1:9190"], "--key"),
         (["--key", "pi"], "--rpc"),
+        (["--rpc", "127.0.0.1:9190", "--key", "pi", "--timing", "handoff"], "on this machine only"),
         (["--blocks", "a,b"], "--blocks"),
         (["--orders", "oc,diagonal"], "--orders"),
     ],
