@@ -385,7 +385,7 @@ def test_bad_settings_and_tasks_are_clear_errors_before_anything_runs(tiny_conv)
         LocalRunner(cold_runs=0)
     with pytest.raises(ProblemError, match="cold must be True or False"):
         LocalRunner(cold="no")
-    with pytest.raises(ProblemError, match="handoff timing .* needs cold=True"):
+    with pytest.raises(ProblemError, match=r"handoff timing .* needs cold=True"):
         LocalRunner(cold=False, handoff=True)
     with pytest.raises(ProblemError, match="times kernels on this machine only"):
         RPCRunner("127.0.0.1:1", "board", handoff=True)  # said before the tracker is asked
