@@ -158,6 +158,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
 
     from layoutopt.tvm import export_library, load_model, tune_and_build
     from layoutopt.tvm.kernels.workload import DEFAULT_BLOCKS
+    from layoutopt.tvm.runner import LocalRunner
 
     model = MODELS[name]
     path = fetch(model, Path(args.models))
@@ -172,9 +173,11 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     mod = load_model(path, list(model.shape))
     # None, not the default blocks, when none are given: given blocks also restrict dense's weight blocks
     blocks = [int(b) for b in args.blocks.split(",")] if args.blocks else None
+    runner = LocalRunner(cold=args.timing != "warm", handoff=args.timing == "handoff")
     result = tune_and_build(mod, method=args.method, cache=args.cache, baselines=("greedy",),
-                            candidates={"blocks": blocks}, repeat=args.repeat, progress=True)
+                            candidates={"blocks": blocks}, repeat=args.repeat, runner=runner, progress=True)
     row["blocks"] = ",".join(map(str, blocks or DEFAULT_BLOCKS))
+    row["timing"] = runner.timing
     row["tune_seconds"] = round(time.perf_counter() - started, 1)
     graph = result.graph
     kinds = {kind: sum(node.kind == kind for node in graph.layout_nodes())
@@ -428,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", default="auto")
     parser.add_argument("--blocks", default=None,
                         help="comma-separated channel blocks (default: layoutopt's, and C itself when C < 8)")
+    parser.add_argument("--timing", choices=("cold", "handoff", "warm"), default="cold",
+                        help="how the tune times kernels (layoutopt tune's --timing)")
     parser.add_argument("--repeat", type=int, default=30, help="tune_and_build's timing rounds")
     parser.add_argument("--rounds", type=int, default=ROUNDS,
                         help="interleaved rounds of the exported builds, ONNX Runtime and OpenVINO")

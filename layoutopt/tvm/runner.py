@@ -197,8 +197,8 @@ class LocalRunner(Runner):
         >>> from layoutopt.tvm import build, models
         >>> from layoutopt.tvm.timing import random_inputs, run
         >>> runner = LocalRunner(repeat=5, cold_runs=20)    # e.g. Measurer(runner=runner)
-        >>> runner, runner.describe()
-        (LocalRunner(number=0, repeat=5, min_repeat_ms=20.0, cold=True, cold_runs=20), 'this machine')
+        >>> runner.timing, runner.describe()
+        ('cold', 'this machine')
         >>> [y.shape for y in run(build(models.chain()), random_inputs(models.chain()), runner)]
         [(1, 16, 8, 8)]
     """
