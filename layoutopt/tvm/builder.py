@@ -28,6 +28,7 @@ from .kernels.epilogue import sigmoid_te, softmax_te
 from .kernels.module import Fallback, fallbacks
 from .memory import bytes_moved
 from .ops import static_shape
+from .storage import STORAGE_PLANS, split_storage_by_shape
 
 __all__ = ["Compiled", "build", "check_rewrite", "compile_module", "legalize"]
 
@@ -186,7 +187,7 @@ def check_rewrite(mod, graph: LayoutGraph, target=None, layout: str = "NCHW16c")
                            f"{first_line(exc, with_type=True)}") from None
 
 
-def build(mod, target=None, fuse: bool = True):
+def build(mod, target=None, fuse: bool = True, storage: str = "relax"):
     """Legalize, schedule every kernel, lower and compile ``mod`` for the CPU ``target``.
 
     Args:
@@ -196,6 +197,8 @@ def build(mod, target=None, fuse: bool = True):
             add) joins it, finished inside its register tile where the output block is one vector
             wide (see :func:`~layoutopt.tvm.kernels.schedule_module`), as the kernels were measured
             (``extract_layout_graph(..., fuse=True)``); unfused, every op is its own kernel.
+        storage: the storage plan: ``"relax"`` (Relax's ``StaticPlanBlockMemory``) or ``"by_shape"``
+            (that plan, then a storage per tensor shape: :mod:`~layoutopt.tvm.storage`).
 
     Returns a ``tvm.runtime.Executable`` for ``tvm.relax.VirtualMachine`` (:func:`compile_module` also
     says which functions no schedule rule covered).
@@ -209,7 +212,7 @@ def build(mod, target=None, fuse: bool = True):
         >>> np.allclose(fused["main"](x).numpy(), unfused["main"](x).numpy(), atol=1e-5)
         True
     """
-    return compile_module(mod, target, fuse).executable
+    return compile_module(mod, target, fuse, storage).executable
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,7 @@ class Compiled:
     bytes_moved: int | None = None
 
 
-def compile_module(mod, target=None, fuse: bool = True) -> Compiled:
+def compile_module(mod, target=None, fuse: bool = True, storage: str = "relax") -> Compiled:
     """:func:`build`, keeping what the scheduler said: which functions run unscheduled or serial.
 
     Example:
@@ -237,6 +240,8 @@ def compile_module(mod, target=None, fuse: bool = True) -> Compiled:
     tvm = import_tvm()
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
+    if storage not in STORAGE_PLANS:
+        raise ProblemError(f"unknown storage plan {storage!r}; known: {', '.join(STORAGE_PLANS)}")
     target = resolve_target(target)
     relax = tvm.relax
     mod = legalize(fold_reshapes(mod), target)
@@ -249,5 +254,10 @@ def compile_module(mod, target=None, fuse: bool = True) -> Compiled:
         moved = bytes_moved(mod)  # one call per fused kernel, before calls become VM instructions
         mod = schedule_module(mod, target)
         left = tuple(fallbacks(mod))
-        mod = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
+        finalize = list(cpu.finalize_passes(target))
+        if storage == "by_shape":  # right after Relax's plan, before its storages are lowered and killed
+            planned = [p.info.name for p in finalize].index("StaticPlanBlockMemory") + 1
+            finalize.insert(planned, tvm.transform.module_pass(lambda m, _: split_storage_by_shape(m),
+                                                               opt_level=0, name="SplitStorageByShape"))
+        mod = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + finalize)(mod)
     return Compiled(tvm.compile(mod, target=target, relax_pipeline=None), left, moved)

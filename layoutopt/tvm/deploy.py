@@ -590,7 +590,8 @@ def _check_model(solution: SolutionFile, graph: LayoutGraph) -> None:
                            f"({', '.join(missing[:5])}): not the model it was tuned on")
 
 
-def build_from_solution(mod, solution: str | Path | Mapping[str, Any] | SolutionFile, target: Any = None):
+def build_from_solution(mod, solution: str | Path | Mapping[str, Any] | SolutionFile, target: Any = None,
+                        storage: str = "relax"):
     """Rebuild, with no measurement, the build a solution file describes, for ``mod``.
 
     Args:
@@ -599,6 +600,7 @@ def build_from_solution(mod, solution: str | Path | Mapping[str, Any] | Solution
         solution: a solution file (see :func:`save_solution`), its dict or its :class:`SolutionFile`.
         target: the CPU to build for (default: this host, see :func:`~layoutopt.tvm.resolve_target`);
             it must be the file's (give the file's own target to cross-build for the tuned device).
+        storage: the storage plan (see :func:`~layoutopt.tvm.builder.build`).
 
     Returns:
         ``(executable, module)``: the ``tvm.runtime.Executable`` (for ``relax.VirtualMachine`` or
@@ -636,7 +638,7 @@ def build_from_solution(mod, solution: str | Path | Mapping[str, Any] | Solution
     graph = extract_layout_graph(prepared, prepared=True, fuse=record.fuse)
     _check_model(record, graph)
     new_mod = apply_layouts(prepared, {layer.layer: dict(layer.candidate) for layer in record.layers})
-    return build(new_mod, target, fuse=record.fuse), new_mod
+    return build(new_mod, target, fuse=record.fuse, storage=storage), new_mod
 
 
 # -- exporting --------------------------------------------------------------------------------------

@@ -1,0 +1,58 @@
+"""The storage plan by shape: each planned storage split by its tensors' shapes, the numbers unchanged."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+
+from layoutopt import ProblemError
+from layoutopt.tvm import build, models
+from layoutopt.tvm.storage import split_storage_by_shape
+
+pytestmark = pytest.mark.tvm
+
+
+def _planned(mod):
+    import tvm
+    from tvm.relax.backend.cpu_generic import pipeline
+
+    lowered = tvm.transform.Sequential(pipeline.dataflow_lower_passes(tvm.target.Target("llvm")))(
+        tvm.relax.transform.LegalizeOps()(mod))
+    return tvm.relax.transform.StaticPlanBlockMemory()(lowered)
+
+
+def _placements(mod) -> dict[str, set[str]]:
+    """Each storage variable of ``main``: the shapes of the tensors placed in it."""
+    placed: dict[str, set[str]] = {}
+    for storage, shape in re.findall(r"R\.memory\.alloc_tensor\((\w+), 0, R\.shape\((\[[^\]]*\])\)",
+                                     mod["main"].script()):
+        placed.setdefault(storage, set()).add(shape)
+    return placed
+
+
+def test_each_storage_then_holds_tensors_of_one_shape_and_no_tensor_moves_to_another_lifetime():
+    planned = _planned(models.resnet(depth=18, width=8, size=32, classes=10))
+    before, after = _placements(planned), _placements(split_storage_by_shape(planned))
+    assert any(len(shapes) > 1 for shapes in before.values())  # Relax's plan mixes shapes here
+    assert all(len(shapes) == 1 for shapes in after.values())
+    # every storage of the plan became one per shape it held: as many storages as (storage, shape) pairs
+    assert len(after) == sum(len(shapes) for shapes in before.values())
+
+
+def test_a_build_with_storage_by_shape_computes_the_same_numbers():
+    import tvm
+
+    mod = models.resnet(depth=18, width=8, size=32, classes=10)
+    x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32"))
+    outputs = [tvm.relax.VirtualMachine(build(mod, "llvm", storage=plan), tvm.cpu())["main"](x).numpy()
+               for plan in ("relax", "by_shape")]
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+
+
+def test_an_unknown_storage_plan_is_named():
+    with pytest.raises(ProblemError, match="unknown storage plan 'lifo'; known: relax, by_shape"):
+        build(models.chain(), "llvm", storage="lifo")
