@@ -28,7 +28,7 @@ from .kernels.epilogue import sigmoid_te, softmax_te
 from .kernels.module import Fallback, fallbacks
 from .memory import bytes_moved
 from .ops import static_shape
-from .storage import STORAGE_PLANS, split_storage_by_shape
+from .storage import check_storage_plan, split_storage_by_shape
 
 __all__ = ["Compiled", "build", "check_rewrite", "compile_module", "legalize"]
 
@@ -240,8 +240,7 @@ def compile_module(mod, target=None, fuse: bool = True, storage: str = "relax") 
     tvm = import_tvm()
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    if storage not in STORAGE_PLANS:
-        raise ProblemError(f"unknown storage plan {storage!r}; known: {', '.join(STORAGE_PLANS)}")
+    check_storage_plan(storage)
     target = resolve_target(target)
     relax = tvm.relax
     mod = legalize(fold_reshapes(mod), target)

@@ -138,6 +138,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "rule winograd_fixed; the fastest build timed is handed back): greedy, "
                         "nchw16c_tuned, default (TVM's unscheduled default build: slow on big models); "
                         "'' for none")
+    parser.add_argument("--storage", choices=("relax", "by_shape"), default="relax",
+                        help="storage plan of every build: relax (default: Relax's, tensors of any "
+                             "shape share storage) or by_shape (a storage per tensor shape: faster where a "
+                             "core pays to take over lines the other core wrote; benchmarks/storage_plan.py "
+                             "says which)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip comparing every build's outputs with the untouched model in float64")
     parser.add_argument("--repeat", type=int, default=30,
@@ -364,7 +369,7 @@ def _run(args: argparse.Namespace) -> int:
     result = tune_and_build(mod, target=target, method=args.method, cache=cache, runner=runner,
                             candidates=candidates, time_limit=args.time_limit,
                             baselines=baselines, check=not args.no_check, repeat=args.repeat,
-                            pin=args.pin, forbid=args.forbid, progress=True)
+                            pin=args.pin, forbid=args.forbid, progress=True, storage=args.storage)
     print()
     print(_layer_table(result))
     print()

@@ -53,6 +53,7 @@ from ..errors import ProblemError
 from ..io import check_json_document, read_json_document
 from ._tvm import first_line, import_tvm, resolve_target, target_key, without_scope_saving_lines
 from .graph import Choice, LayoutGraph, candidate_label
+from .storage import STORAGE_PLANS
 
 __all__ = ["FORMAT", "VERSION", "Check", "HandedBack", "ModelInput", "Objective", "SolutionFile",
            "SolutionLayer", "SolutionVersionWarning", "Versions", "build_from_solution", "check_writable",
@@ -308,6 +309,7 @@ class SolutionFile:
     versions: Versions
     layers: tuple[SolutionLayer, ...]
     fuse: bool = True
+    storage: str = "relax"
     handed_back: HandedBack | None = None
     objective: Objective | None = None
     check: Check | None = None
@@ -322,6 +324,8 @@ class SolutionFile:
                     "model": {"name": self.model,
                               "inputs": {name: spec.to_json() for name, spec in self.inputs.items()}},
                     "target": self.target, "versions": self.versions.to_json(), "fuse": self.fuse}
+        if self.storage != "relax":  # files of Relax's plan read as they did before storage plans
+            document["storage"] = self.storage
         for name in self.SECTIONS:
             if getattr(self, name) is not None:
                 document[name] = getattr(self, name).to_json()
@@ -341,7 +345,11 @@ class SolutionFile:
         check_json_document(document, where, FORMAT, READS, "solution")
         required = {"format": (str,), "version": (int,), "model": (dict,), "target": (dict,),
                     "versions": (dict,), "layers": (list,)}
-        _fields(document, where, required, {"fuse": (bool,), **{name: (dict,) for name in cls.SECTIONS}})
+        _fields(document, where, required, {"fuse": (bool,), "storage": (str,),
+                                            **{name: (dict,) for name in cls.SECTIONS}})
+        if document.get("storage", "relax") not in STORAGE_PLANS:
+            raise ProblemError(f"{where}: 'storage' is {document['storage']!r}, not a storage plan this "
+                               f"layoutopt knows ({', '.join(STORAGE_PLANS)})")
         model = _fields(document["model"], f"{where}: 'model'", {"inputs": (dict,)},
                         {"name": (str, type(None))})
         inputs = {name: ModelInput.from_json(spec, f"{where}: model input {name!r}")
@@ -359,7 +367,7 @@ class SolutionFile:
                     for name, record in cls.SECTIONS.items() if name in document}
         return cls(model.get("name"), inputs, dict(document["target"]),
                    Versions.from_json(document["versions"], f"{where}: 'versions'"), tuple(layers.values()),
-                   document.get("fuse", True), **sections)
+                   document.get("fuse", True), document.get("storage", "relax"), **sections)
 
     @classmethod
     def from_result(cls, result, model: str | None = None) -> SolutionFile:
@@ -384,6 +392,7 @@ class SolutionFile:
             versions=Versions.here(),
             layers=_layers(result.graph, variant.assignment, result.costs),
             fuse=bool(result.fuse),
+            storage=result.storage,
             handed_back=HandedBack(result.chosen, variant.description, _finite(variant.predicted),
                                    _finite(variant.measured)),
             objective=Objective(result.solution.method, result.solution.status,
@@ -591,7 +600,7 @@ def _check_model(solution: SolutionFile, graph: LayoutGraph) -> None:
 
 
 def build_from_solution(mod, solution: str | Path | Mapping[str, Any] | SolutionFile, target: Any = None,
-                        storage: str = "relax"):
+                        storage: str | None = None):
     """Rebuild, with no measurement, the build a solution file describes, for ``mod``.
 
     Args:
@@ -600,7 +609,7 @@ def build_from_solution(mod, solution: str | Path | Mapping[str, Any] | Solution
         solution: a solution file (see :func:`save_solution`), its dict or its :class:`SolutionFile`.
         target: the CPU to build for (default: this host, see :func:`~layoutopt.tvm.resolve_target`);
             it must be the file's (give the file's own target to cross-build for the tuned device).
-        storage: the storage plan (see :func:`~layoutopt.tvm.builder.build`).
+        storage: the storage plan (see :func:`~layoutopt.tvm.builder.build`); None: the file's.
 
     Returns:
         ``(executable, module)``: the ``tvm.runtime.Executable`` (for ``relax.VirtualMachine`` or
@@ -638,7 +647,7 @@ def build_from_solution(mod, solution: str | Path | Mapping[str, Any] | Solution
     graph = extract_layout_graph(prepared, prepared=True, fuse=record.fuse)
     _check_model(record, graph)
     new_mod = apply_layouts(prepared, {layer.layer: dict(layer.candidate) for layer in record.layers})
-    return build(new_mod, target, fuse=record.fuse, storage=storage), new_mod
+    return build(new_mod, target, fuse=record.fuse, storage=storage or record.storage), new_mod
 
 
 # -- exporting --------------------------------------------------------------------------------------

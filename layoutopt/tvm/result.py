@@ -148,6 +148,7 @@ class TuneResult:
     chosen: str = TUNED
     isolated_costs: Costs | None = None
     fuse: bool = True
+    storage: str = "relax"
     ran_on: str = "this machine"
     reference: Reference | None = field(default=None, repr=False)
     noise: Noise | None = None

@@ -96,6 +96,9 @@ class TuneOptions:
             (``benchmarks/results/e2e-notes.md``).
         fuse: fuse each conv2d's elementwise epilogue into it (see :func:`~layoutopt.tvm.build`), in
             the tuned build and the baselines alike; the kernels are then measured fused too.
+        storage: the storage plan of every build, ``"relax"`` or ``"by_shape"`` (see
+            :mod:`~layoutopt.tvm.storage`: faster where a core pays to take over lines the other core
+            wrote, slower where it does not; ``benchmarks/storage_plan.py`` tells which on a host).
         profile: time every call of each build inside the running network
             (:func:`~layoutopt.tvm.profile.profile_calls`): the variants' ``breakdown`` (predicted vs
             in-network time per category of op) and the layers' ``in_network`` kernel times.
@@ -137,6 +140,7 @@ class TuneOptions:
     pin: Any = None
     forbid: Any = None
     progress: bool | Callable[[str], None] = False
+    storage: str = "relax"
 
     def say(self, message: str) -> None:
         """Hand a stage message to ``progress`` (printed when it is True)."""
@@ -337,7 +341,7 @@ def build_variant(extracted: Extracted, name: str, description: str, assignment:
         (True, True)
     """
     new_mod = apply_assignment(extracted.mod, extracted.graph, assignment)
-    compiled = compile_module(new_mod, extracted.target, fuse=options.fuse)
+    compiled = compile_module(new_mod, extracted.target, fuse=options.fuse, storage=options.storage)
     executable = compiled.executable
     verdict = None
     if extracted.reference is not None:
@@ -597,5 +601,6 @@ def choose(timed: Timed, options: TuneOptions) -> TuneResult:
                       solution=solved.solution, graph=graph, costs=solved.costs, tuned=built.tuned,
                       baselines=built.baselines, layers=layers, timings=extracted.timings, meta=measured.meta,
                       target=str(extracted.target), chosen=chosen, isolated_costs=measured.costs,
-                      fuse=options.fuse, ran_on=extracted.runner.describe(), reference=extracted.reference,
+                      fuse=options.fuse, storage=options.storage, ran_on=extracted.runner.describe(),
+                      reference=extracted.reference,
                       noise=timed.noise)

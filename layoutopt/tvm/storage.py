@@ -31,10 +31,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..errors import ProblemError
 from ._tvm import import_tvm
 
 #: the storage plans :func:`~layoutopt.tvm.builder.compile_module` knows
 STORAGE_PLANS = ("relax", "by_shape")
+
+
+def check_storage_plan(storage: str) -> str:
+    """``storage`` if it is one of :data:`STORAGE_PLANS`, else a :class:`~layoutopt.ProblemError` naming it.
+
+    Example:
+        >>> check_storage_plan("by_shape")
+        'by_shape'
+    """
+    if storage not in STORAGE_PLANS:
+        raise ProblemError(f"unknown storage plan {storage!r}; known: {', '.join(STORAGE_PLANS)}")
+    return storage
 
 
 def _is_call(tvm: Any, value: Any, op: str) -> bool:

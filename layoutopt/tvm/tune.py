@@ -41,6 +41,7 @@ from .guard import baseline_builds
 from .result import TUNED, Layer, TuneResult, Variant, layer_table, ms
 from .runner import LocalRunner
 from .stages import TuneOptions
+from .storage import check_storage_plan
 
 __all__ = ["TUNED", "Layer", "TuneOptions", "TuneResult", "Variant", "layer_table", "ms", "tune_and_build"]
 
@@ -66,6 +67,7 @@ def tune_and_build(
     pin: Any = None,
     forbid: Any = None,
     progress: bool | Callable[[str], None] = False,
+    storage: str = "relax",
 ) -> TuneResult:
     """Extract, measure, solve, apply and build ``mod``; verify the outputs and time the build: the chain
     of :mod:`layoutopt.tvm.stages`.
@@ -75,8 +77,8 @@ def tune_and_build(
             :mod:`layoutopt.tvm.models`).
         target: CPU target (see :func:`~layoutopt.tvm.resolve_target`).
         method, cache, candidates, time_limit, baselines, guard, check, rtol, seed, repeat, fuse, profile,
-            calibrate, pin, forbid, progress: the options, one :class:`~layoutopt.tvm.stages.TuneOptions`
-            (see it for each one's meaning).
+            calibrate, pin, forbid, progress, storage: the options, one
+            :class:`~layoutopt.tvm.stages.TuneOptions` (see it for each one's meaning).
 
     Returns:
         A :class:`TuneResult`.
@@ -96,7 +98,8 @@ def tune_and_build(
         True
     """
     options = TuneOptions(method, cache, candidates, time_limit, tuple(baselines), guard, check, rtol, seed,
-                          repeat, fuse, profile, calibrate, pin, forbid, progress)
+                          repeat, fuse, profile, calibrate, pin, forbid, progress, storage)
+    check_storage_plan(storage)  # refused now, not after the measurement
     baseline_builds(options.baselines)  # an unknown name fails now, not after the measurement
     check_method(method, time_limit)
     target = resolve_target(target)

@@ -56,3 +56,35 @@ def test_a_build_with_storage_by_shape_computes_the_same_numbers():
 def test_an_unknown_storage_plan_is_named():
     with pytest.raises(ProblemError, match="unknown storage plan 'lifo'; known: relax, by_shape"):
         build(models.chain(), "llvm", storage="lifo")
+
+
+def test_a_tune_by_shape_builds_checks_and_exports_it_and_its_solution_file_rebuilds_it(tmp_path):
+    import json
+
+    import tvm
+
+    from layoutopt.tvm import build_from_solution, tune_and_build
+
+    mod = models.residual(channels=8, size=8)
+    result = tune_and_build(mod, cache=tmp_path / "costs.jsonl", guard=False, baselines=(), calibrate=0,
+                            profile=False, repeat=2, storage="by_shape")
+    assert result.storage == "by_shape" and result.tuned.max_relative_error < 1e-4  # checked
+    _, solution = result.export(tmp_path / "m.so")
+    assert json.loads(solution.read_text())["storage"] == "by_shape"
+    executable, _ = build_from_solution(mod, solution)
+    x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype("float32"))
+    rebuilt = tvm.relax.VirtualMachine(executable, tvm.cpu())["main"](x).numpy()
+    handed = tvm.relax.VirtualMachine(result.executable, tvm.cpu())["main"](x).numpy()
+    np.testing.assert_array_equal(rebuilt, handed)
+    document = json.loads(solution.read_text())
+    document["storage"] = "lifo"
+    with pytest.raises(ProblemError, match=r"'storage' is 'lifo', not a storage plan"):
+        build_from_solution(mod, document)
+
+
+def test_an_unknown_storage_plan_is_refused_before_anything_is_measured(tmp_path):
+    from layoutopt.tvm import tune_and_build
+
+    with pytest.raises(ProblemError, match="unknown storage plan 'lifo'"):
+        tune_and_build(models.chain(), cache=tmp_path / "costs.jsonl", storage="lifo")
+    assert not (tmp_path / "costs.jsonl").exists()
