@@ -138,11 +138,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "rule winograd_fixed; the fastest build timed is handed back): greedy, "
                         "nchw16c_tuned, default (TVM's unscheduled default build: slow on big models); "
                         "'' for none")
-    parser.add_argument("--storage", choices=("relax", "by_shape"), default="relax",
+    parser.add_argument("--storage", choices=("relax", "by_shape", "auto"), default="relax",
                         help="storage plan of every build: relax (default: Relax's, tensors of any "
                              "shape share storage) or by_shape (a storage per tensor shape: faster where a "
                              "core pays to take over lines the other core wrote; benchmarks/storage_plan.py "
-                             "says which)")
+                             "says which) or auto (the tuned build with each, the faster handed back)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip comparing every build's outputs with the untouched model in float64")
     parser.add_argument("--repeat", type=int, default=30,

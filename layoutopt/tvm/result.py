@@ -58,7 +58,8 @@ class Variant:
     (:mod:`layoutopt.tvm.check`: against the untouched model in float64). ``fallbacks`` the functions of
     the build no schedule rule covered (unscheduled or serial), with their in-network time once
     profiled. ``bytes_moved`` the bytes its calls read and write per inference
-    (:func:`~layoutopt.tvm.memory.bytes_moved`). ``None`` when not applicable.
+    (:func:`~layoutopt.tvm.memory.bytes_moved`). ``storage`` its storage plan
+    (:mod:`~layoutopt.tvm.storage`). ``None`` when not applicable.
     Each stage of :mod:`layoutopt.tvm.stages` fills in its part, as a new record
     (``dataclasses.replace``).
     """
@@ -78,6 +79,7 @@ class Variant:
     observation: Observation | None = field(default=None, repr=False)
     fallbacks: tuple[Fallback, ...] = ()
     bytes_moved: int | None = None
+    storage: str = "relax"
 
     @property
     def in_network(self) -> float | None:

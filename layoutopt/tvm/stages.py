@@ -8,6 +8,7 @@ or CVXPY's ``Chain`` runs reductions::
     solve    -> Solved     the layout problem (built once) and its solution
     build    -> Built      the tuned build and the baselines, each checked against the reference
     calibrate-> Built      costs calibrated with every build's in-network profile, solved again
+    storage  -> Built      with ``storage="auto"``, the tuned build also with a storage per shape
     time     -> Timed      every build timed in the same interleaved rounds; ratios, noise
     profile  -> Timed      every call of every build timed in the network
     choose   -> TuneResult the guard's pick, exportable
@@ -59,7 +60,7 @@ from .runner import Runner
 from .timing import Latency, Noise, compare_builds, measure_latency, random_inputs, run
 
 __all__ = ["Built", "Extracted", "Measured", "Solved", "Timed", "TuneOptions", "build_variants", "calibrate",
-           "choose", "extract", "measure", "profile", "solve", "time_variants"]
+           "choose", "extract", "measure", "profile", "solve", "time_variants", "with_storage_rival"]
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,9 @@ class TuneOptions:
             the tuned build and the baselines alike; the kernels are then measured fused too.
         storage: the storage plan of every build, ``"relax"`` or ``"by_shape"`` (see
             :mod:`~layoutopt.tvm.storage`: faster where a core pays to take over lines the other core
-            wrote, slower where it does not; ``benchmarks/storage_plan.py`` tells which on a host).
+            wrote, slower where it does not; ``benchmarks/storage_plan.py`` tells which on a host), or
+            ``"auto"``: every build with Relax's plan, and the tuned build also by shape
+            (``layoutopt_by_shape``), timed beside the others for the guard to pick.
         profile: time every call of each build inside the running network
             (:func:`~layoutopt.tvm.profile.profile_calls`): the variants' ``breakdown`` (predicted vs
             in-network time per category of op) and the layers' ``in_network`` kernel times.
@@ -326,9 +329,10 @@ def solve(measured: Measured, options: TuneOptions, costs: Costs | None = None) 
 
 
 def build_variant(extracted: Extracted, name: str, description: str, assignment: Mapping[Hashable, int],
-                  options: TuneOptions) -> Variant | None:
-    """The checked build of ``assignment``: None (with a warning) for a baseline that fails the check,
-    a :class:`~layoutopt.ProblemError` naming the first value that diverges for the tuned build.
+                  options: TuneOptions, storage: str | None = None) -> Variant | None:
+    """The checked build of ``assignment`` (with the ``storage`` plan, by default the options' own, Relax's
+    for ``"auto"``): None (with a warning) for a baseline that fails the check, a
+    :class:`~layoutopt.ProblemError` naming the first value that diverges for the tuned build.
 
     Example:
         >>> from layoutopt.tvm import models, resolve_target
@@ -341,7 +345,8 @@ def build_variant(extracted: Extracted, name: str, description: str, assignment:
         (True, True)
     """
     new_mod = apply_assignment(extracted.mod, extracted.graph, assignment)
-    compiled = compile_module(new_mod, extracted.target, fuse=options.fuse, storage=options.storage)
+    storage = storage or ("relax" if options.storage == "auto" else options.storage)
+    compiled = compile_module(new_mod, extracted.target, fuse=options.fuse, storage=storage)
     executable = compiled.executable
     verdict = None
     if extracted.reference is not None:
@@ -356,7 +361,39 @@ def build_variant(extracted: Extracted, name: str, description: str, assignment:
     return Variant(name, description, None, transforms=count_layout_transforms(new_mod),
                    max_relative_error=None if verdict is None else verdict.error,
                    assignment=dict(assignment), module=new_mod, executable=executable,
-                   fallbacks=compiled.fallbacks, bytes_moved=compiled.bytes_moved)
+                   fallbacks=compiled.fallbacks, bytes_moved=compiled.bytes_moved, storage=storage)
+
+
+#: the tuned build with a storage per tensor shape, timed beside the others with ``storage="auto"``
+BY_SHAPE = "layoutopt_by_shape"
+
+
+def with_storage_rival(built: Built, options: TuneOptions) -> Built:
+    """With ``options.storage == "auto"``, ``built`` and the tuned assignment built again with a storage
+    per tensor shape (the variant ``layoutopt_by_shape``), for the guard to time beside the others;
+    else ``built`` as it is.
+
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.runner import LocalRunner
+        >>> options = TuneOptions(cache="costs.jsonl", baselines=(), guard=False, calibrate=0, check=False,
+        ...                       storage="auto")
+        >>> solved = solve(measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(),
+        ...                                options), options), options)
+        >>> built = with_storage_rival(build_variants(solved, options), options)
+        >>> built.tuned.storage, built.baselines["layoutopt_by_shape"].storage
+        ('relax', 'by_shape')
+    """
+    if options.storage != "auto":
+        return built
+    extracted = built.solved.measured.extracted
+    options.say("building the tuned assignment with a storage per tensor shape ...")
+    with _stage(extracted.timings, "build by shape"):
+        rival = build_variant(extracted, BY_SHAPE, "layoutopt's build, a storage per tensor shape",
+                              built.tuned.assignment, options, storage="by_shape")
+    if rival is None:  # failed its check: said, and dropped
+        return built
+    return _priced(Built(built.solved, built.tuned, {**built.baselines, BY_SHAPE: rival}))
 
 
 def _divergence(extracted: Extracted, assignment: Mapping[Hashable, int], options: TuneOptions) -> str:
@@ -601,6 +638,6 @@ def choose(timed: Timed, options: TuneOptions) -> TuneResult:
                       solution=solved.solution, graph=graph, costs=solved.costs, tuned=built.tuned,
                       baselines=built.baselines, layers=layers, timings=extracted.timings, meta=measured.meta,
                       target=str(extracted.target), chosen=chosen, isolated_costs=measured.costs,
-                      fuse=options.fuse, storage=options.storage, ran_on=extracted.runner.describe(),
+                      fuse=options.fuse, storage=handed_back.storage, ran_on=extracted.runner.describe(),
                       reference=extracted.reference,
                       noise=timed.noise)

@@ -36,17 +36,19 @@ from ._tvm import import_tvm
 
 #: the storage plans :func:`~layoutopt.tvm.builder.compile_module` knows
 STORAGE_PLANS = ("relax", "by_shape")
+#: what a tune takes: a plan, or ``"auto"`` (the tuned build with each plan, the guard's pick)
+TUNE_STORAGE = (*STORAGE_PLANS, "auto")
 
 
-def check_storage_plan(storage: str) -> str:
-    """``storage`` if it is one of :data:`STORAGE_PLANS`, else a :class:`~layoutopt.ProblemError` naming it.
+def check_storage_plan(storage: str, known: tuple[str, ...] = STORAGE_PLANS) -> str:
+    """``storage`` if it is one of ``known``, else a :class:`~layoutopt.ProblemError` naming it.
 
     Example:
-        >>> check_storage_plan("by_shape")
-        'by_shape'
+        >>> check_storage_plan("by_shape"), check_storage_plan("auto", TUNE_STORAGE)
+        ('by_shape', 'auto')
     """
-    if storage not in STORAGE_PLANS:
-        raise ProblemError(f"unknown storage plan {storage!r}; known: {', '.join(STORAGE_PLANS)}")
+    if storage not in known:
+        raise ProblemError(f"unknown storage plan {storage!r}; known: {', '.join(known)}")
     return storage
 
 

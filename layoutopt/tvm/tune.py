@@ -41,7 +41,7 @@ from .guard import baseline_builds
 from .result import TUNED, Layer, TuneResult, Variant, layer_table, ms
 from .runner import LocalRunner
 from .stages import TuneOptions
-from .storage import check_storage_plan
+from .storage import TUNE_STORAGE, check_storage_plan
 
 __all__ = ["TUNED", "Layer", "TuneOptions", "TuneResult", "Variant", "layer_table", "ms", "tune_and_build"]
 
@@ -99,7 +99,7 @@ def tune_and_build(
     """
     options = TuneOptions(method, cache, candidates, time_limit, tuple(baselines), guard, check, rtol, seed,
                           repeat, fuse, profile, calibrate, pin, forbid, progress, storage)
-    check_storage_plan(storage)  # refused now, not after the measurement
+    check_storage_plan(storage, TUNE_STORAGE)  # refused now, not after the measurement
     baseline_builds(options.baselines)  # an unknown name fails now, not after the measurement
     check_method(method, time_limit)
     target = resolve_target(target)
@@ -111,6 +111,7 @@ def tune_and_build(
             options = replace(options, calibrate=0, profile=False)
         extracted = stages.extract(mod, target, place, options)
         solved = stages.solve(stages.measure(extracted, options), options)
-        built = stages.calibrate(stages.build_variants(solved, options), options)
+        built = stages.with_storage_rival(stages.calibrate(stages.build_variants(solved, options), options),
+                                          options)
         timed = stages.profile(stages.time_variants(built, options), options)
         return stages.choose(timed, options)

@@ -88,3 +88,21 @@ def test_an_unknown_storage_plan_is_refused_before_anything_is_measured(tmp_path
     with pytest.raises(ProblemError, match="unknown storage plan 'lifo'"):
         tune_and_build(models.chain(), cache=tmp_path / "costs.jsonl", storage="lifo")
     assert not (tmp_path / "costs.jsonl").exists()
+
+
+def test_with_storage_auto_the_guard_times_both_plans_and_the_solution_file_names_the_one_handed_back(
+        tmp_path):
+    import json
+
+    from layoutopt.tvm import tune_and_build
+
+    result = tune_and_build(models.residual(channels=8, size=8), cache=tmp_path / "costs.jsonl", baselines=(),
+                            calibrate=0, profile=False, repeat=3, storage="auto")
+    rival = result.baselines["layoutopt_by_shape"]
+    assert rival.storage == "by_shape" and result.tuned.storage == "relax"
+    assert rival.assignment == result.tuned.assignment and rival.max_relative_error < 1e-4  # checked
+    assert rival.versus_tuned is not None  # timed beside the tuned build
+    assert result.storage == result.handed_back.storage
+    assert result.storage == ("by_shape" if result.chosen == "layoutopt_by_shape" else "relax")
+    _, solution = result.export(tmp_path / "m.so")
+    assert json.loads(solution.read_text()).get("storage", "relax") == result.storage
