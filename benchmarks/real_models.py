@@ -175,9 +175,11 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     blocks = [int(b) for b in args.blocks.split(",")] if args.blocks else None
     runner = LocalRunner(cold=args.timing != "warm", handoff=args.timing == "handoff")
     result = tune_and_build(mod, method=args.method, cache=args.cache, baselines=("greedy",),
-                            candidates={"blocks": blocks}, repeat=args.repeat, runner=runner, progress=True)
+                            candidates={"blocks": blocks}, repeat=args.repeat, runner=runner, progress=True,
+                            storage=args.storage)
     row["blocks"] = ",".join(map(str, blocks or DEFAULT_BLOCKS))
     row["timing"] = runner.timing
+    row["storage"] = result.storage
     row["tune_seconds"] = round(time.perf_counter() - started, 1)
     graph = result.graph
     kinds = {kind: sum(node.kind == kind for node in graph.layout_nodes())
@@ -405,7 +407,8 @@ def write_markdown(rows: list[dict], out: Path) -> None:
         lines.append(f"- **{r['model']}**: {r['family']}. Boundary ops (plain NCHW): "
                      f"{', '.join(op.removeprefix('relax.') for op in r['boundary_ops']) or 'none'}; "
                      f"{r['followers']} ops follow their input's layout. "
-                     f"Channel blocks {r.get('blocks', 'default')}; "
+                     f"Channel blocks {r.get('blocks', 'default')}; kernels timed {r.get('timing', 'cold')}; "
+                     f"storage plan {r.get('storage', 'relax')}; "
                      f"solver {r['solver']} ({r['status']}); {timed}{failed}; "
                      f"stages (s): {', '.join(f'{k} {v}' for k, v in r['timings'].items())}.")
         if r.get("breakdown"):
@@ -433,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated channel blocks (default: layoutopt's, and C itself when C < 8)")
     parser.add_argument("--timing", choices=("cold", "handoff", "warm"), default="cold",
                         help="how the tune times kernels (layoutopt tune's --timing)")
+    parser.add_argument("--storage", choices=("relax", "by_shape", "auto"), default="relax",
+                        help="the tune's storage plan (layoutopt tune's --storage)")
     parser.add_argument("--repeat", type=int, default=30, help="tune_and_build's timing rounds")
     parser.add_argument("--rounds", type=int, default=ROUNDS,
                         help="interleaved rounds of the exported builds, ONNX Runtime and OpenVINO")
