@@ -173,7 +173,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     mod = load_model(path, list(model.shape))
     # None, not the default blocks, when none are given: given blocks also restrict dense's weight blocks
     blocks = [int(b) for b in args.blocks.split(",")] if args.blocks else None
-    runner = LocalRunner(cold=args.timing != "warm", handoff=args.timing == "handoff")
+    runner = LocalRunner(**LocalRunner.timing_settings(args.timing))
     result = tune_and_build(mod, method=args.method, cache=args.cache, baselines=("greedy",),
                             candidates={"blocks": blocks}, repeat=args.repeat, runner=runner, progress=True,
                             storage=args.storage)

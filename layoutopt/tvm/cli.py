@@ -100,6 +100,9 @@ def _add_model_options(parser: argparse.ArgumentParser, shapes: str, target: str
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``tune`` on the ``layoutopt`` command's subparsers."""
+    from .cache import TIMINGS
+    from .storage import TUNE_STORAGE
+
     parser = subparsers.add_parser(
         "tune",
         help="choose layouts for a model with TVM: measure, solve, build, verify, report",
@@ -127,7 +130,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="measure the kernels, check and time the builds on the devices of the TVM RPC "
                         "tracker at HOST:PORT (give --target the devices' target)")
     parser.add_argument("--key", help="device key registered at the RPC tracker (with --rpc)")
-    parser.add_argument("--timing", choices=("cold", "handoff", "warm"), default="cold",
+    parser.add_argument("--timing", choices=TIMINGS, default="cold",
                         help="how kernels are timed: cold (default: weights and output flushed before each "
                              "run, as the network leaves them), handoff (cold, and the input written by the "
                              "thread pool just before each run, as the layer before leaves it; this machine "
@@ -138,7 +141,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "rule winograd_fixed; the fastest build timed is handed back): greedy, "
                         "nchw16c_tuned, default (TVM's unscheduled default build: slow on big models); "
                         "'' for none")
-    parser.add_argument("--storage", choices=("relax", "by_shape", "auto"), default="relax",
+    parser.add_argument("--storage", choices=TUNE_STORAGE, default="relax",
                         help="storage plan of every build: relax (default: Relax's, tensors of any "
                              "shape share storage) or by_shape (a storage per tensor shape: faster where a "
                              "core pays to take over lines the other core wrote; benchmarks/storage_plan.py "
@@ -272,7 +275,7 @@ def _runner(args: argparse.Namespace):
         raise ProblemError("--key needs --rpc HOST:PORT (the tracker the device is registered with)")
     from .runner import LocalRunner, RPCRunner
 
-    settings = {"cold": args.timing != "warm", "handoff": args.timing == "handoff"}
+    settings = LocalRunner.timing_settings(args.timing)
     if not args.rpc:
         return LocalRunner(**settings)
     if not args.key:

@@ -50,6 +50,7 @@ from typing import Any
 
 from ..errors import ProblemError
 from ._tvm import first_line, import_tvm
+from .cache import TIMINGS
 
 __all__ = ["TRACKER_TIMEOUT", "LocalRunner", "RPCRunner", "Runner", "parse_rpc_address"]
 
@@ -121,6 +122,18 @@ class Runner:
         """``"cold"``, ``"handoff"`` or ``"warm"``: how :meth:`time` treats the caches (cached costs of
         each are kept apart)."""
         return ("handoff" if self.handoff else "cold") if self.cold else "warm"
+
+    @staticmethod
+    def timing_settings(timing: str) -> dict[str, bool]:
+        """The ``cold`` and ``handoff`` settings of a runner whose :attr:`timing` is ``timing``.
+
+        Example:
+            >>> LocalRunner(**Runner.timing_settings("handoff")).timing
+            'handoff'
+        """
+        if timing not in TIMINGS:
+            raise ProblemError(f"unknown timing {timing!r}; known: {', '.join(TIMINGS)}")
+        return {"cold": timing != "warm", "handoff": timing == "handoff"}
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_builds": {}}  # loaded builds do not cross processes

@@ -387,6 +387,8 @@ def test_bad_settings_and_tasks_are_clear_errors_before_anything_runs(tiny_conv)
         LocalRunner(cold="no")
     with pytest.raises(ProblemError, match=r"handoff timing .* needs cold=True"):
         LocalRunner(cold=False, handoff=True)
+    with pytest.raises(ProblemError, match="unknown timing 'tepid'; known: cold, handoff, warm"):
+        LocalRunner.timing_settings("tepid")
     with pytest.raises(ProblemError, match="times kernels on this machine only"):
         RPCRunner("127.0.0.1:1", "board", handoff=True)  # said before the tracker is asked
     with pytest.raises(ProblemError, match="timeout"):
