@@ -95,10 +95,6 @@ def _one_pass(calls: Sequence[tuple[Any, Sequence[Any]]]) -> float:
     return time.perf_counter() - started
 
 
-def _ratio(ratio: Ratio) -> str:
-    return f"{ratio.median:.3f} [{ratio.low:.3f}-{ratio.high:.3f}]"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--library", type=Path, required=True, help="the exported build (.so)")
@@ -195,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        if all(t is not None for t in tuned) else "-")
         lines.append(f"| {row['group']} | {row['layers']} | {row['isolated'] * 1e3:.3f} "
                      f"| {handed['isolated'] * 1e3:.3f} | {row['network'] * 1e3:.3f} "
-                     f"| {_ratio(row['ratio'])} | {_ratio(handed['ratio'])} | {chosen_with} |")
+                     f"| {row['ratio'].text} | {handed['ratio'].text} | {chosen_with} |")
     if args.layers:
         lines += ["", "| layer | kernels | choice | cold us | handoff us | in network us | in network / cold "
                   "| in network / handoff |", "|---|---|---|---|---|---|---|---|"]
@@ -209,10 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     profiled, flowing = Ratio.of(whole, called), Ratio.of(whole, apart)
     lines += ["", f"Whole runs of the build, no profiler (median of {args.runs} per round): "
               f"{np.median(whole) * 1e3:.3f} ms; its profiled calls (VM builtins apart) summed "
-              f"{np.median(called) * 1e3:.3f} ms, whole run / calls {profiled.median:.3f} "
-              f"[{profiled.low:.3f}-{profiled.high:.3f}]; its kernel layers run back to back, each on "
-              f"buffers of its own, {np.median(apart) * 1e3:.3f} ms, whole run / back to back "
-              f"{flowing.median:.3f} [{flowing.low:.3f}-{flowing.high:.3f}]."]
+              f"{np.median(called) * 1e3:.3f} ms, whole run / calls {profiled.text}; its kernel layers run "
+              f"back to back, each on buffers of its own, {np.median(apart) * 1e3:.3f} ms, whole run / back "
+              f"to back {flowing.text}."]
     # each round on its own: on a host whose whole runs switch between a fast and a slow mode, the
     # rounds show which side each mode moves
     lines += ["", "| round | kernels cold ms | kernels handoff ms | kernels in network ms "

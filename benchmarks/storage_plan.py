@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--solution", type=Path, required=True)
     parser.add_argument("--input-shape", default="1,3,224,224")
     parser.add_argument("--rotations", type=int, default=3000)
-    parser.add_argument("--out", type=Path, default=RESULTS / "storage_plan.md",
+    parser.add_argument("--out", default=str(RESULTS / "storage_plan.md"),
                         help="append the section to this markdown file ('' : print only)")
     args = parser.parse_args(argv)
     import tvm
@@ -108,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 cells += ["-", "-"]
                 continue
             ratio = Ratio.of(list(planned[mask]), list(times[mask]))
-            cells += [f"{np.median(times[mask]) * 1e3:.2f}",
-                      f"{ratio.median:.3f} [{ratio.low:.3f}-{ratio.high:.3f}]"]
+            cells += [f"{np.median(times[mask]) * 1e3:.2f}", ratio.text]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     append_section(lines, args.out or None)
     return 0

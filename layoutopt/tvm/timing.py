@@ -192,6 +192,16 @@ class Ratio:
         """Whether the interval excludes 1: one build is faster beyond what the noise explains."""
         return not self.low <= 1.0 <= self.high
 
+    @property
+    def text(self) -> str:
+        """The median and its interval, as the results tables print them.
+
+        Example:
+            >>> Ratio.of([1.1, 1.2, 1.3, 2.0, 1.2], [1.0] * 5).text
+            '1.200 [1.100-2.000]'
+        """
+        return f"{self.median:.3f} [{self.low:.3f}-{self.high:.3f}]"
+
 
 def time_builds(executables: Mapping[str, Any], inputs: Sequence[np.ndarray], repeat: int = 30,
                 min_repeat_ms: int = 1, runner: Runner | None = None,
