@@ -9,7 +9,9 @@ one run each in turn, the order rotated, many times; each rotation is classed by
 build's run (fast: within 1.25x of its 10th percentile; slow: the rest), and each build's time over
 the planned one's is paired rotation by rotation within each class, with its 95 % interval. A third
 build, with no static plan and no early frees (each tensor its own storage for the whole run, from the
-VM's allocator), bounds what keeping lines on their writer can give.
+VM's allocator), bounds what keeping lines on their writer can give. A fourth, ``concats_copied``, has
+Relax's plan with every concat a copying kernel (``build(..., in_place_concat=False)``): what the
+concats done in place (their producers writing into the output) save.
 
 Usage::
 
@@ -43,6 +45,8 @@ def _builds(model: Path, solution: Path, shape: list[int]) -> dict[str, object]:
     mod = load_model(model, shape)
     executables = {plan: build_from_solution(mod, solution, storage=plan)[0]
                    for plan in ("relax", "by_shape")}
+    executables["concats_copied"] = build_from_solution(mod, solution, storage="relax",
+                                                        in_place_concat=False)[0]
     original = pipeline.finalize_passes
 
     def unplanned(target):  # no static plan and no early frees: a storage per tensor for the run

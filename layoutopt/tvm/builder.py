@@ -28,7 +28,14 @@ from .kernels.epilogue import sigmoid_te, softmax_te
 from .kernels.module import Fallback, fallbacks
 from .memory import bytes_moved
 from .ops import static_shape
-from .storage import check_storage_plan, split_storage_by_shape
+from .storage import (
+    CONCAT_IN_PLACE,
+    check_storage_plan,
+    concat_fits_in_place,
+    concat_in_place,
+    keep_concats_apart,
+    split_storage_by_shape,
+)
 
 __all__ = ["Compiled", "build", "check_rewrite", "compile_module", "legalize"]
 
@@ -73,9 +80,25 @@ def _legalize_softmax(bb, call):
                       primfunc_name_hint="softmax")
 
 
+def _legalize_concat(bb, call):
+    """``relax.concat`` -> TVM's ``concatenate``, marked :data:`~layoutopt.tvm.storage.CONCAT_IN_PLACE`
+    where its inputs lie one after another in its output, so that the build can let its producers
+    write there (:func:`~layoutopt.tvm.storage.concat_in_place`)."""
+    from tvm.relax.transform.legalize_ops.manipulate import _concat
+
+    legalized = _concat(bb, call)  # call_tir(concatenate, (inputs...), ...)
+    shapes = [static_shape(field) for field in legalized.args[1].fields]
+    if shapes and all(shape is not None for shape in shapes) and \
+            concat_fits_in_place(shapes, axis := int(call.attrs.axis) % len(shapes[0])):
+        gvar = legalized.args[0]
+        bb.update_func(gvar, bb.get()[gvar].with_attr(CONCAT_IN_PLACE, axis))
+    return legalized
+
+
 #: the ops this module legalizes itself, the others by TVM's legalizer
 _LEGALIZERS = {"relax.nn.conv2d": _legalize_conv2d, "relax.sigmoid": _legalize_sigmoid,
-               "relax.nn.silu": _legalize_silu, "relax.nn.softmax": _legalize_softmax}
+               "relax.nn.silu": _legalize_silu, "relax.nn.softmax": _legalize_softmax,
+               "relax.concat": _legalize_concat}
 
 #: ops that may remain after legalization: the VM runs them itself
 _VM_OPS = frozenset({"relax.shape_of", "relax.null_value", "relax.print", "relax.assert_op",
@@ -187,7 +210,7 @@ def check_rewrite(mod, graph: LayoutGraph, target=None, layout: str = "NCHW16c")
                            f"{first_line(exc, with_type=True)}") from None
 
 
-def build(mod, target=None, fuse: bool = True, storage: str = "relax"):
+def build(mod, target=None, fuse: bool = True, storage: str = "relax", in_place_concat: bool = True):
     """Legalize, schedule every kernel, lower and compile ``mod`` for the CPU ``target``.
 
     Args:
@@ -199,6 +222,9 @@ def build(mod, target=None, fuse: bool = True, storage: str = "relax"):
             (``extract_layout_graph(..., fuse=True)``); unfused, every op is its own kernel.
         storage: the storage plan: ``"relax"`` (Relax's ``StaticPlanBlockMemory``) or ``"by_shape"``
             (that plan, then a storage per tensor shape: :mod:`~layoutopt.tvm.storage`).
+        in_place_concat: let the producers of a concat write into its output where its inputs lie one
+            after another there (one image, a channel concat), with no copy
+            (:func:`~layoutopt.tvm.storage.concat_in_place`); else every concat is a kernel.
 
     Returns a ``tvm.runtime.Executable`` for ``tvm.relax.VirtualMachine`` (:func:`compile_module` also
     says which functions no schedule rule covered).
@@ -212,21 +238,24 @@ def build(mod, target=None, fuse: bool = True, storage: str = "relax"):
         >>> np.allclose(fused["main"](x).numpy(), unfused["main"](x).numpy(), atol=1e-5)
         True
     """
-    return compile_module(mod, target, fuse, storage).executable
+    return compile_module(mod, target, fuse, storage, in_place_concat).executable
 
 
 @dataclass(frozen=True)
 class Compiled:
     """A build: its ``executable``, the functions of it that took a fallback (no schedule rule
-    covered them: :class:`~layoutopt.tvm.kernels.module.Fallback`), and the bytes its calls read and
-    write per inference (:func:`~layoutopt.tvm.memory.bytes_moved` of the fused module)."""
+    covered them: :class:`~layoutopt.tvm.kernels.module.Fallback`), the bytes its calls read and
+    write per inference (:func:`~layoutopt.tvm.memory.bytes_moved` of the fused module, less the
+    concats done in place), and how many concat calls were done in place."""
 
     executable: Any
     fallbacks: tuple[Fallback, ...] = ()
     bytes_moved: int | None = None
+    concats_in_place: int = 0
 
 
-def compile_module(mod, target=None, fuse: bool = True, storage: str = "relax") -> Compiled:
+def compile_module(mod, target=None, fuse: bool = True, storage: str = "relax",
+                   in_place_concat: bool = True) -> Compiled:
     """:func:`build`, keeping what the scheduler said: which functions run unscheduled or serial.
 
     Example:
@@ -248,15 +277,28 @@ def compile_module(mod, target=None, fuse: bool = True, storage: str = "relax") 
         mod = relax.transform.FoldConstant()(mod)
         if fuse:
             mod = relax.transform.AnnotateTIROpPattern()(mod)
+            if in_place_concat:
+                mod = keep_concats_apart(mod)
             mod = relax.transform.FuseOps()(mod)
             mod = relax.transform.FuseTIR()(mod)
         moved = bytes_moved(mod)  # one call per fused kernel, before calls become VM instructions
         mod = schedule_module(mod, target)
         left = tuple(fallbacks(mod))
         finalize = list(cpu.finalize_passes(target))
-        if storage == "by_shape":  # right after Relax's plan, before its storages are lowered and killed
-            planned = [p.info.name for p in finalize].index("StaticPlanBlockMemory") + 1
-            finalize.insert(planned, tvm.transform.module_pass(lambda m, _: split_storage_by_shape(m),
-                                                               opt_level=0, name="SplitStorageByShape"))
+        # right after Relax's plan, before its storages are lowered and killed
+        planned = [p.info.name for p in finalize].index("StaticPlanBlockMemory") + 1
+        removed: list[int] = []  # the bytes each removed concat would have read and written
+
+        def in_place(m, _):
+            m, saved = concat_in_place(m)
+            removed.extend(saved)
+            return m
+
+        if in_place_concat:
+            finalize.insert(planned, tvm.transform.module_pass(in_place, opt_level=0, name="ConcatInPlace"))
+        if storage == "by_shape":  # after the concats: the tensors they placed keep their storage
+            finalize.insert(planned + in_place_concat, tvm.transform.module_pass(
+                lambda m, _: split_storage_by_shape(m), opt_level=0, name="SplitStorageByShape"))
         mod = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + finalize)(mod)
-    return Compiled(tvm.compile(mod, target=target, relax_pipeline=None), left, moved)
+    return Compiled(tvm.compile(mod, target=target, relax_pipeline=None), left, moved - sum(removed),
+                    len(removed))

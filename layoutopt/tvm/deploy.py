@@ -600,7 +600,7 @@ def _check_model(solution: SolutionFile, graph: LayoutGraph) -> None:
 
 
 def build_from_solution(mod, solution: str | Path | Mapping[str, Any] | SolutionFile, target: Any = None,
-                        storage: str | None = None):
+                        storage: str | None = None, in_place_concat: bool = True):
     """Rebuild, with no measurement, the build a solution file describes, for ``mod``.
 
     Args:
@@ -610,6 +610,7 @@ def build_from_solution(mod, solution: str | Path | Mapping[str, Any] | Solution
         target: the CPU to build for (default: this host, see :func:`~layoutopt.tvm.resolve_target`);
             it must be the file's (give the file's own target to cross-build for the tuned device).
         storage: the storage plan (see :func:`~layoutopt.tvm.builder.build`); None: the file's.
+        in_place_concat: concats done in place where they can be (see :func:`~layoutopt.tvm.builder.build`).
 
     Returns:
         ``(executable, module)``: the ``tvm.runtime.Executable`` (for ``relax.VirtualMachine`` or
@@ -647,7 +648,8 @@ def build_from_solution(mod, solution: str | Path | Mapping[str, Any] | Solution
     graph = extract_layout_graph(prepared, prepared=True, fuse=record.fuse)
     _check_model(record, graph)
     new_mod = apply_layouts(prepared, {layer.layer: dict(layer.candidate) for layer in record.layers})
-    return build(new_mod, target, fuse=record.fuse, storage=storage or record.storage), new_mod
+    return build(new_mod, target, fuse=record.fuse, storage=storage or record.storage,
+                 in_place_concat=in_place_concat), new_mod
 
 
 # -- exporting --------------------------------------------------------------------------------------
