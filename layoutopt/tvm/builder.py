@@ -285,8 +285,6 @@ def compile_module(mod, target=None, fuse: bool = True, storage: str = "relax",
         mod = schedule_module(mod, target)
         left = tuple(fallbacks(mod))
         finalize = list(cpu.finalize_passes(target))
-        # right after Relax's plan, before its storages are lowered and killed
-        planned = [p.info.name for p in finalize].index("StaticPlanBlockMemory") + 1
         removed: list[int] = []  # the bytes each removed concat would have read and written
 
         def in_place(m, _):
@@ -294,11 +292,15 @@ def compile_module(mod, target=None, fuse: bool = True, storage: str = "relax",
             removed.extend(saved)
             return m
 
-        if in_place_concat:
-            finalize.insert(planned, tvm.transform.module_pass(in_place, opt_level=0, name="ConcatInPlace"))
-        if storage == "by_shape":  # after the concats: the tensors they placed keep their storage
-            finalize.insert(planned + in_place_concat, tvm.transform.module_pass(
-                lambda m, _: split_storage_by_shape(m), opt_level=0, name="SplitStorageByShape"))
+        # right after Relax's plan, before its storages are lowered and killed (a pipeline with no plan
+        # has no storage to place tensors in)
+        names = [p.info.name for p in finalize]
+        at = names.index("StaticPlanBlockMemory") + 1 if "StaticPlanBlockMemory" in names else None
+        if storage == "by_shape" and at is not None:  # after the concats: the tensors they placed stay
+            finalize.insert(at, tvm.transform.module_pass(lambda m, _: split_storage_by_shape(m),
+                                                          opt_level=0, name="SplitStorageByShape"))
+        if in_place_concat and at is not None:
+            finalize.insert(at, tvm.transform.module_pass(in_place, opt_level=0, name="ConcatInPlace"))
         mod = tvm.transform.Sequential(cpu.dataflow_lower_passes(target) + finalize)(mod)
     return Compiled(tvm.compile(mod, target=target, relax_pipeline=None), left, moved - sum(removed),
                     len(removed))
