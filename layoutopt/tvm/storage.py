@@ -264,7 +264,7 @@ def concat_in_place_in(func: Any, mod: Any) -> tuple[Any, list[int], set[tuple[A
             continue
         first = min(where[v] for v in tensors)
         template = storages[allocs[out].args[0]]
-        storage = relax.Var(f"concat_storage_{len(moved)}", bindings[where[allocs[out].args[0]]].var.ty)
+        storage = relax.Var(f"concat_storage_{len(removed)}", bindings[where[allocs[out].args[0]]].var.ty)
         value = relax.Call(template.op, [relax.ShapeExpr([sizes[-1]]), *template.args[1:]], template.attrs,
                            template.ty_args)
         new_storages.setdefault(first, []).append((storage, value))
