@@ -59,7 +59,8 @@ class Variant:
     the build no schedule rule covered (unscheduled or serial), with their in-network time once
     profiled. ``bytes_moved`` the bytes its calls read and write per inference
     (:func:`~layoutopt.tvm.memory.bytes_moved`). ``storage`` its storage plan
-    (:mod:`~layoutopt.tvm.storage`). ``None`` when not applicable.
+    (:mod:`~layoutopt.tvm.storage`), ``concats_in_place`` how many concats its producers write in place
+    (:func:`~layoutopt.tvm.storage.concat_in_place`). ``None`` when not applicable.
     Each stage of :mod:`layoutopt.tvm.stages` fills in its part, as a new record
     (``dataclasses.replace``).
     """
@@ -80,6 +81,7 @@ class Variant:
     fallbacks: tuple[Fallback, ...] = ()
     bytes_moved: int | None = None
     storage: str = "relax"
+    concats_in_place: int = 0
 
     @property
     def in_network(self) -> float | None:
@@ -242,6 +244,7 @@ def _variant_line(variant: Variant) -> str:
             f"   measured {ms(variant.measured):>9} ms{spread}"
             f"   transforms {variant.transforms if variant.transforms is not None else '-':>3}"
             + ("" if variant.bytes_moved is None else f"   moves {variant.bytes_moved / 1e6:.2f} MB")
+            + (f"   {variant.concats_in_place} concats in place" if variant.concats_in_place else "")
             + ("" if variant.max_relative_error is None else f"   error {variant.max_relative_error:.1e}"))
 
 

@@ -361,7 +361,8 @@ def build_variant(extracted: Extracted, name: str, description: str, assignment:
     return Variant(name, description, None, transforms=count_layout_transforms(new_mod),
                    max_relative_error=None if verdict is None else verdict.error,
                    assignment=dict(assignment), module=new_mod, executable=executable,
-                   fallbacks=compiled.fallbacks, bytes_moved=compiled.bytes_moved, storage=storage)
+                   fallbacks=compiled.fallbacks, bytes_moved=compiled.bytes_moved, storage=storage,
+                   concats_in_place=compiled.concats_in_place)
 
 
 #: the tuned build with a storage per tensor shape, timed beside the others with ``storage="auto"``

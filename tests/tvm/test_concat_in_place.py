@@ -148,3 +148,13 @@ def test_inputs_fit_in_place_only_where_every_axis_before_the_concats_has_extent
     assert not concat_fits_in_place([(1, 2, 3, 4), (1, 2, 5, 4)], 2)
     assert not concat_fits_in_place([(2, 2, 4), (2, 1, 4)], 1)
     assert not concat_fits_in_place([(1, 2, 4)], 1)  # one input: nothing to place
+
+
+def test_a_tune_builds_its_concat_in_place_checks_it_and_says_so(tmp_path):
+    from layoutopt.tvm import tune_and_build
+
+    result = tune_and_build(models.concat3((8, 16, 8), in_channels=8, size=8), cache=tmp_path / "costs.jsonl",
+                            guard=False, baselines=(), calibrate=0, profile=False, repeat=2)
+    assert result.tuned.concats_in_place == 1
+    assert result.tuned.max_relative_error < 1e-4  # checked against the untouched model
+    assert "1 concats in place" in result.summary()
