@@ -422,6 +422,9 @@ def write_markdown(rows: list[dict], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from layoutopt.tvm.cache import TIMINGS
+    from layoutopt.tvm.storage import TUNE_STORAGE
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cache = Path.home() / ".cache" / "layoutopt"
     parser.add_argument("--models", default=str(cache / "models"),
@@ -434,9 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", default="auto")
     parser.add_argument("--blocks", default=None,
                         help="comma-separated channel blocks (default: layoutopt's, and C itself when C < 8)")
-    parser.add_argument("--timing", choices=("cold", "handoff", "warm"), default="cold",
+    parser.add_argument("--timing", choices=TIMINGS, default="cold",
                         help="how the tune times kernels (layoutopt tune's --timing)")
-    parser.add_argument("--storage", choices=("relax", "by_shape", "auto"), default="relax",
+    parser.add_argument("--storage", choices=TUNE_STORAGE, default="relax",
                         help="the tune's storage plan (layoutopt tune's --storage)")
     parser.add_argument("--repeat", type=int, default=30, help="tune_and_build's timing rounds")
     parser.add_argument("--rounds", type=int, default=ROUNDS,

@@ -16,6 +16,10 @@ ran 1.26-1.50x faster than Relax's plan in the slow mode and 0.94x in the fast o
 (``benchmarks/storage_plan.py``). :func:`~layoutopt.tvm.builder.compile_module` takes it as
 ``storage="by_shape"``.
 
+:func:`concat_in_place`, run at the same point, gives a concat whose inputs lie one after another in its
+output (one image) a storage of its own with each input at its offset, so that the producers write
+there and the concat's copy is removed; ``build`` does so by default (``in_place_concat=True``).
+
 Example:
     >>> import numpy as np, tvm
     >>> from layoutopt.tvm import build, models
@@ -63,6 +67,23 @@ def _tensor_key(alloc: Any) -> tuple[tuple[int, ...], str]:
     return tuple(int(d) for d in shape.values), str(dtype.value)
 
 
+def _nbytes(tvm: Any, key: tuple[tuple[int, ...], str]) -> int:
+    """The bytes of a tensor of ``key`` = (shape, dtype)."""
+    shape, dtype = key
+    return math.prod(shape) * tvm.runtime.DataType(dtype).bits // 8
+
+
+def _with_args(tvm: Any, call: Any, first: list[Any]) -> Any:
+    """``call`` with its first ``len(first)`` arguments replaced by ``first`` (a storage, a size...)."""
+    return tvm.relax.Call(call.op, [*first, *call.args[len(first):]], call.attrs, call.ty_args)
+
+
+def _with_blocks(tvm: Any, func: Any, blocks: list[Any]) -> Any:
+    """``func`` with its body's binding blocks replaced by ``blocks``."""
+    return tvm.relax.Function(func.params, tvm.relax.SeqExpr(blocks, func.body.body), func.ret_ty,
+                              func.is_pure, func.attrs)
+
+
 def split_storage_by_shape_in(func: Any) -> Any:
     """:func:`split_storage_by_shape` for one Relax function (returned unchanged if it plans nothing)."""
     tvm = import_tvm()
@@ -92,23 +113,20 @@ def split_storage_by_shape_in(func: Any) -> Any:
         for b in block.bindings:
             value = b.value if isinstance(b, relax.VarBinding) else None
             if value is not None and b.var in shapes:
-                for shape, dtype in shapes[b.var]:  # one storage per shape, where the shared one was
+                for key in shapes[b.var]:  # one storage per shape, where the shared one was
                     var = relax.Var(f"storage_{len(split)}", b.var.ty)
-                    size = relax.ShapeExpr([math.prod(shape) * tvm.runtime.DataType(dtype).bits // 8])
-                    rewritten.append(relax.VarBinding(var, relax.Call(value.op, [size, *value.args[1:]],
-                                                                      value.attrs, value.ty_args)))
-                    split[b.var, (shape, dtype)] = var
+                    size = relax.ShapeExpr([_nbytes(tvm, key)])
+                    rewritten.append(relax.VarBinding(var, _with_args(tvm, value, [size])))
+                    split[b.var, key] = var
             elif value is not None and _is_call(tvm, value, "relax.memory.alloc_tensor") \
                     and value.args[0] in shapes:
                 storage = split[value.args[0], _tensor_key(value)]
-                rewritten.append(relax.VarBinding(b.var, relax.Call(value.op, [storage, *value.args[1:]],
-                                                                    value.attrs, value.ty_args)))
+                rewritten.append(relax.VarBinding(b.var, _with_args(tvm, value, [storage])))
             else:
                 rewritten.append(b)
         kind = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
         blocks.append(kind(rewritten))
-    return relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty, func.is_pure,
-                          func.attrs)
+    return _with_blocks(tvm, func, blocks)
 
 
 def split_storage_by_shape(mod: Any) -> Any:
@@ -255,7 +273,7 @@ def concat_in_place_in(func: Any, mod: Any) -> tuple[Any, list[int], set[tuple[A
                 any(r <= t for r in uses.reads.get(out, ())) or bindings[t].var in uses.used:
             continue
         keys = [_tensor_key(allocs[v]) for v in tensors]
-        sizes = [math.prod(shape) * tvm.runtime.DataType(dtype).bits // 8 for shape, dtype in keys]
+        sizes = [_nbytes(tvm, key) for key in keys]
         offsets = [sum(sizes[:j]) for j in range(len(inputs))]
         if not concat_fits_in_place([shape for shape, _ in keys], axis) or \
                 len({dtype for _, dtype in keys}) != 1 or sum(sizes[:-1]) != sizes[-1] or \
@@ -265,9 +283,8 @@ def concat_in_place_in(func: Any, mod: Any) -> tuple[Any, list[int], set[tuple[A
         first = min(where[v] for v in tensors)
         template = storages[allocs[out].args[0]]
         storage = relax.Var(f"concat_storage_{len(removed)}", bindings[where[allocs[out].args[0]]].var.ty)
-        value = relax.Call(template.op, [relax.ShapeExpr([sizes[-1]]), *template.args[1:]], template.attrs,
-                           template.ty_args)
-        new_storages.setdefault(first, []).append((storage, value))
+        new_storages.setdefault(first, []).append((storage, _with_args(tvm, template,
+                                                                       [relax.ShapeExpr([sizes[-1]])])))
         for v, offset in zip(tensors, [*offsets, 0], strict=True):
             moved[v] = (storage, offset)
         removed[t] = 2 * sizes[-1]
@@ -287,16 +304,13 @@ def concat_in_place_in(func: Any, mod: Any) -> tuple[Any, list[int], set[tuple[A
                 pass
             elif b.var in moved:
                 storage, offset = moved[b.var]
-                old = b.value.args[1]
-                rewritten.append(relax.VarBinding(b.var, relax.Call(
-                    b.value.op, [storage, relax.expr.prim_value(offset, str(old.ty)),
-                                 *b.value.args[2:]], b.value.attrs, b.value.ty_args)))
+                offset_value = relax.expr.prim_value(offset, str(b.value.args[1].ty))
+                rewritten.append(relax.VarBinding(b.var, _with_args(tvm, b.value, [storage, offset_value])))
             elif t not in removed:
                 rewritten.append(b)
             t += 1
         blocks.append(relax.BindingBlock(rewritten))
-    return relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty, func.is_pure,
-                          func.attrs), list(removed.values()), at_offsets
+    return _with_blocks(tvm, func, blocks), list(removed.values()), at_offsets
 
 
 def keep_concats_apart(mod: Any) -> Any:
