@@ -176,10 +176,11 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     runner = LocalRunner(**LocalRunner.timing_settings(args.timing))
     result = tune_and_build(mod, method=args.method, cache=args.cache, baselines=("greedy",),
                             candidates={"blocks": blocks}, repeat=args.repeat, runner=runner, progress=True,
-                            storage=args.storage)
+                            storage=args.storage, loop_order=args.loop_order)
     row["blocks"] = ",".join(map(str, blocks or DEFAULT_BLOCKS))
     row["timing"] = runner.timing
     row["storage"] = result.storage
+    row["loop_order"] = result.handed_back.loop_order
     row["tune_seconds"] = round(time.perf_counter() - started, 1)
     graph = result.graph
     kinds = {kind: sum(node.kind == kind for node in graph.layout_nodes())
@@ -409,6 +410,7 @@ def write_markdown(rows: list[dict], out: Path) -> None:
                      f"{r['followers']} ops follow their input's layout. "
                      f"Channel blocks {r.get('blocks', 'default')}; kernels timed {r.get('timing', 'cold')}; "
                      f"storage plan {r.get('storage', 'relax')}; "
+                     f"conv loops {r.get('loop_order', 'oc')} first; "
                      f"solver {r['solver']} ({r['status']}); {timed}{failed}; "
                      f"stages (s): {', '.join(f'{k} {v}' for k, v in r['timings'].items())}.")
         if r.get("breakdown"):
@@ -423,6 +425,7 @@ def write_markdown(rows: list[dict], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from layoutopt.tvm.cache import TIMINGS
+    from layoutopt.tvm.stages import TUNE_LOOP_ORDERS
     from layoutopt.tvm.storage import TUNE_STORAGE
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -441,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="how the tune times kernels (layoutopt tune's --timing)")
     parser.add_argument("--storage", choices=TUNE_STORAGE, default="relax",
                         help="the tune's storage plan (layoutopt tune's --storage)")
+    parser.add_argument("--loop-order", choices=TUNE_LOOP_ORDERS, default="oc",
+                        help="the conv kernels' parallel loop order (layoutopt tune's --loop-order)")
     parser.add_argument("--repeat", type=int, default=30, help="tune_and_build's timing rounds")
     parser.add_argument("--rounds", type=int, default=ROUNDS,
                         help="interleaved rounds of the exported builds, ONNX Runtime and OpenVINO")

@@ -555,10 +555,12 @@ def ApplyLayouts(choices: Mapping[Hashable, Any], strict: bool = True):
     return _apply
 
 
-def apply_assignment(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int], probes: Sequence[str] = ()):
+def apply_assignment(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int], probes: Sequence[str] = (),
+                     loop_order: str | None = None):
     """Apply an assignment of choice indices of the layout graph extracted from ``mod`` (its
-    ``graph.mod``): each target and multi-input node gets its chosen candidate, each conv2d kernel
-    the workload the graph measured it with.
+    ``graph.mod``): each target and multi-input node gets its chosen candidate (in ``loop_order``
+    where given: see :meth:`~layoutopt.tvm.graph.LayoutGraph.decisions`), each conv2d kernel the
+    workload the graph measured it with.
 
     Example:
         >>> from layoutopt.tvm import extract_layout_graph, fixed_layout_assignment, models
@@ -573,7 +575,7 @@ def apply_assignment(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int]
         raise ProblemError("the assignment is empty: nothing to apply")
     epilogues = {node.binding: node.workload.get("epilogue", []) for node in graph.layout_nodes()
                  if node.op == "relax.nn.conv2d"}
-    return apply_layouts(mod, graph.decisions(assignment), probes=probes, epilogues=epilogues)
+    return apply_layouts(mod, graph.decisions(assignment, loop_order), probes=probes, epilogues=epilogues)
 
 
 def apply_solution(mod, graph: LayoutGraph, solution):

@@ -101,6 +101,7 @@ def _add_model_options(parser: argparse.ArgumentParser, shapes: str, target: str
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``tune`` on the ``layoutopt`` command's subparsers."""
     from .cache import TIMINGS
+    from .stages import TUNE_LOOP_ORDERS
     from .storage import TUNE_STORAGE
 
     parser = subparsers.add_parser(
@@ -146,6 +147,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "shape share storage) or by_shape (a storage per tensor shape: faster where a "
                              "core pays to take over lines the other core wrote; benchmarks/storage_plan.py "
                              "says which) or auto (the tuned build with each, the faster handed back)")
+    parser.add_argument("--loop-order", choices=TUNE_LOOP_ORDERS, default="oc",
+                        help="parallel loops of every build's conv kernels: oc (default: each kernel's own, "
+                             "output-channel chunks first), rows (every conv that can, rows first: each "
+                             "thread reads the rows it wrote in the layer before) or auto (the tuned build "
+                             "with each, the faster handed back)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip comparing every build's outputs with the untouched model in float64")
     parser.add_argument("--repeat", type=int, default=30,
@@ -372,7 +378,8 @@ def _run(args: argparse.Namespace) -> int:
     result = tune_and_build(mod, target=target, method=args.method, cache=cache, runner=runner,
                             candidates=candidates, time_limit=args.time_limit,
                             baselines=baselines, check=not args.no_check, repeat=args.repeat,
-                            pin=args.pin, forbid=args.forbid, progress=True, storage=args.storage)
+                            pin=args.pin, forbid=args.forbid, progress=True, storage=args.storage,
+                            loop_order=args.loop_order)
     print()
     print(_layer_table(result))
     print()

@@ -390,7 +390,7 @@ class SolutionFile:
             inputs=_inputs(result.graph.mod),
             target=dict(result.meta.context.target),
             versions=Versions.here(),
-            layers=_layers(result.graph, variant.assignment, result.costs),
+            layers=_layers(result.graph, variant.assignment, result.costs, variant.loop_order),
             fuse=bool(result.fuse),
             storage=result.storage,
             handed_back=HandedBack(result.chosen, variant.description, _finite(variant.predicted),
@@ -423,7 +423,11 @@ def _finite(value: float | None) -> float | None:
     return float(value) if value is not None and math.isfinite(value) else None
 
 
-def _layers(graph: LayoutGraph, assignment: Mapping[Hashable, int], costs) -> tuple[SolutionLayer, ...]:
+def _layers(graph: LayoutGraph, assignment: Mapping[Hashable, int], costs,
+            loop_order: str | None = None) -> tuple[SolutionLayer, ...]:
+    """The solution file's layers: each deciding node's candidate as built (``loop_order``: see
+    :meth:`~layoutopt.tvm.graph.LayoutGraph.decisions`), with its cost."""
+    candidates = graph.decisions(assignment, loop_order)
     layers = []
     for node in graph.layout_nodes():
         if not node.decides:
@@ -433,7 +437,7 @@ def _layers(graph: LayoutGraph, assignment: Mapping[Hashable, int], costs) -> tu
         if costs is not None and node.name in costs.nodes:
             cost = _finite(float(list(costs.nodes[node.name])[k]))
         layers.append(SolutionLayer(str(node.name), node.op, node.kind, _plain(node.workload),
-                                    _plain(node.choices[k].candidate), cost))
+                                    _plain(candidates[node.binding]), cost))
     return tuple(layers)
 
 

@@ -35,6 +35,7 @@ import networkx as nx
 from ..errors import ProblemError
 from ..labels import format_label
 from .kernels.candidate import Candidate
+from .kernels.registry import with_loop_order
 from .kernels.workload import NCHW, plain_layout
 
 __all__ = ["KINDS", "Choice", "LayoutEdge", "LayoutGraph", "LayoutNode", "Value", "candidate_label"]
@@ -214,9 +215,12 @@ class LayoutGraph(nx.DiGraph):
         """Each layout-following binding -> the node whose layout it carries."""
         return self.graph.setdefault("following", {})
 
-    def decisions(self, assignment: Mapping[Hashable, int]) -> dict[str, dict[str, Any]]:
+    def decisions(self, assignment: Mapping[Hashable, int], loop_order: str | None = None
+                  ) -> dict[str, dict[str, Any]]:
         """``{binding: candidate}`` of the nodes whose choice the rewrite applies (target and multi-input
-        ops), from an assignment of choice indices (``Solution.assignment``).
+        ops), from an assignment of choice indices (``Solution.assignment``); with a ``loop_order``,
+        each conv kernel that takes it in that parallel loop order
+        (:func:`~layoutopt.tvm.kernels.with_loop_order`).
 
         Example:
             >>> graph = LayoutGraph()
@@ -230,5 +234,8 @@ class LayoutGraph(nx.DiGraph):
         for name, index in assignment.items():
             node = self.layout_node(name)
             if node.decides:
-                found[node.binding] = dict(node.choices[index].candidate)
+                candidate = dict(node.choices[index].candidate)
+                if loop_order is not None and node.kind == "target":
+                    candidate = with_loop_order(node.workload, candidate, loop_order)
+                found[node.binding] = candidate
         return found

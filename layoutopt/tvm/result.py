@@ -60,7 +60,9 @@ class Variant:
     profiled. ``bytes_moved`` the bytes its calls read and write per inference
     (:func:`~layoutopt.tvm.memory.bytes_moved`). ``storage`` its storage plan
     (:mod:`~layoutopt.tvm.storage`), ``concats_in_place`` how many concats its producers write in place
-    (:func:`~layoutopt.tvm.storage.concat_in_place`). ``None`` when not applicable.
+    (:func:`~layoutopt.tvm.storage.concat_in_place`), ``loop_order`` the parallel loop order of its
+    conv kernels (``"oc"``: each kernel's own; ``"rows"``: every kernel that has the order, see
+    :func:`~layoutopt.tvm.kernels.with_loop_order`). ``None`` when not applicable.
     Each stage of :mod:`layoutopt.tvm.stages` fills in its part, as a new record
     (``dataclasses.replace``).
     """
@@ -82,6 +84,7 @@ class Variant:
     bytes_moved: int | None = None
     storage: str = "relax"
     concats_in_place: int = 0
+    loop_order: str = "oc"
 
     @property
     def in_network(self) -> float | None:
@@ -245,6 +248,7 @@ def _variant_line(variant: Variant) -> str:
             f"   transforms {variant.transforms if variant.transforms is not None else '-':>3}"
             + ("" if variant.bytes_moved is None else f"   moves {variant.bytes_moved / 1e6:.2f} MB")
             + (f"   {variant.concats_in_place} concats in place" if variant.concats_in_place else "")
+            + (f"   convs {variant.loop_order} first" if variant.loop_order != "oc" else "")
             + ("" if variant.max_relative_error is None else f"   error {variant.max_relative_error:.1e}"))
 
 

@@ -9,6 +9,7 @@ or CVXPY's ``Chain`` runs reductions::
     build    -> Built      the tuned build and the baselines, each checked against the reference
     calibrate-> Built      costs calibrated with every build's in-network profile, solved again
     storage  -> Built      with ``storage="auto"``, the tuned build also with a storage per shape
+    order    -> Built      with ``loop_order="auto"``, the tuned build also with its convs rows first
     time     -> Timed      every build timed in the same interleaved rounds; ratios, noise
     profile  -> Timed      every call of every build timed in the network
     choose   -> TuneResult the guard's pick, exportable
@@ -52,6 +53,7 @@ from .calibrate import Calibration, calibrated_solution
 from .check import Reference, first_divergence
 from .graph import LayoutGraph
 from .guard import baseline_builds, fastest_build, guard_rules
+from .kernels import LOOP_ORDERS
 from .memory import check_memory
 from .problem import MeasureMeta, measure_graph
 from .profile import KernelShapes, observe, profile_builds, time_breakdown
@@ -59,8 +61,9 @@ from .result import TUNED, TuneResult, Variant, layer_table
 from .runner import Runner
 from .timing import Latency, Noise, compare_builds, measure_latency, random_inputs, run
 
-__all__ = ["Built", "Extracted", "Measured", "Solved", "Timed", "TuneOptions", "build_variants", "calibrate",
-           "choose", "extract", "measure", "profile", "solve", "time_variants", "with_storage_rival"]
+__all__ = ["TUNE_LOOP_ORDERS", "Built", "Extracted", "Measured", "Solved", "Timed", "TuneOptions",
+           "build_variants", "calibrate", "choose", "extract", "measure", "profile", "solve", "time_variants",
+           "with_loop_order_rival", "with_storage_rival"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,12 @@ class TuneOptions:
             wrote, slower where it does not; ``benchmarks/storage_plan.py`` tells which on a host), or
             ``"auto"``: every build with Relax's plan, and the tuned build also by shape
             (``layoutopt_by_shape``), timed beside the others for the guard to pick.
+        loop_order: the parallel loop order of every build's conv kernels: ``"oc"`` (each kernel's
+            own: over output-channel chunks first), ``"rows"`` (every kernel that has the order over
+            rows first, so that each thread reads, layer after layer, the rows it wrote:
+            :func:`~layoutopt.tvm.kernels.with_loop_order`), or ``"auto"``: every build in its own
+            order, and the tuned build also rows first (``layoutopt_rows``), timed beside the others
+            for the guard to pick.
         profile: time every call of each build inside the running network
             (:func:`~layoutopt.tvm.profile.profile_calls`): the variants' ``breakdown`` (predicted vs
             in-network time per category of op) and the layers' ``in_network`` kernel times.
@@ -144,6 +153,7 @@ class TuneOptions:
     forbid: Any = None
     progress: bool | Callable[[str], None] = False
     storage: str = "relax"
+    loop_order: str = "oc"
 
     def say(self, message: str) -> None:
         """Hand a stage message to ``progress`` (printed when it is True)."""
@@ -329,10 +339,12 @@ def solve(measured: Measured, options: TuneOptions, costs: Costs | None = None) 
 
 
 def build_variant(extracted: Extracted, name: str, description: str, assignment: Mapping[Hashable, int],
-                  options: TuneOptions, storage: str | None = None) -> Variant | None:
-    """The checked build of ``assignment`` (with the ``storage`` plan, by default the options' own, Relax's
-    for ``"auto"``): None (with a warning) for a baseline that fails the check, a
-    :class:`~layoutopt.ProblemError` naming the first value that diverges for the tuned build.
+                  options: TuneOptions, storage: str | None = None, loop_order: str | None = None
+                  ) -> Variant | None:
+    """The checked build of ``assignment`` (with the ``storage`` plan and the kernels' ``loop_order``, by
+    default the options' own, Relax's plan and each kernel's order for ``"auto"``): None (with a warning)
+    for a baseline that fails the check, a :class:`~layoutopt.ProblemError` naming the first value that
+    diverges for the tuned build.
 
     Example:
         >>> from layoutopt.tvm import models, resolve_target
@@ -344,7 +356,8 @@ def build_variant(extracted: Extracted, name: str, description: str, assignment:
         >>> variant.assignment == solved.solution.assignment, variant.max_relative_error < 1e-4
         (True, True)
     """
-    new_mod = apply_assignment(extracted.mod, extracted.graph, assignment)
+    loop_order = loop_order or (LOOP_ORDERS[0] if options.loop_order == "auto" else options.loop_order)
+    new_mod = apply_assignment(extracted.mod, extracted.graph, assignment, loop_order=loop_order)
     storage = storage or ("relax" if options.storage == "auto" else options.storage)
     compiled = compile_module(new_mod, extracted.target, fuse=options.fuse, storage=storage)
     executable = compiled.executable
@@ -362,7 +375,7 @@ def build_variant(extracted: Extracted, name: str, description: str, assignment:
                    max_relative_error=None if verdict is None else verdict.error,
                    assignment=dict(assignment), module=new_mod, executable=executable,
                    fallbacks=compiled.fallbacks, bytes_moved=compiled.bytes_moved, storage=storage,
-                   concats_in_place=compiled.concats_in_place)
+                   concats_in_place=compiled.concats_in_place, loop_order=loop_order)
 
 
 #: the tuned build with a storage per tensor shape, timed beside the others with ``storage="auto"``
@@ -395,6 +408,46 @@ def with_storage_rival(built: Built, options: TuneOptions) -> Built:
     if rival is None:  # failed its check: said, and dropped
         return built
     return _priced(Built(built.solved, built.tuned, {**built.baselines, BY_SHAPE: rival}))
+
+
+#: what ``loop_order=`` takes: a loop order of every build, or ``"auto"`` (see :class:`TuneOptions`)
+TUNE_LOOP_ORDERS = (*LOOP_ORDERS, "auto")
+#: the tuned build with every conv kernel's loops over rows first, timed beside the others with
+#: ``loop_order="auto"``
+ROWS_FIRST = "layoutopt_rows"
+
+
+def with_loop_order_rival(built: Built, options: TuneOptions) -> Built:
+    """With ``options.loop_order == "auto"``, ``built`` and the tuned assignment built again with every
+    conv kernel that has the order parallel over rows first (the variant ``layoutopt_rows``), for the
+    guard to time beside the others; else ``built`` as it is.
+
+    The kernels are measured in their own order, each alone; a network whose kernels all split the
+    rows between the threads hands each thread, layer after layer, the rows it wrote itself. What
+    that saves depends on what taking over the other core's lines costs on the host, so it is
+    measured, build against build.
+
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.runner import LocalRunner
+        >>> options = TuneOptions(cache="costs.jsonl", baselines=(), guard=False, calibrate=0, check=False,
+        ...                       loop_order="auto")
+        >>> solved = solve(measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(),
+        ...                                options), options), options)
+        >>> built = with_loop_order_rival(build_variants(solved, options), options)
+        >>> built.tuned.loop_order, built.baselines["layoutopt_rows"].loop_order
+        ('oc', 'rows')
+    """
+    if options.loop_order != "auto":
+        return built
+    extracted = built.solved.measured.extracted
+    options.say("building the tuned assignment with every conv kernel's loops over rows first ...")
+    with _stage(extracted.timings, "build rows first"):
+        rival = build_variant(extracted, ROWS_FIRST, "layoutopt's build, every conv parallel over rows first",
+                              built.tuned.assignment, options, loop_order="rows")
+    if rival is None:  # failed its check: said, and dropped
+        return built
+    return _priced(Built(built.solved, built.tuned, {**built.baselines, ROWS_FIRST: rival}))
 
 
 def _divergence(extracted: Extracted, assignment: Mapping[Hashable, int], options: TuneOptions) -> str:

@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from ..api import check_method
+from ..errors import ProblemError
 from . import stages
 from ._tvm import resolve_target
 from .guard import baseline_builds
 from .result import TUNED, Layer, TuneResult, Variant, layer_table, ms
 from .runner import LocalRunner
-from .stages import TuneOptions
+from .stages import TUNE_LOOP_ORDERS, TuneOptions
 from .storage import TUNE_STORAGE, check_storage_plan
 
 __all__ = ["TUNED", "Layer", "TuneOptions", "TuneResult", "Variant", "layer_table", "ms", "tune_and_build"]
@@ -68,6 +69,7 @@ def tune_and_build(
     forbid: Any = None,
     progress: bool | Callable[[str], None] = False,
     storage: str = "relax",
+    loop_order: str = "oc",
 ) -> TuneResult:
     """Extract, measure, solve, apply and build ``mod``; verify the outputs and time the build: the chain
     of :mod:`layoutopt.tvm.stages`.
@@ -77,7 +79,7 @@ def tune_and_build(
             :mod:`layoutopt.tvm.models`).
         target: CPU target (see :func:`~layoutopt.tvm.resolve_target`).
         method, cache, candidates, time_limit, baselines, guard, check, rtol, seed, repeat, fuse, profile,
-            calibrate, pin, forbid, progress, storage: the options, one
+            calibrate, pin, forbid, progress, storage, loop_order: the options, one
             :class:`~layoutopt.tvm.stages.TuneOptions` (see it for each one's meaning).
 
     Returns:
@@ -98,8 +100,10 @@ def tune_and_build(
         True
     """
     options = TuneOptions(method, cache, candidates, time_limit, tuple(baselines), guard, check, rtol, seed,
-                          repeat, fuse, profile, calibrate, pin, forbid, progress, storage)
+                          repeat, fuse, profile, calibrate, pin, forbid, progress, storage, loop_order)
     check_storage_plan(storage, TUNE_STORAGE)  # refused now, not after the measurement
+    if loop_order not in TUNE_LOOP_ORDERS:
+        raise ProblemError(f"loop_order {loop_order!r}: expected one of {TUNE_LOOP_ORDERS}")
     baseline_builds(options.baselines)  # an unknown name fails now, not after the measurement
     check_method(method, time_limit)
     target = resolve_target(target)
@@ -111,7 +115,7 @@ def tune_and_build(
             options = replace(options, calibrate=0, profile=False)
         extracted = stages.extract(mod, target, place, options)
         solved = stages.solve(stages.measure(extracted, options), options)
-        built = stages.with_storage_rival(stages.calibrate(stages.build_variants(solved, options), options),
-                                          options)
+        built = stages.calibrate(stages.build_variants(solved, options), options)
+        built = stages.with_loop_order_rival(stages.with_storage_rival(built, options), options)
         timed = stages.profile(stages.time_variants(built, options), options)
         return stages.choose(timed, options)

@@ -16,7 +16,14 @@ from layoutopt import ProblemError
 from layoutopt.tvm import apply_assignment, build, extract_layout_graph, prepare, resolve_target
 from layoutopt.tvm._tvm import import_tvm
 from layoutopt.tvm.check import relative_error
-from layoutopt.tvm.kernels import FAMILIES, build_kernel, check_kernel, conv2d_candidates, validate_workload
+from layoutopt.tvm.kernels import (
+    FAMILIES,
+    LOOP_ORDERS,
+    build_kernel,
+    check_kernel,
+    conv2d_candidates,
+    validate_workload,
+)
 from layoutopt.tvm.kernels.common import block_names
 from layoutopt.tvm.kernels.depthwise import MAIN_BLOCK, MIN_PARALLEL_CHUNKS, row_chunk
 from layoutopt.tvm.kernels.isa import MAX_ACCUMULATORS, MAX_TILE_COLUMNS, depthwise_register_tile
@@ -49,8 +56,10 @@ def depthwise(channels, height, width, kernel, stride=1, padding=None, dilation=
 ], ids=["prime", "s2-odd", "5x5-silu", "7x7-s2", "asymmetric", "dilated", "c6", "one-row"])
 def test_every_candidate_matches_numpy_on_odd_shapes(workload):
     target = resolve_target(None)
-    found = DEPTHWISE.candidates(workload, blocks=[4, 8, 16])
-    assert found and all(candidate in conv2d_candidates(workload, blocks=[4, 8, 16]) for candidate in found)
+    found = DEPTHWISE.candidates(workload, blocks=[4, 8, 16], orders=LOOP_ORDERS)  # rows first too
+    assert found and all(candidate in conv2d_candidates(workload, blocks=[4, 8, 16], orders=LOOP_ORDERS)
+                         for candidate in found)
+    assert sum(candidate.get("order") == "rows" for candidate in found) == len(found) // 2
     for candidate in found:
         assert check_kernel(build_kernel(workload, candidate, target), target=target) < 1e-4, candidate
 
@@ -111,6 +120,7 @@ def test_candidates_and_their_validation():
         ({"in": "NCHW", "out": "NCHW", "algorithm": "depthwise"}, "same blocked layout"),
         ({"in": "NCHW8c", "out": "NCHW8c", "algorithm": "depthwise", "reg_n": 0}, "reg_n"),
         ({"in": "NCHW8c", "out": "NCHW8c", "algorithm": "depthwise", "tile": 2}, "unknown keys"),
+        ({"in": "NCHW8c", "out": "NCHW8c", "algorithm": "depthwise", "order": "tiles"}, "'order' must be"),
     ]:
         with pytest.raises(ProblemError, match=message):
             DEPTHWISE.validate_candidate(workload, candidate)
@@ -188,5 +198,6 @@ def test_random_graphs_of_depthwise_convs_compute_what_tvm_computes(data):
     graph = extract_layout_graph(prepare(mod), {"blocks": [4, 8, 16]}, prepared=True)
     assignment = {node.name: data.draw(st.integers(0, len(node.choices) - 1), label=node.name)
                   for node in graph.layout_nodes()}
-    built = build(apply_assignment(graph.mod, graph, assignment), target)
+    loop_order = data.draw(st.sampled_from(LOOP_ORDERS), label="loop order")
+    built = build(apply_assignment(graph.mod, graph, assignment, loop_order=loop_order), target)
     assert relative_error(run(built, inputs), expected) < 1e-4

@@ -51,11 +51,13 @@ from .module import ScheduleModule, schedule_module
 from .registry import (
     DEFAULT_ALGORITHMS,
     FAMILIES,
+    LOOP_ORDERS,
     candidates,
     conv2d_candidates,
     dense_candidates,
     family,
     validate_candidate,
+    with_loop_order,
 )
 from .workload import (
     DEFAULT_BLOCKS,
@@ -103,6 +105,7 @@ __all__ = [
     "DEFAULT_ORDERS",
     "EPILOGUE_STEPS",
     "FAMILIES",
+    "LOOP_ORDERS",
     "MAX_VECTOR_LOOP",
     "NCHW",
     "RELATIVE_TOLERANCE",
@@ -138,4 +141,5 @@ __all__ = [
     "validate_candidate",
     "validate_workload",
     "vector_registers",
+    "with_loop_order",
 ]

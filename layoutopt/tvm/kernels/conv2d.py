@@ -37,7 +37,7 @@ from .common import (
     register_tile_output,
     schedule_epilogue,
 )
-from .convolution import Conv2dFamily, checked_orders
+from .convolution import LOOP_ORDERS, Conv2dFamily, checked_orders
 from .isa import register_tile, vector_registers
 from .workload import (
     DEFAULT_BLOCKS,
@@ -73,7 +73,7 @@ __all__ = [
 #: :func:`~layoutopt.tvm.kernels.isa.register_tile`).
 SCHEDULE_KNOBS = ("order", "reg_n")
 #: values of the ``order`` knob, the default first
-ORDERS = ("oc", "rows")
+ORDERS = LOOP_ORDERS
 #: the loop orders of blocked conv2d candidates unless asked for others
 DEFAULT_ORDERS = ("oc",)
 
@@ -279,7 +279,7 @@ class DirectConv2d(Conv2dFamily):
             layouts += [(ic, {"out": NCHW, "oc_block": oc}) for ic, oc in padded_pairs(workload, blocks)]
         elif is_depthwise(workload):
             layouts = []
-            found += depthwise.FAMILY.candidates(workload, blocks)
+            found += depthwise.FAMILY.candidates(workload, blocks, orders)
         else:  # blocks of the tensor's own list only: not a group's width below 8 (an odd layout)
             pairs = itertools.product(*([b for b in blocks if (c // groups) % b == 0]
                                         for c in (channels, out_channels)))

@@ -46,8 +46,12 @@ from .workload import (
     vector_out_blocks,
 )
 
-__all__ = ["BlockedConv2dAlgorithm", "Conv2dFamily", "apply_epilogue", "block_pairs", "blocked_weight",
-           "check_blocked", "checked_orders", "conv2d_reference"]
+__all__ = ["LOOP_ORDERS", "BlockedConv2dAlgorithm", "Conv2dFamily", "apply_epilogue", "block_pairs",
+           "blocked_weight", "check_blocked", "checked_orders", "conv2d_reference"]
+
+#: the parallel loop orders of the blocked direct, GEMM and depthwise convs, the default first: over
+#: output-channel chunks, then rows (``"oc"``), or rows, then chunks (``"rows"``)
+LOOP_ORDERS = ("oc", "rows")
 
 
 def conv2d_reference(workload: dict[str, Any], inputs: Sequence[np.ndarray]) -> np.ndarray:

@@ -47,7 +47,7 @@ from .common import (
     register_tile_output,
     schedule_epilogue,
 )
-from .convolution import Conv2dFamily
+from .convolution import LOOP_ORDERS, Conv2dFamily, checked_orders
 from .isa import depthwise_register_tile
 from .workload import (
     DEFAULT_BLOCKS,
@@ -59,12 +59,19 @@ from .workload import (
     validate_workload,
 )
 
-__all__ = ["FAMILY", "MAIN_BLOCK", "MIN_PARALLEL_CHUNKS", "SCHEDULE_KNOBS", "DepthwiseConv2d", "row_chunk"]
+__all__ = ["FAMILY", "MAIN_BLOCK", "MIN_PARALLEL_CHUNKS", "ORDERS", "SCHEDULE_KNOBS", "DepthwiseConv2d",
+           "row_chunk"]
 
 #: the name of the kernel's main block
 MAIN_BLOCK = "depthwise_conv2d_NCHWc"
-#: candidate keys that change the schedule, not the layouts: the register tile's width in columns
-SCHEDULE_KNOBS = ("reg_n",)
+#: candidate keys that change the schedule, not the layouts: the register tile's width in columns, and
+#: the parallel loop ``order`` (the direct family's :data:`~.conv2d.ORDERS`): over channel blocks, then
+#: chunks of rows (``"oc"``, the default), or rows first (``"rows"``: each thread writes the rows a
+#: kernel split by rows, such as a 1x1 conv in its ``"rows"`` order, reads next, and reads the rows it
+#: wrote; see :func:`~.registry.with_loop_order`)
+SCHEDULE_KNOBS = ("reg_n", "order")
+#: values of the ``order`` knob, the default first
+ORDERS = LOOP_ORDERS
 #: the fewest parallel work items (channel block x chunk of rows) :func:`row_chunk` leaves, where the
 #: layer has as many rows: enough to balance the threads of a CPU of a few cores. Fewer and larger
 #: items pay less per item: TVM 0.27 allocates a register tile's buffer from its workspace pool in
@@ -158,9 +165,10 @@ def schedule_depthwise(func, target):
     reg_n = int(knobs.get("reg_n") or depthwise_register_tile(width, block, kernel_w, target))
     oho, ohi = sch.split(oh, [None, row_chunk(batch * chunks, height)])
     owo, owi = sch.split(ow, [None, reg_n])
-    sch.reorder(n, occ, oho, ohi, owo, ry, rx, owi, ocb)
+    outer = (n, oho, occ) if knobs.get("order", ORDERS[0]) == "rows" else (n, occ, oho)
+    sch.reorder(*outer, ohi, owo, ry, rx, owi, ocb)
     tile, epilogue = register_tile_output(sch, conv, [name for name in names if name != MAIN_BLOCK])
-    finish_register_tile(sch, tile, owo, (n, occ, oho), ocb, owi)
+    finish_register_tile(sch, tile, owo, outer, ocb, owi)
     sch.unroll(rx)
     schedule_epilogue(sch, epilogue, set())
     sch.decompose_reduction(conv, ry)
@@ -184,14 +192,22 @@ class DepthwiseConv2d(Conv2dFamily):
         return workload["op"] == "conv2d" and workload["groups"] > 1 and is_depthwise(workload)
 
     def candidates(self, workload: dict[str, Any], blocks: Iterable[int] = DEFAULT_BLOCKS,
-                   **options: Any) -> list[dict[str, Any]]:
+                   orders: Iterable[str] = ORDERS[:1], **options: Any) -> list[dict[str, Any]]:
         """One kernel per block of ``blocks`` dividing the channels (the channel count itself when
-        below 8), in and out in that block; none where it does not apply. Other options (the direct
-        family's loop orders) do not concern it."""
+        below 8), in and out in that block, once per loop order in ``orders`` (the default order has
+        no ``"order"`` key); none where it does not apply. Other options do not concern it.
+
+        Example:
+            >>> wl = {"op": "conv2d", "data": [1, 16, 5, 5], "kernel": [16, 1, 3, 3], "groups": 16}
+            >>> [c.get("order", "oc") for c in FAMILY.candidates(wl, blocks=[16], orders=["oc", "rows"])]
+            ['oc', 'rows']
+        """
         if not self.applies(workload):
             return []
-        return [{"in": f"NCHW{b}c", "out": f"NCHW{b}c", "algorithm": self.algorithm}
-                for b in channel_blocks(workload["data"][1], blocks)]
+        orders = checked_orders(orders, ORDERS, "depthwise loop")
+        return [{"in": f"NCHW{b}c", "out": f"NCHW{b}c", "algorithm": self.algorithm,
+                 **({} if order == ORDERS[0] else {"order": order})}
+                for b in channel_blocks(workload["data"][1], blocks) for order in orders]
 
     def validate_candidate(self, workload: dict[str, Any], candidate: dict[str, Any]) -> None:
         """Raise ProblemError unless ``candidate`` is one of its kernels for ``workload``."""
@@ -207,6 +223,8 @@ class DepthwiseConv2d(Conv2dFamily):
         reg_n = candidate.get("reg_n", 1)
         if isinstance(reg_n, bool) or not isinstance(reg_n, int) or reg_n < 1:
             raise ProblemError(f"{what}: reg_n must be a positive integer")
+        if candidate.get("order", ORDERS[0]) not in ORDERS:
+            raise ProblemError(f"{what}: 'order' must be one of {ORDERS}")
         unknown = sorted(set(candidate) - {"in", "out", "algorithm", *SCHEDULE_KNOBS})
         if unknown:
             raise ProblemError(f"{what}: unknown keys {unknown} (knobs: {list(SCHEDULE_KNOBS)})")

@@ -52,7 +52,7 @@ from .common import (
     register_tile_output,
     schedule_epilogue,
 )
-from .convolution import BlockedConv2dAlgorithm, blocked_weight
+from .convolution import LOOP_ORDERS, BlockedConv2dAlgorithm, blocked_weight
 from .isa import gemm_register_tile, pixel_register_tile, pixel_tiles
 from .workload import DEFAULT_BLOCKS, NCHW, conv2d_output_shape, layout_block
 
@@ -68,7 +68,7 @@ MAIN_BLOCKS = ("conv2d_1x1_gemm", "conv2d_1x1_gemm_nchw")
 NCHW_CANDIDATE = {"in": NCHW, "out": NCHW, "algorithm": ALGORITHM}
 #: values of the ``"order"`` schedule knob, the default first: the parallel loops run over
 #: output-channel blocks, then pixel tiles (``"oc"``), or pixel tiles, then channel blocks (``"rows"``)
-ORDERS = ("oc", "rows")
+ORDERS = LOOP_ORDERS
 
 
 def weight_transform(kernel_oihw: np.ndarray, candidate: dict[str, Any]) -> np.ndarray:

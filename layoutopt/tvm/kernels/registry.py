@@ -32,12 +32,13 @@ from . import (
     winograd,
 )
 from .candidate import DIRECT, algorithm_of
+from .convolution import LOOP_ORDERS
 from .family import KernelFamily
 from .padded import PaddedKernels
 from .workload import NCHW, validate_workload
 
-__all__ = ["DEFAULT_ALGORITHMS", "FAMILIES", "candidates", "conv2d_candidates", "dense_candidates",
-           "family", "validate_candidate"]
+__all__ = ["DEFAULT_ALGORITHMS", "FAMILIES", "LOOP_ORDERS", "candidates", "conv2d_candidates",
+           "dense_candidates", "family", "validate_candidate", "with_loop_order"]
 
 #: ``(op, algorithm)`` -> the kernel family computing that op by that algorithm
 FAMILIES: dict[tuple[str, str], KernelFamily] = {found.key: found for found in (
@@ -90,6 +91,38 @@ def family(workload: dict[str, Any], candidate: dict[str, Any]) -> KernelFamily:
 def validate_candidate(workload: dict[str, Any], candidate: dict[str, Any]) -> None:
     """Raise ProblemError unless ``candidate`` is valid for the (validated) ``workload``."""
     family(workload, candidate).validate_candidate(workload, candidate)
+
+
+def with_loop_order(workload: dict[str, Any], candidate: dict[str, Any], order: str) -> dict[str, Any]:
+    """``candidate`` with its parallel loop ``order`` (:data:`LOOP_ORDERS`) where its family takes that
+    order (the blocked direct, GEMM and depthwise convs), else ``candidate`` as it is.
+
+    A build takes one order for all its kernels (``build_variant(..., loop_order=)``): each thread
+    then reads the rows or channel chunks it wrote itself in the layer before, where kernels of
+    mixed orders hand lines from one core to the other at every layer (``real_models-notes.md``).
+
+    Example:
+        >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 1, 3, 3], "strides": [1, 1],
+        ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 16}
+        >>> with_loop_order(wl, {"in": "NCHW16c", "out": "NCHW16c", "algorithm": "depthwise"}, "rows")
+        {'in': 'NCHW16c', 'out': 'NCHW16c', 'algorithm': 'depthwise', 'order': 'rows'}
+        >>> with_loop_order(wl, {"in": "NCHW", "out": "NCHW"}, "rows")    # plain NCHW: no such order
+        {'in': 'NCHW', 'out': 'NCHW'}
+    """
+    if order not in LOOP_ORDERS:
+        raise ProblemError(f"loop order {order!r}: expected one of {LOOP_ORDERS}")
+    workload = validate_workload(workload)
+    current = candidate.get("order", LOOP_ORDERS[0])
+    if workload["op"] != "conv2d" or current == order or current not in LOOP_ORDERS:
+        return candidate  # already so, or an order of the family's own (Winograd's)
+    ordered = {**candidate, "order": order}
+    if order == LOOP_ORDERS[0]:
+        del ordered["order"]  # the default order has no key
+    try:
+        validate_candidate(workload, ordered)
+    except ProblemError:  # Winograd's orders are its own; NCHW kernels have none
+        return candidate
+    return ordered
 
 
 def conv2d_candidates(workload: dict[str, Any], algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
