@@ -11,7 +11,9 @@ the planned one's is paired rotation by rotation within each class, with its 95 
 build, with no static plan and no early frees (each tensor its own storage for the whole run, from the
 VM's allocator), bounds what keeping lines on their writer can give. A fourth, ``concats_copied``, has
 Relax's plan with every concat a copying kernel (``build(..., in_place_concat=False)``): what the
-concats done in place (their producers writing into the output) save.
+concats done in place (their producers writing into the output) save. A fifth has Relax's plan and every
+conv kernel that takes it in the other parallel loop order than the solution's (``rows_first``, or
+``oc_first`` for a solution built rows first: ``tune_and_build(..., loop_order=)``).
 
 Usage::
 
@@ -36,6 +38,21 @@ RESULTS = Path(__file__).parent / "results"
 SLOW = 1.25
 
 
+def _flipped_loop_order(solution: Path) -> tuple[str, dict]:
+    """The other loop order than the solution's convs have (rows first if none has it), and the
+    solution's document with every conv that takes it in that order (``with_loop_order``)."""
+    from layoutopt.tvm import load_solution
+    from layoutopt.tvm.kernels import LOOP_ORDERS, with_loop_order
+
+    document = load_solution(solution).to_json()
+    targets = [layer for layer in document["layers"] if layer["kind"] == "target"]
+    rows_first = any(layer["candidate"].get("order") == "rows" for layer in targets)
+    flipped = LOOP_ORDERS[0] if rows_first else "rows"
+    for layer in targets:
+        layer["candidate"] = with_loop_order(layer["workload"], layer["candidate"], flipped)
+    return flipped, document
+
+
 def _builds(model: Path, solution: Path, shape: list[int]) -> dict[str, object]:
     import tvm
     from tvm.relax.backend.cpu_generic import pipeline
@@ -47,6 +64,8 @@ def _builds(model: Path, solution: Path, shape: list[int]) -> dict[str, object]:
                    for plan in ("relax", "by_shape")}
     executables["concats_copied"] = build_from_solution(mod, solution, storage="relax",
                                                         in_place_concat=False)[0]
+    flipped, document = _flipped_loop_order(solution)
+    executables[f"{flipped}_first"] = build_from_solution(mod, document, storage="relax")[0]
     original = pipeline.finalize_passes
 
     def unplanned(target):  # no static plan and no early frees: a storage per tensor for the run
