@@ -400,14 +400,8 @@ def with_storage_rival(built: Built, options: TuneOptions) -> Built:
     """
     if options.storage != "auto":
         return built
-    extracted = built.solved.measured.extracted
-    options.say("building the tuned assignment with a storage per tensor shape ...")
-    with _stage(extracted.timings, "build by shape"):
-        rival = build_variant(extracted, BY_SHAPE, "layoutopt's build, a storage per tensor shape",
-                              built.tuned.assignment, options, storage="by_shape")
-    if rival is None:  # failed its check: said, and dropped
-        return built
-    return _priced(Built(built.solved, built.tuned, {**built.baselines, BY_SHAPE: rival}))
+    return _with_rival(built, options, BY_SHAPE, "a storage per tensor shape", "build by shape",
+                       storage="by_shape")
 
 
 #: what ``loop_order=`` takes: a loop order of every build, or ``"auto"`` (see :class:`TuneOptions`)
@@ -440,14 +434,22 @@ def with_loop_order_rival(built: Built, options: TuneOptions) -> Built:
     """
     if options.loop_order != "auto":
         return built
+    return _with_rival(built, options, ROWS_FIRST, "every conv parallel over rows first", "build rows first",
+                       loop_order="rows")
+
+
+def _with_rival(built: Built, options: TuneOptions, name: str, how: str, stage: str,
+                **settings: str) -> Built:
+    """``built`` and the tuned assignment built again ``how`` (``settings``: :func:`build_variant`'s
+    ``storage`` or ``loop_order``) as the baseline ``name``, unless that build fails its check."""
     extracted = built.solved.measured.extracted
-    options.say("building the tuned assignment with every conv kernel's loops over rows first ...")
-    with _stage(extracted.timings, "build rows first"):
-        rival = build_variant(extracted, ROWS_FIRST, "layoutopt's build, every conv parallel over rows first",
-                              built.tuned.assignment, options, loop_order="rows")
+    options.say(f"building the tuned assignment with {how} ...")
+    with _stage(extracted.timings, stage):
+        rival = build_variant(extracted, name, f"layoutopt's build, {how}", built.tuned.assignment, options,
+                              **settings)
     if rival is None:  # failed its check: said, and dropped
         return built
-    return _priced(Built(built.solved, built.tuned, {**built.baselines, ROWS_FIRST: rival}))
+    return _priced(Built(built.solved, built.tuned, {**built.baselines, name: rival}))
 
 
 def _divergence(extracted: Extracted, assignment: Mapping[Hashable, int], options: TuneOptions) -> str:
