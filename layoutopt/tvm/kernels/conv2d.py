@@ -75,7 +75,7 @@ SCHEDULE_KNOBS = ("order", "reg_n")
 #: values of the ``order`` knob, the default first
 ORDERS = LOOP_ORDERS
 #: the loop orders of blocked conv2d candidates unless asked for others
-DEFAULT_ORDERS = ("oc",)
+DEFAULT_ORDERS = ORDERS[:1]
 
 #: the main block of every direct conv compute (TVM's own legalization names them so too:
 #: ``DepthwiseConv2d`` is TOPI's plain NCHW depthwise conv)
