@@ -239,6 +239,20 @@ def test_each_kernel_of_a_one_channel_head_builds_and_matches(choice, tmp_path):
     assert untouched_error < 1e-5 and ort_error < 1e-5
 
 
+def test_a_padded_head_writing_wide_rows_with_its_sigmoid_is_vectorised_in_pieces_and_matches(target):
+    # DBNet's probability head at 640: ConvTranspose 24 -> 1 on padded blocks, then add and sigmoid on
+    # 640-wide NCHW rows. Vectorised a whole row at a time, LLVM compiled it for over 60 s.
+    import re
+
+    from layoutopt.tvm.kernels.common import VECTOR_LANES
+
+    workload = transposed([1, 24, 48, 56], [24, 1, 2, 2], epilogue=(("add", -0.1), "sigmoid"))
+    kernel = build_kernel(workload, {"in": "NCHW8c", "out": "NCHW", "oc_block": 8}, target)
+    widths = [int(w) for w in re.findall(r"T\.vectorized\((\d+)\)", kernel.module.script())]
+    assert widths and max(widths) <= VECTOR_LANES  # rows of 112 in two pieces of 56
+    assert check_kernel(kernel, target=target) < 1e-5
+
+
 # -- Resize ---------------------------------------------------------------------------------------------
 
 

@@ -90,7 +90,9 @@ from .workload import (
 #: 9: 1x1 GEMM tiles of several channel blocks where no such count divides them, the last tile partial.
 #: 10: AVX2's 1x1 GEMM tiles count the live broadcasts and put 2-pixel tiles first; dense loops blocks-outer.
 #: 11: on AVX2, 1x1 GEMM tiles of 2 pixels or more on odd widths too, a row's last tile partial.
-SCHEDULE_VERSION = 11
+#: 12: injective loops (epilogues after the tile, padded outputs' unpack, the build's elementwise ops)
+#: vectorised in pieces of up to 64 lanes (:func:`.common.vector_lanes`), not one vector per row.
+SCHEDULE_VERSION = 12
 
 #: dense weight blocks (the packed output-feature block is the vector width)
 DEFAULT_DENSE_BLOCKS = dense.DEFAULT_BLOCKS
