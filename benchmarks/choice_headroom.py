@@ -119,6 +119,7 @@ def table(rows: list[dict], measured: dict[str, dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     from layoutopt.machine import stamp_line
     from layoutopt.tvm import load_model
+    from layoutopt.tvm.kernels import SCHEDULE_VERSION
 
     cache = Path.home() / ".cache" / "layoutopt"
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         mod = load_model(fetch(spec, Path(args.models)), list(spec.shape))
         rows.append({"model": name, **headroom(mod, args.cache, args.time_limit)})
     lines = [f"## The choice's headroom, predicted ({', '.join(names)})", "",
-             f"*{stamp_line()}; cost cache {Path(args.cache).name}*", "",
+             f"*{stamp_line()}; cost cache {Path(args.cache).name}, schedule version {SCHEDULE_VERSION}*", "",
              "`python -m benchmarks.choice_headroom`: each model's layout problem priced with its measured "
              "(cold, isolated) kernel and transform costs. b*: the faster, predicted, of NCHW8c and NCHW16c "
              "everywhere, with the guard's kernels (direct and depthwise, default knobs); the headroom is "

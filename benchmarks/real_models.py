@@ -157,6 +157,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     import onnx
 
     from layoutopt.tvm import export_library, load_model, tune_and_build
+    from layoutopt.tvm.kernels import SCHEDULE_VERSION
     from layoutopt.tvm.kernels.workload import DEFAULT_BLOCKS
     from layoutopt.tvm.runner import LocalRunner
 
@@ -179,6 +180,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
                             storage=args.storage, loop_order=args.loop_order)
     row["blocks"] = ",".join(map(str, blocks or DEFAULT_BLOCKS))
     row["timing"] = runner.timing
+    row["schedules"] = SCHEDULE_VERSION
     row["storage"] = result.storage
     row["loop_order"] = result.handed_back.loop_order
     row["tune_seconds"] = round(time.perf_counter() - started, 1)
@@ -408,7 +410,8 @@ def write_markdown(rows: list[dict], out: Path) -> None:
         lines.append(f"- **{r['model']}**: {r['family']}. Boundary ops (plain NCHW): "
                      f"{', '.join(op.removeprefix('relax.') for op in r['boundary_ops']) or 'none'}; "
                      f"{r['followers']} ops follow their input's layout. "
-                     f"Channel blocks {r.get('blocks', 'default')}; kernels timed {r.get('timing', 'cold')}; "
+                     f"Channel blocks {r.get('blocks', 'default')}; kernels timed {r.get('timing', 'cold')}"
+                     + (f" with schedule version {r['schedules']}" if "schedules" in r else "") + "; "
                      f"storage plan {r.get('storage', 'relax')}; "
                      f"conv loops {r.get('loop_order', 'oc')} first; "
                      f"solver {r['solver']} ({r['status']}); {timed}{failed}; "
