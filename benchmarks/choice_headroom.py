@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         spec = MODELS[name]
         mod = load_model(fetch(spec, Path(args.models)), list(spec.shape))
-        rows.append({"model": name, **headroom(mod, args.cache, args.time_limit)})
+        row = headroom(mod, args.cache, args.time_limit)
+        rows.append({"model": name, "schedules": SCHEDULE_VERSION, **row})
     lines = [f"## The choice's headroom, predicted ({', '.join(names)})", "",
              f"*{stamp_line()}; cost cache {Path(args.cache).name}, schedule version {SCHEDULE_VERSION}*", "",
              "`python -m benchmarks.choice_headroom`: each model's layout problem priced with its measured "
