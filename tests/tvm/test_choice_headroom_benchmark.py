@@ -35,7 +35,8 @@ def test_the_headroom_is_bounded_by_the_optimum_that_brute_force_finds(tmp_path)
     assert row[f"{best}_predicted"] >= row[f"{best}_fastest_kernels_predicted"] >= row["optimum"] - 1e-12
     lines = choice_headroom.table([{"model": "chain", **row}], {})
     cells = [c.strip() for c in lines[-1].strip("|").split("|")]
-    assert cells[0] == "chain" and cells[5].startswith(f"**{row[f'{best}_predicted'] / row['lower_bound']:.3f}x**")
+    headroom = row[f"{best}_predicted"] / row["lower_bound"]
+    assert cells[0] == "chain" and cells[5].startswith(f"**{headroom:.3f}x**")
 
 
 def test_a_best_fixed_layout_that_cannot_be_priced_names_its_node_instead_of_a_ratio():
