@@ -35,7 +35,6 @@ from benchmarks import append_section
 from benchmarks.real_models import MODELS, fetch, timing_cells
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
-RESULTS = Path(__file__).parent / "results"
 #: the fixed layouts b* picks from (layoutopt.tvm.baselines.BEST_FIXED), as layouts
 FIXED = {"nchw8c": "NCHW8c", "nchw16c": "NCHW16c"}
 #: the models of real_models.py this benchmark takes by default: the mobile backbones
@@ -109,7 +108,7 @@ def table(rows: list[dict], measured: dict[str, dict]) -> list[str]:
                      f"{ratio} ({b_star / row['optimum']:.3f}x found)", f"{b_star / free:.3f}x",
                      f"{free / (bound or row['optimum']):.3f}x", nodes]
         if measured:
-            timed = measured.get(row["model"])
+            timed = measured.get(row["model"])  # timing_cells' seventh cell: the speed-up over b*
             cells.append(f"{timing_cells(timed)[6]} ({timed['chosen']})" if timed and "side_by_side" in timed
                          else "-")
         lines.append("| " + " | ".join(cells) + " |")

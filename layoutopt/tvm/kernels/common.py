@@ -112,7 +112,7 @@ def vector_lanes(extent: int) -> int:
     """The lanes an innermost loop of ``extent`` is vectorised in: the whole loop up to
     :data:`VECTOR_LANES`; beyond, the largest multiple of 8 up to :data:`VECTOR_LANES` that divides it
     (no tail); else the whole loop up to :data:`MAX_VECTOR_LOOP` (a prime width keeps one wide vector,
-    which LLVM splits with one tail), and the largest divisor up to 64 of a longer one.
+    which LLVM splits with one tail), and the largest divisor up to :data:`VECTOR_LANES` of a longer one.
 
     Example:
         >>> [vector_lanes(n) for n in (16, 640, 160, 112, 331, 331776)]
@@ -125,7 +125,7 @@ def vector_lanes(extent: int) -> int:
         return divisors[-1]
     if extent <= MAX_VECTOR_LOOP:
         return extent
-    return max(d for d in range(1, 65) if extent % d == 0)
+    return max(d for d in range(1, VECTOR_LANES + 1) if extent % d == 0)
 
 
 def schedule_injective(sch) -> None:
