@@ -47,12 +47,13 @@ from typing import Any
 from ..errors import ProblemError
 from ._tvm import import_tvm
 from .graph import LayoutGraph
-from .kernels import NCHW, conv2d, dense, family, layout_block, pack_data, validate_workload
+from .kernels import NCHW, conv2d, dense, family, layout_block, onnx_resize, pack_data, validate_workload
 from .kernels.candidate import Candidate
 from .ops import (
     BINARY_OPS,
     CONCAT_OPS,
     GATHER_OPS,
+    ONNX_RESIZE,
     POOL_OPS,
     RESIZE_OPS,
     SLICE_OPS,
@@ -64,6 +65,7 @@ from .ops import (
     fused_epilogues,
     is_tensor_constant,
     layout_carrier,
+    op_name,
     slice_ranges,
     static_shape,
 )
@@ -141,6 +143,7 @@ class _Rewriter:
         self.relax = self.tvm.relax
         self.choices = choices
         self.bb = self.relax.BlockBuilder(context)  # context: the module's other functions
+        self.functions = context  # which call_tir is an ONNX resize (ops.op_name)
         self.env: dict[Any, tuple[Any, str | None]] = {}
         self.converted: dict[tuple[Any, str], Any] = {}  # (original Var, layout) -> transformed Var
         self.used: set[str] = set()
@@ -209,7 +212,7 @@ class _Rewriter:
     def binding(self, var, value) -> None:
         relax = self.relax
         name = var.name
-        op = value.op.name if isinstance(value, relax.Call) and isinstance(value.op, self.tvm.ir.Op) else None
+        op = op_name(value, self.functions)
         self.source[var] = self.producer(var, value, op)
         choice = self.choices.get(name)
         if choice is not None:
@@ -256,6 +259,11 @@ class _Rewriter:
     def layout_following(self, var, value, op: str, layout: str) -> None:
         if op in GATHER_OPS:
             return self.channel_gather(var, value, layout)
+        if op == ONNX_RESIZE:  # its kernel again, in the layout its data arrives in, on the same tables
+            data, *tables = value.args[1].fields
+            workload = onnx_resize.workload_of(value, self.functions)
+            call = onnx_resize.emit(self.bb, self.value(data, layout), workload, layout, tables)
+            return self.emit(var, call, layout)
         args = [self.value(a, layout) for a in value.args]
         if op in POOL_OPS:
             attrs = value.attrs

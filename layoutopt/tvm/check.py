@@ -44,6 +44,7 @@ import numpy as np
 
 from ..errors import ProblemError
 from ._tvm import first_line, import_tvm
+from .kernels import onnx_resize
 from .ops import is_tensor_constant
 
 __all__ = ["ROUNDING_GROWTH", "Reference", "Verdict", "first_divergence", "float64_module", "non_finite",
@@ -266,7 +267,8 @@ def first_divergence(mod, graph, assignment, target: Any, inputs: Sequence[np.nd
 def float64_module(mod):
     """``mod`` with ``main`` computed in float64: float32 inputs, constants and every float32 ``dtype``
     or ``out_dtype`` attribute widened; the rest (integer tensors, shapes) as it is. Layer norms are
-    written out (TOPI has no float64 one).
+    written out (TOPI has no float64 one); ONNX resizes (:mod:`~layoutopt.tvm.kernels.onnx_resize`)
+    get their kernel in float64.
 
     Raises:
         ProblemError: ``main`` holds something this widening does not cover (a ``match_cast``, a call
@@ -307,6 +309,10 @@ def float64_module(mod):
         if isinstance(expr, relax.TupleGetItem):
             return relax.TupleGetItem(widen(expr.tuple_value), expr.index)
         if isinstance(expr, relax.Call):
+            resize = onnx_resize.workload_of(expr, mod)
+            if resize is not None:  # its kernel again, in float64 (the tables stay: indices, float32 weights)
+                data, *tables = expr.args[1].fields
+                return onnx_resize.emit(bb, widen(data), {**resize, "dtype": "float64"}, tables=tables)
             if not isinstance(expr.op, tvm.ir.Op):
                 raise ProblemError(f"float64 reference: a call of {expr.op} is not covered")
             if expr.ty_args:

@@ -73,6 +73,7 @@ from .ops import (
     dense_workload,
     is_tensor_constant,
     layout_carrier,
+    op_name,
     slice_ranges,
     var_uses,
 )
@@ -151,7 +152,7 @@ def extract_layout_graph(
     duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
     if duplicates:
         raise ProblemError(f"binding names {duplicates[:5]} are not unique in main: run prepare(mod) first")
-    extractor = _Extractor(options, fuse)
+    extractor = _Extractor(options, fuse, mod)
     graph = extractor.run(main)
     graph.mod = mod
     if not any(node.kind == "target" for node in graph.layout_nodes()):
@@ -243,8 +244,9 @@ def _blocks(candidates: Any) -> tuple[int, ...]:
 class _Extractor:
     """One walk over ``main``'s bindings, in order (they are topologically sorted by construction)."""
 
-    def __init__(self, options: CandidateOptions, fuse: bool = True):
+    def __init__(self, options: CandidateOptions, fuse: bool = True, functions=None):
         self.tvm = import_tvm()
+        self.functions = functions  # the module: which call_tir is an ONNX resize (ops.op_name)
         self.conv_options = {"orders": list(options.orders), "algorithms": list(options.algorithms)}
         self.relax = self.tvm.relax
         # the blocks the user chose also restrict dense weight blocks
@@ -392,7 +394,7 @@ class _Extractor:
         inputs = self.data_vars_of_call(value)
         if not inputs:
             return  # computed from constants only (FoldConstant leaves few of these)
-        op = value.op.name if isinstance(value.op, self.tvm.ir.Op) else None
+        op = op_name(value, self.functions)
         self.epilogues.binding(var, value, op)
         carrier = layout_carrier(value, op, self.is_follower_input, self.source_of)
         if carrier is not None:  # layout-following: same classification as the rewrite's
@@ -552,7 +554,7 @@ class _Extractor:
 
     def boundary(self, name: str, call, op: str | None, inputs: list) -> None:
         shapes = [self.shape(v, f"input {v.name!r} of {name!r}") for v in inputs]
-        op_name = op or (call.op.name_hint if hasattr(call.op, "name_hint") else type(call.op).__name__)
-        workload = {"op": op_name.rsplit(".", 1)[-1], "shapes": shapes}
-        self.add_node(name, "boundary", name, op_name, workload, [Choice.layout()])
+        named = op or (call.op.name_hint if hasattr(call.op, "name_hint") else type(call.op).__name__)
+        workload = {"op": named.rsplit(".", 1)[-1], "shapes": shapes}
+        self.add_node(name, "boundary", name, named, workload, [Choice.layout()])
         self.connect(name, inputs)

@@ -18,8 +18,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -92,8 +90,7 @@ def _load_onnx(path: Path, input_shape, fold: bool = True, shapes_from: str | No
         from ..errors import MissingExtraError
 
         raise MissingExtraError("onnx", "tvm", "loading ONNX models") from None
-    import_tvm()
-    from tvm.relax.frontend.onnx import from_onnx
+    from .onnx_import import quiet_import
 
     try:
         model = onnx.load(str(path))
@@ -113,9 +110,9 @@ def _load_onnx(path: Path, input_shape, fold: bool = True, shapes_from: str | No
     if fold and computes_shapes:
         model = fold_shapes(model, shapes, where=str(path))
     try:
-        # the frontend prints the failing node's inputs (pages of IR) before raising: the error says it
-        with contextlib.redirect_stdout(io.StringIO()):
-            mod = from_onnx(model, shape_dict=shapes, keep_params_in_input=False)
+        mod = quiet_import(model, shapes)
+    except ProblemError as exc:  # a node layoutopt's own converters refuse (they name it)
+        raise ProblemError(f"model {str(path)!r} with input shapes {shapes}: {exc}") from None
     except Exception as exc:  # a shape the graph cannot take, an op the frontend lacks...
         hint = ""
         if computes_shapes and not fold:

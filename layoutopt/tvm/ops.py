@@ -36,6 +36,7 @@ __all__ = [
     "EPILOGUE_BINARY",
     "EPILOGUE_UNARY",
     "GATHER_OPS",
+    "ONNX_RESIZE",
     "POOL_OPS",
     "RESIZE_OPS",
     "SLICE_OPS",
@@ -52,6 +53,7 @@ __all__ = [
     "fused_epilogues",
     "is_tensor_constant",
     "layout_carrier",
+    "op_name",
     "resize_workload",
     "slice_ranges",
     "static_shape",
@@ -75,9 +77,13 @@ BINARY_OPS = frozenset({
 POOL_OPS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d"})
 #: ops that combine several computed tensors in one common layout
 CONCAT_OPS = frozenset({"relax.concat"})
-#: resizes: re-emitted with ``layout=`` the input's layout, where the blocked kernel covers their
-#: method and mode (:mod:`layoutopt.tvm.kernels.resize`)
-RESIZE_OPS = frozenset({"relax.image.resize2d"})
+#: an ONNX resize computed with ONNX's semantics: a ``call_tir`` of layoutopt's kernel
+#: (:mod:`layoutopt.tvm.kernels.onnx_resize`), named so by :func:`op_name`
+ONNX_RESIZE = "layoutopt.onnx_resize"
+#: resizes: re-emitted in the input's layout (``relax.image.resize2d`` with ``layout=``, where the
+#: blocked kernel covers its method and mode: :mod:`layoutopt.tvm.kernels.resize`; an ONNX resize in
+#: any layout)
+RESIZE_OPS = frozenset({"relax.image.resize2d", ONNX_RESIZE})
 
 #: ops that split one computed tensor along channels into a tuple, in one common layout
 SPLIT_OPS = frozenset({"relax.split"})
@@ -104,6 +110,26 @@ def static_shape(expr) -> list[int] | None:
         return [int(s) for s in ty.shape]
     except (TypeError, ValueError, AttributeError):
         return None
+
+
+def op_name(call, functions=None) -> str | None:
+    """The op ``call`` computes, as the layout model names it: its ``Op``'s name, :data:`ONNX_RESIZE` for a
+    ``call_tir`` of an ONNX resize kernel whose PrimFunc is in ``functions`` (the module), None for
+    anything else.
+
+    Example:
+        >>> from layoutopt.tvm import models
+        >>> op_name(models.chain()["main"].body.blocks[0].bindings[0].value)
+        'relax.nn.conv2d'
+    """
+    from .kernels.onnx_resize import workload_of
+
+    tvm = import_tvm()
+    if not isinstance(call, tvm.relax.Call) or not isinstance(call.op, tvm.ir.Op):
+        return None
+    if functions is not None and workload_of(call, functions) is not None:
+        return ONNX_RESIZE
+    return call.op.name
 
 
 def is_tensor_constant(expr) -> bool:
@@ -136,7 +162,7 @@ def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None =
       tuple output is not: a boundary);
     * max/avg pooling declared ``NCHW`` in and out (an ``NHWC`` pool is a boundary);
     * an ``NCHW`` resize whose method and mode the blocked kernel covers (:func:`resize_workload`
-      validates; a cubic resize is a boundary);
+      validates; a cubic ``resize2d`` is a boundary), and every ONNX resize (:data:`ONNX_RESIZE`);
     * a binary elementwise op (:data:`BINARY_OPS`) of ONE computed 4-D tensor and one per-channel or
       scalar constant, in either order (``add(bias, x)`` as well as ``add(x, bias)``);
     * a mean, max or sum over height and width of a 4-D tensor keeping its dimensions
@@ -168,6 +194,10 @@ def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None =
         ranges = slice_ranges(call)
         spatial = ranges is not None and all(axis in (2, 3) for axis, *_ in ranges)
         return call.args[0] if spatial and is_data(call.args[0]) else None
+    if op == ONNX_RESIZE:  # call_tir(kernel, (data, tables...)): any layout of the data
+        data = call.args[1].fields[0]
+        shape = static_shape(data)
+        return data if isinstance(data, relax.Var) and is_data(data) and shape and len(shape) == 4 else None
     if op not in UNARY_OPS and op not in POOL_OPS and op not in BINARY_OPS and op not in RESIZE_OPS:
         return None
     args = list(call.args)

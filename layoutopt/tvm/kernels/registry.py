@@ -27,6 +27,7 @@ from . import (
     dense,
     depthwise,
     gemm,
+    onnx_resize,
     resize,
     transform,
     winograd,
@@ -51,6 +52,7 @@ FAMILIES: dict[tuple[str, str], KernelFamily] = {found.key: found for found in (
     conv2d_transpose.FAMILY,
     conv2d_transpose_gemm.FAMILY,
     resize.FAMILY,
+    onnx_resize.FAMILY,
 )}
 
 #: the conv2d algorithms whose kernels are choices unless asked otherwise: all of them (each only

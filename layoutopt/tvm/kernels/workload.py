@@ -13,6 +13,10 @@ stays plain data:
 - resize2d: ``{"op": "resize2d", "data": [N,C,H,W], "size": [OH,OW], "method": "nearest_neighbor" |
   "linear", "coordinate_transformation_mode": ..., "rounding_method": ...}`` (the attributes of
   ``relax.image.resize2d``; see :mod:`.resize`);
+- onnx_resize: ``{"op": "onnx_resize", "data": [N,C,H,W], "size": [OH,OW], "mode": "nearest" | "linear" |
+  "cubic", "coordinate_transformation_mode": ..., "nearest_mode": ..., "scale": [sh,sw], "roi": [...],
+  "cubic_coeff_a": a, "exclude_outside": 0 | 1, "extrapolation_value": v}`` (an ONNX ``Resize`` with
+  ONNX's semantics; see :mod:`.onnx_resize`);
 - dense: ``{"op": "dense", "data": [M,K], "weight": [N,K], "dtype": "float32"}``;
 - layout_transform: ``{"op": "layout_transform", "shape": [N,C,H,W], "src": "NCHW16c", "dst": "NCHW8c",
   "dtype": "float32"}``.
@@ -42,6 +46,9 @@ __all__ = [
     "EPILOGUE_STEPS",
     "MIN_VECTOR_BLOCK",
     "NCHW",
+    "ONNX_RESIZE_COORDINATES",
+    "ONNX_RESIZE_MODES",
+    "ONNX_RESIZE_NEAREST",
     "PADDED_BLOCKS",
     "RESIZE_METHODS",
     "RESIZE_MODES",
@@ -82,6 +89,12 @@ RESIZE_METHODS = ("nearest_neighbor", "linear")
 RESIZE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn")
 #: rounding methods of a nearest-neighbour resize2d (``""``: topi's default for the mode)
 RESIZE_ROUNDING = ("", "round", "round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+#: ONNX Resize's interpolation modes, coordinate transformation modes and nearest roundings (``""``:
+#: Resize-10's and Upsample's, ceil when downsampling, else truncate), as :mod:`.onnx_resize` computes them
+ONNX_RESIZE_MODES = ("nearest", "linear", "cubic")
+ONNX_RESIZE_COORDINATES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                           "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize")
+ONNX_RESIZE_NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "")
 
 _BLOCKED = re.compile(r"^NCHW([1-9][0-9]*)c$")
 _DENSE_WEIGHT = re.compile(r"^NK(?:([1-9][0-9]*)n)?$")
@@ -374,12 +387,52 @@ def _validate_resize2d(workload: dict[str, Any]) -> dict[str, Any]:
             "coordinate_transformation_mode": mode, "rounding_method": rounding, "dtype": _dtype(workload)}
 
 
+def _floats(value: Any, length: int, what: str) -> list[float]:
+    """``value`` as ``length`` finite numbers, each rounded to float32 (what an ONNX tensor holds)."""
+    if not isinstance(value, (list, tuple)) or len(value) != length or not all(
+            isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool) for v in value):
+        raise ProblemError(f"{what} must be {length} numbers, not {value!r}")
+    rounded = [float(np.float32(v)) for v in value]
+    if not all(np.isfinite(rounded)):
+        raise ProblemError(f"{what} must be finite float32 numbers, not {value!r}")
+    return rounded
+
+
+def _validate_onnx_resize(workload: dict[str, Any]) -> dict[str, Any]:
+    data = _ints(workload["data"], 4, "onnx_resize 'data' shape [N,C,H,W]", 1)
+    size = _ints(workload["size"], 2, "onnx_resize 'size' [OH,OW]", 1)
+    mode = workload.get("mode", "nearest")
+    coordinates = workload.get("coordinate_transformation_mode", "half_pixel")
+    nearest = workload.get("nearest_mode", "round_prefer_floor")
+    for value, known, what in ((mode, ONNX_RESIZE_MODES, "mode"),
+                               (coordinates, ONNX_RESIZE_COORDINATES, "coordinate_transformation_mode"),
+                               (nearest, ONNX_RESIZE_NEAREST, "nearest_mode")):
+        if value not in known:
+            raise ProblemError(f"onnx_resize {what} {value!r} is not among {list(known)}")
+    default_scale = [float(np.float32(o) / np.float32(i)) for o, i in zip(size, data[2:], strict=True)]
+    scale = _floats(workload.get("scale", default_scale), 2, "onnx_resize 'scale' [sh,sw]")
+    if min(scale) <= 0:
+        raise ProblemError(f"onnx_resize 'scale' {scale} must be positive")
+    exclude = workload.get("exclude_outside", 0)
+    if exclude not in (0, 1) or (exclude and mode != "cubic"):
+        raise ProblemError(f"onnx_resize 'exclude_outside' {exclude!r}: 0, or 1 with mode 'cubic'")
+    [cubic_a] = _floats([workload.get("cubic_coeff_a", -0.75)], 1, "onnx_resize 'cubic_coeff_a'")
+    [extrapolation] = _floats([workload.get("extrapolation_value", 0.0)], 1,
+                              "onnx_resize 'extrapolation_value'")
+    return {"op": "onnx_resize", "data": data, "size": size, "mode": mode,
+            "coordinate_transformation_mode": coordinates, "nearest_mode": nearest, "scale": scale,
+            "roi": _floats(workload.get("roi", [0.0, 0.0, 1.0, 1.0]), 4, "onnx_resize 'roi'"),
+            "cubic_coeff_a": cubic_a, "exclude_outside": int(exclude), "extrapolation_value": extrapolation,
+            "dtype": _dtype(workload)}
+
+
 _VALIDATORS = {
     "conv2d": _validate_conv2d,
     "conv2d_transpose": _validate_conv2d_transpose,
     "dense": _validate_dense,
     "layout_transform": _validate_layout_transform,
     "resize2d": _validate_resize2d,
+    "onnx_resize": _validate_onnx_resize,
 }
 
 
