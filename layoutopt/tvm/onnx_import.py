@@ -105,8 +105,10 @@ def convert_resize(bb, op_name: str, inputs: Sequence[Any], attrs: Mapping[str, 
     except (TypeError, ValueError):
         raise ProblemError(f"{op_name} node {name!r}: its input has a dynamic shape {ty.shape}") from None
     workload = resize_workload(op_name, shape, [_constant(x) for x in inputs[1:]], attrs, opset, name)
-    workload["dtype"] = str(ty.dtype)
-    workload = validate_workload(workload)
+    try:
+        workload = validate_workload({**workload, "dtype": str(ty.dtype)})
+    except ProblemError as exc:
+        raise ProblemError(f"{op_name} node {name!r}: {exc}") from None
     if workload["size"] == shape[2:]:
         return data  # nothing resized: ONNX Runtime copies (whatever the scales and mode)
     equivalent = onnx_resize.tvm_equivalent(workload)

@@ -280,3 +280,41 @@ def resize_onnx(path: Path, mode: str, coordinate_mode: str, nearest_mode: str =
                                coordinate_transformation_mode=coordinate_mode, nearest_mode=nearest_mode),
               helper.make_node("Conv", ["up", "w1"], ["y"], name="head")]
     return _save(path, nodes, x, inits, "resize")
+
+
+def resize_grid_onnx(path: Path, cases: list[dict], channels: int = 8, size: tuple[int, int] = (7, 9),
+                     opset: int = 19, seed: int = 0) -> Path:
+    """stem conv (3 -> ``channels``) + relu, then one ``Resize`` per case of ``cases`` on its output, each
+    resize an output of the model (``y0``, ``y1``...): many resizes in one build. A case is a dict of the
+    node's attributes (``mode``, ``coordinate_transformation_mode``, ``nearest_mode``, ...) with
+    ``scales`` (H, W) or ``sizes`` (H, W), and ``roi`` (H start, W start, H end, W end) for
+    ``tf_crop_and_resize``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits: list = []
+    x, nodes = _stem(rng, inits, channels, size)
+    outputs = []
+    for index, case in enumerate(cases):
+        attrs = {k: v for k, v in case.items() if k not in ("scales", "sizes", "roi")}
+        inits.append(numpy_helper.from_array(resize_roi(case.get("roi")), f"roi{index}"))
+        if case.get("sizes") is not None:
+            sizes = np.array([1, channels, *case["sizes"]], "int64")
+            inits.append(numpy_helper.from_array(sizes, f"sizes{index}"))
+            inputs = ["r0", f"roi{index}", "", f"sizes{index}"]
+        else:
+            scales = np.array([1, 1, *case["scales"]], "float32")
+            inits.append(numpy_helper.from_array(scales, f"scales{index}"))
+            inputs = ["r0", f"roi{index}", f"scales{index}"]
+        nodes.append(helper.make_node("Resize", inputs, [f"y{index}"], name=f"resize{index}", **attrs))
+        outputs.append(helper.make_tensor_value_info(f"y{index}", TensorProto.FLOAT, None))
+    model = helper.make_model(helper.make_graph(nodes, "resize_grid", [x], outputs, inits),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    onnx.save(model, str(path))
+    return path
+
+
+def resize_roi(roi) -> np.ndarray:
+    """A Resize node's ``roi`` input of an NCHW tensor from (H start, W start, H end, W end), or empty."""
+    return np.array([] if roi is None else [0, 0, roi[0], roi[1], 1, 1, roi[2], roi[3]], "float32")

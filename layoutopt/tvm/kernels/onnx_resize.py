@@ -315,14 +315,15 @@ def resize_reference(workload: dict[str, Any], inputs: Sequence[np.ndarray]) -> 
 
 def compute(tvm, data, tables: Sequence, workload: dict[str, Any], layout: str):
     """The TE output of an ``onnx_resize`` in ``layout`` (``NCHW`` or ``NCHW{b}c``), ``data`` in that
-    layout and ``tables`` the placeholders of :func:`table_arrays` (any float dtype of ``data``)."""
+    layout and ``tables`` the placeholders of :func:`table_arrays` (any float dtype of ``data``): per
+    output element, ``row taps x column taps`` reads weighted by the tables."""
     te = tvm.te
     nearest = workload["mode"] == "nearest"
     crop = workload["coordinate_transformation_mode"] == "tf_crop_and_resize"
     row_index, column_index = tables[0], tables[1]
     row_weight, column_weight = (None, None) if nearest else (tables[2], tables[3])
     row_inside, column_inside = (tables[-2], tables[-1]) if crop else (None, None)
-    taps = int(row_index.shape[1])
+    row_taps, column_taps = int(row_index.shape[1]), int(column_index.shape[1])  # 1 on an axis of scale 1
     dtype = data.dtype
     shape = layout_shape([*workload["data"][:2], *workload["size"]], layout)
     blocked = layout_block(layout) is not None
@@ -335,9 +336,9 @@ def compute(tvm, data, tables: Sequence, workload: dict[str, Any], layout: str):
             value = read(0, 0)
         else:  # each row of taps along W first, then those along H: ONNX Runtime's order for cubic
             value = None
-            for i in range(taps):
+            for i in range(row_taps):
                 along = None
-                for j in range(taps):
+                for j in range(column_taps):
                     term = column_weight[x, j].astype(dtype) * read(i, j)
                     along = term if along is None else along + term
                 term = row_weight[y, i].astype(dtype) * along
