@@ -46,6 +46,7 @@ from ..errors import ProblemError
 from ._tvm import first_line, import_tvm
 from .kernels import onnx_resize
 from .ops import is_tensor_constant
+from .origin import ImportCheck
 
 __all__ = ["ROUNDING_GROWTH", "Reference", "Verdict", "first_divergence", "float64_module", "non_finite",
            "relative_error"]
@@ -144,6 +145,8 @@ class Reference:
         kind: ``"float64"`` (TVM's default build of :func:`float64_module`), or ``"float32"`` when the
             model could not be computed in float64 (``note`` says why).
         rtol: the tolerance every build gets whatever the untouched build's error.
+        imported: what TVM's import of the model was compared with, a runtime independent of TVM
+            (:func:`~layoutopt.tvm.origin.check_import`; None: not compared).
     """
 
     truth: tuple[np.ndarray, ...]
@@ -152,6 +155,7 @@ class Reference:
     kind: str
     rtol: float = 1e-4
     note: str = ""
+    imported: ImportCheck | None = None
 
     @classmethod
     def of(cls, mod, inputs: Sequence[np.ndarray], target: Any, runner: Any = None, rtol: float = 1e-4,
@@ -214,11 +218,13 @@ class Reference:
     def describe(self) -> str:
         """One line: what the reference is and how far float32 rounding alone moves the model."""
         bound = max(self.bounds, default=self.rtol)
+        imported = "" if self.imported is None else f"; {self.imported.describe()}"
         if self.kind == "float64":
             return (f"outputs checked against the untouched model computed in float64 (TVM's float32 "
-                    f"build of it is off by {self.untouched_error:.2g}; a build may be off by {bound:.2g})")
+                    f"build of it is off by {self.untouched_error:.2g}; a build may be off by {bound:.2g})"
+                    f"{imported}")
         return (f"outputs checked against TVM's float32 build of the untouched model, within {bound:.2g} "
-                f"(no float64 reference: {self.note})")
+                f"(no float64 reference: {self.note}){imported}")
 
 
 def first_divergence(mod, graph, assignment, target: Any, inputs: Sequence[np.ndarray], runner: Any = None,

@@ -353,7 +353,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..constraints import parse_constraint_texts
     from ..errors import ProblemError
     from ._tvm import resolve_target
-    from .load import load_model
+    from .load import load_with_origin
     from .memory import check_memory
     from .report import breakdown_markdown, write_report
     from .tune import tune_and_build
@@ -371,7 +371,7 @@ def _run(args: argparse.Namespace) -> int:
     report = _output_directory(args.report, "--report")
     output = _library_path(args.output, with_solution=True)
     cache = _cache(args.cache)
-    mod = load_model(args.model, shapes)
+    mod, origin = load_with_origin(args.model, shapes)
     check_memory(mod)  # before any input or activation is allocated
     where = cache.path if cache is not None else "off"
     print(f"layoutopt tune: {args.model or 'embedded default model'}; cost cache {where}")
@@ -379,7 +379,7 @@ def _run(args: argparse.Namespace) -> int:
                             candidates=candidates, time_limit=args.time_limit,
                             baselines=baselines, check=not args.no_check, repeat=args.repeat,
                             pin=args.pin, forbid=args.forbid, progress=True, storage=args.storage,
-                            loop_order=args.loop_order)
+                            loop_order=args.loop_order, origin=origin)
     print()
     print(_layer_table(result))
     print()

@@ -187,12 +187,16 @@ class Check(_FlatRecord):
     tune's seeded input: its largest relative error against the ``reference`` (``"float64"``: the
     untouched model computed in float64; ``"float32"``: TVM's float32 build of it, when the model could
     not be widened), TVM's untouched float32 build's error against the same reference, and the bound a
-    build had to stay within."""
+    build had to stay within; what TVM's import of the model was compared with (``imported``: a runtime
+    independent of TVM, e.g. ``"ONNX Runtime 1.32.0"``; None when nothing was) and that runtime's error
+    against the same reference (``imported_error``)."""
 
     reference: str
     max_relative_error: float | None = None
     untouched_error: float | None = None
     bound: float | None = None
+    imported: str | None = None
+    imported_error: float | None = None
 
 
 @dataclass(frozen=True)
@@ -405,8 +409,11 @@ def _check(reference, error: float | None) -> Check | None:
     """The ``check`` section of a build checked against ``reference`` (None unchecked)."""
     if reference is None:
         return None
+    imported = reference.imported
     return Check(reference.kind, _finite(error), _finite(reference.untouched_error),
-                 _finite(max(reference.bounds, default=reference.rtol)))
+                 _finite(max(reference.bounds, default=reference.rtol)),
+                 imported.runtime if imported is not None else None,
+                 _finite(imported.error) if imported is not None else None)
 
 
 def _inputs(mod) -> dict[str, ModelInput]:

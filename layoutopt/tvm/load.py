@@ -20,13 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..errors import ProblemError
 from ._tvm import first_line, import_tvm
+from .origin import ModelOrigin, OnnxOrigin, TorchOrigin
 
-__all__ = ["fold_shapes", "load_model"]
+__all__ = ["fold_shapes", "load_model", "load_with_origin"]
 
 
 def load_model(
@@ -64,20 +66,44 @@ def load_model(
 
         A model that computes shapes at run time: :func:`fold_shapes`' example.
     """
+    return load_with_origin(path, input_shape, fold=fold, shapes_from=shapes_from)[0]
+
+
+def load_with_origin(
+    path: str | Path | None = None,
+    input_shape: Mapping[str, Sequence[int]] | Sequence[int] | None = None,
+    *,
+    fold: bool = True,
+    shapes_from: str | None = None,
+) -> tuple[Any, ModelOrigin | None]:
+    """:func:`load_model`, and where the module came from: an :class:`~layoutopt.tvm.origin.OnnxOrigin`
+    or :class:`~layoutopt.tvm.origin.TorchOrigin` (None for the embedded default), which
+    ``tune_and_build(mod, origin=...)`` checks TVM's import against
+    (:func:`~layoutopt.tvm.origin.check_import`).
+
+    Example:
+        >>> import onnx
+        >>> onnx.save(onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 13]>
+        ...     relu (float[N, 4, 8, 8] x) => (float[N, 4, 8, 8] y) { y = Relu(x) }'''), "relu.onnx")
+        >>> mod, origin = load_with_origin("relu.onnx", [1, 4, 8, 8])
+        >>> origin.path, dict(origin.shapes)
+        ('relu.onnx', {'x': [1, 4, 8, 8]})
+    """
     if path is None:
         from .models import default_model
 
         if input_shape is not None:
             raise ProblemError("--input-shape applies to a model file; the default model has a fixed input")
-        return default_model()
+        return default_model(), None
     path = Path(path)
     if not path.is_file():
         raise ProblemError(f"model file {str(path)!r} does not exist")
     suffix = path.suffix.lower()
     if suffix == ".onnx":
-        return _load_onnx(path, input_shape, fold, shapes_from)
+        mod, model, shapes = _load_onnx(path, input_shape, fold, shapes_from)
+        return mod, OnnxOrigin(str(path), model, shapes)
     if suffix in (".pt2", ".pt"):
-        return _load_exported_program(path, input_shape)
+        return _load_exported_program(path, input_shape), TorchOrigin(str(path))
     raise ProblemError(
         f"model {str(path)!r}: unknown format {suffix!r}; expected .onnx or .pt2 (torch.export)"
     )
@@ -119,7 +145,7 @@ def _load_onnx(path: Path, input_shape, fold: bool = True, shapes_from: str | No
             hint = " (the model computes shapes at run time: load it with fold=True)"
         raise ProblemError(f"model {str(path)!r} with input shapes {shapes}: {_import_failure(exc)}{hint}") \
             from None
-    return mod
+    return mod, model, shapes
 
 
 #: ONNX ops whose output is a tensor's shape: a model with them computes shapes at run time

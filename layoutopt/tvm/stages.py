@@ -55,6 +55,7 @@ from .graph import LayoutGraph
 from .guard import baseline_builds, fastest_build, guard_rules
 from .kernels import LOOP_ORDERS
 from .memory import check_memory
+from .origin import ModelOrigin, check_import
 from .problem import MeasureMeta, measure_graph
 from .profile import KernelShapes, observe, profile_builds, time_breakdown
 from .result import TUNED, TuneResult, Variant, layer_table
@@ -242,9 +243,12 @@ def _stage(timings: dict[str, float], name: str):
         timings[name] = time.perf_counter() - started
 
 
-def extract(mod, target: Any, runner: Runner, options: TuneOptions) -> Extracted:
+def extract(mod, target: Any, runner: Runner, options: TuneOptions, origin: ModelOrigin | None = None
+            ) -> Extracted:
     """Prepare ``mod``, extract its layout graph, parse the pins and forbids, try the rewrite on a fixed
-    layout, and build the check's reference: everything that can fail before a kernel is measured.
+    layout, and build the check's reference, TVM's import checked against the model file ``origin``
+    came from (:func:`~layoutopt.tvm.origin.check_import`; a mismatch raises
+    :class:`~layoutopt.tvm.origin.ImportMismatch`): everything that can fail before a kernel is measured.
 
     Example:
         >>> from layoutopt.tvm import models, resolve_target
@@ -279,6 +283,10 @@ def extract(mod, target: Any, runner: Runner, options: TuneOptions) -> Extracted
             untouched = import_tvm().compile(mod, target=target)
             if options.check:
                 reference = Reference.of(mod, inputs, target, runner, options.rtol, untouched)
+                if origin is not None:
+                    options.say(f"running {origin.path} with a runtime independent of TVM ...")
+                imported = check_import(origin, mod, inputs, reference, target, runner)
+                reference = replace(reference, imported=imported)
                 options.say(reference.describe())
     return Extracted(mod, graph, inputs, constraints, builds, target, runner, reference, untouched, timings)
 

@@ -39,6 +39,7 @@ from ..errors import ProblemError
 from . import stages
 from ._tvm import resolve_target
 from .guard import baseline_builds
+from .origin import ModelOrigin
 from .result import TUNED, Layer, TuneResult, Variant, layer_table, ms
 from .runner import LocalRunner
 from .stages import TUNE_LOOP_ORDERS, TuneOptions
@@ -70,6 +71,7 @@ def tune_and_build(
     progress: bool | Callable[[str], None] = False,
     storage: str = "relax",
     loop_order: str = "oc",
+    origin: ModelOrigin | None = None,
 ) -> TuneResult:
     """Extract, measure, solve, apply and build ``mod``; verify the outputs and time the build: the chain
     of :mod:`layoutopt.tvm.stages`.
@@ -81,6 +83,10 @@ def tune_and_build(
         method, cache, candidates, time_limit, baselines, guard, check, rtol, seed, repeat, fuse, profile,
             calibrate, pin, forbid, progress, storage, loop_order: the options, one
             :class:`~layoutopt.tvm.stages.TuneOptions` (see it for each one's meaning).
+        origin: the model file ``mod`` was imported from (:func:`~layoutopt.tvm.load.load_with_origin`):
+            the check also compares TVM's build of the untouched model with that file run by a runtime
+            independent of TVM (ONNX Runtime, torch eager), once, before measuring, and refuses a
+            mismatch (:class:`~layoutopt.tvm.origin.ImportMismatch`). None: TVM's import is not checked.
 
     Returns:
         A :class:`TuneResult`.
@@ -113,7 +119,7 @@ def tune_and_build(
             options.say(f"not calibrated nor profiled: the calls of a running build cannot be timed one by "
                         f"one on {place.describe()}")
             options = replace(options, calibrate=0, profile=False)
-        extracted = stages.extract(mod, target, place, options)
+        extracted = stages.extract(mod, target, place, options, origin)
         solved = stages.solve(stages.measure(extracted, options), options)
         built = stages.calibrate(stages.build_variants(solved, options), options)
         built = stages.with_loop_order_rival(stages.with_storage_rival(built, options), options)

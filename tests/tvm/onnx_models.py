@@ -318,3 +318,24 @@ def resize_grid_onnx(path: Path, cases: list[dict], channels: int = 8, size: tup
 def resize_roi(roi) -> np.ndarray:
     """A Resize node's ``roi`` input of an NCHW tensor from (H start, W start, H end, W end), or empty."""
     return np.array([] if roi is None else [0, 0, roi[0], roi[1], 1, 1, roi[2], roi[3]], "float32")
+
+
+def issue45_onnx(path: Path, seed: int = 0) -> Path:
+    """The model of issue 45: conv 3x3 16->32, Relu, Resize nearest by scales [1, 1, 1.5, 1.5] (21x21 ->
+    31x31: TVM's own import maps its coordinates with 21/31 instead of 1/1.5), conv 3x3 32->32; opset 13."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.2).astype("float32"), "w1"),
+             numpy_helper.from_array((rng.standard_normal((32, 32, 3, 3)) * 0.2).astype("float32"), "w2"),
+             numpy_helper.from_array(np.array([1, 1, 1.5, 1.5], "float32"), "scales")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
+             helper.make_node("Resize", ["r1", "", "scales"], ["up"], name="resize", mode="nearest"),
+             helper.make_node("Conv", ["up", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "issue45", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                               [1, 16, 21, 21])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
