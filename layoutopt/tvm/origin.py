@@ -171,7 +171,8 @@ def _torch_eager(origin: TorchOrigin, inputs: Sequence[np.ndarray]) -> tuple[str
 
     try:
         with IsolatedWorker() as worker:
-            return worker.call(_run_exported_program, origin.path, [np.asarray(x) for x in inputs], timeout=600)
+            arrays = [np.asarray(x) for x in inputs]
+            return worker.call(_run_exported_program, origin.path, arrays, timeout=600)
     except WorkerDied as exc:
         raise ProblemError(f"running {origin.path!r} with torch eager failed: {first_line(exc)}") from None
 
@@ -236,7 +237,8 @@ def _cut(model, last: int, types: Mapping[str, int]):
     if not wanted:
         return None
     outputs = [helper.make_tensor_value_info(name, types[name], None) for name in wanted]
-    cut = helper.make_graph(nodes[: last + 1], graph.name, list(graph.input), outputs, list(graph.initializer))
+    cut = helper.make_graph(nodes[: last + 1], graph.name, list(graph.input), outputs,
+                            list(graph.initializer))
     result = helper.make_model(cut, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     return onnx.ModelProto.FromString(result.SerializeToString())
 
