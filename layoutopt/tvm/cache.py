@@ -38,16 +38,18 @@ import logging
 import math
 import os
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from ..errors import ProblemError
+from ..records import check_fields, json_kind, parse_json
 
-__all__ = ["TIMINGS", "CostCache", "CostContext", "record_cost", "task_key"]
+__all__ = ["TIMINGS", "CostCache", "CostContext", "CostRecord", "record_cost", "task_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -175,8 +177,8 @@ class CostContext:
         """
         found = _VERSION_FIELD.fullmatch(str(record.get("tvm")))
         try:
-            target = json.loads(record["target"])
-        except (KeyError, TypeError, ValueError):
+            target = parse_json(record["target"])
+        except (KeyError, TypeError, ProblemError):
             target = None
         if found is None or not isinstance(target, dict):
             raise ProblemError(f"cost record target {record.get('target')!r}, tvm {record.get('tvm')!r}: not "
@@ -196,8 +198,92 @@ class CostContext:
 
 
 def _is_cost(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and value >= 0)
+    """A finite, non-negative number (not a boolean; an integer too large for a float is not one)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value) and value >= 0
+    except OverflowError:
+        return False
+
+
+#: the fields of a record layoutopt reads, and their JSON types (a record's other fields, such as the
+#: runner, the kernel's check error and the seconds spent, are kept as written)
+_REQUIRED = {"target": (str,), "tvm": (str,), "workload": (dict,), "candidate": (dict,)}
+_OPTIONAL = {"median": (float, type(None)), "results": (list,), "pass_medians": (list, type(None)),
+             "error": (str, type(None)), "device": (str, type(None)), "load_average": (float, type(None)),
+             "timestamp": (str,)}
+
+
+@dataclass(frozen=True)
+class CostRecord:
+    """One measurement of the cache, checked (:meth:`from_json`): what it is valid for (``context``),
+    the ``workload`` and ``candidate`` measured, its ``median`` (seconds; None when it failed, ``error``
+    saying why), every repeat's seconds (``results``), each timing pass's median (``pass_medians``), the
+    load average it was timed under, and the record as written (``fields``, its other fields included).
+
+    Example:
+        >>> fields = {"target": '{"kind": "llvm"}', "tvm": "0.27+schedules.12+cold", "workload": {},
+        ...           "candidate": {}, "median": 1e-3, "pass_medians": 1e-3}
+        >>> CostRecord.from_json(fields, "line 7")
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: line 7: 'pass_medians' must be a list or null, not a number (0.001)
+        >>> CostRecord.from_json({**fields, "pass_medians": [1e-3, None]}).cost
+        0.001
+    """
+
+    context: CostContext
+    workload: dict[str, Any]
+    candidate: dict[str, Any]
+    median: float | None = None
+    results: tuple[float | None, ...] = ()
+    pass_medians: tuple[float | None, ...] | None = None
+    error: str | None = None
+    load_average: float | None = None
+    fields: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, value: Any, where: str = "cost record") -> CostRecord:
+        """The record of a JSON object, its fields checked: the one validation of a cache line (read or
+        written). Raises ProblemError naming the field at fault."""
+        check_fields(value, where, _REQUIRED, _OPTIONAL, extra=True)
+        context = CostContext.from_record(value)
+        for name in ("median", "load_average"):
+            if value.get(name) is not None and not _is_cost(value[name]):
+                raise ProblemError(f"{where}: {name!r} must be a finite number >= 0 or null, not "
+                                   f"{json_kind(value[name])}")
+        for name in ("results", "pass_medians"):
+            items = value.get(name) or []
+            bad = next((item for item in items if item is not None and not _is_cost(item)), None)
+            if bad is not None or any(isinstance(item, bool) for item in items):
+                raise ProblemError(f"{where}: {name!r} must hold finite numbers >= 0 (or null), not "
+                                   f"{json_kind(bad)}")
+        passes = value.get("pass_medians")
+        return cls(context, value["workload"], value["candidate"], value.get("median"),
+                   tuple(value.get("results") or ()), None if passes is None else tuple(passes),
+                   value.get("error"), value.get("load_average"), dict(value))
+
+    @property
+    def key(self) -> str:
+        """The string the record is stored under (:meth:`CostContext.key`)."""
+        return self.context.key(self.workload, self.candidate)
+
+    @property
+    def cost(self) -> float:
+        """:func:`record_cost` of the record."""
+        return record_cost(self.fields)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as written."""
+        return dict(self.fields)
+
+
+def _reason(message: str) -> str:
+    """A skipped line's reason without the value at fault: ``"cost record: 'median' must be ..., not
+    a string ("fast")"`` -> ``"'median' must be ..."``, so that reasons count together."""
+    reason = message.removeprefix("cost record: ").split(", not ")[0]
+    return reason.split(" (")[0] if reason.startswith("not valid JSON") else reason
 
 
 def _json_safe(value: Any) -> Any:
@@ -245,8 +331,10 @@ class CostCache:
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path is not None else None
         self._records: dict[str, dict[str, Any]] = {}
-        #: lines that could not be parsed when the file was read (torn by a kill, or edited by hand)
-        self.skipped_lines = 0
+        #: lines skipped when the file was read, by reason (torn by a kill, edited by hand, junk...)
+        self.skipped: Counter[str] = Counter()
+        #: lines read as records (a later record of the same kernel replaces an earlier one)
+        self.loaded_lines = 0
         #: why appending to the file failed during the run, if it did (the records stay in memory)
         self.write_error: str | None = None
         if self.path is not None:
@@ -287,21 +375,39 @@ class CostCache:
             data = self.path.read_bytes()
         except OSError as exc:
             raise ProblemError(f"cannot read cost cache {str(self.path)!r}: {exc}") from None
-        for number, line in enumerate(data.split(b"\n"), 1):
+        for line in data.split(b"\n"):
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
-                key = self.record_key(record)
-                if record.get("median") is not None and not _is_cost(record["median"]):
-                    raise ValueError("the median is not a finite number of seconds")  # e.g. NaN
-            except (ValueError, KeyError, TypeError):
-                self.skipped_lines += 1
-                logger.warning(
-                    "cost cache %s: skipped unreadable line %d (torn by a kill?)", self.path, number
-                )
+                record = CostRecord.from_json(parse_json(line))
+                key = record.key
+            except ProblemError as exc:
+                self.skipped[_reason(str(exc))] += 1
                 continue
-            self._records[key] = record
+            self.loaded_lines += 1
+            self._records[key] = record.fields
+        if self.skipped:
+            logger.warning("cost cache %s: %s (torn by a kill, edited by hand, or not a cost record)",
+                           self.path, self.describe_skipped())
+
+    @property
+    def skipped_lines(self) -> int:
+        """How many lines were skipped when the file was read."""
+        return sum(self.skipped.values())
+
+    def describe_skipped(self) -> str:
+        """How many lines were skipped when the file was read, and why, in one phrase.
+
+        Example:
+            >>> cache = CostCache()
+            >>> cache.skipped.update({"not valid JSON": 2, "'median' must be a finite number >= 0": 1})
+            >>> cache.describe_skipped()
+            "skipped 3 lines: 2 not valid JSON, 1 'median' must be a finite number >= 0"
+        """
+        if not self.skipped:
+            return "skipped no line"
+        reasons = ", ".join(f"{count} {reason}" for reason, count in self.skipped.most_common())
+        return f"skipped {self.skipped_lines} line{'s' if self.skipped_lines != 1 else ''}: {reasons}"
 
     def get(self, context: CostContext, workload: Mapping[str, Any],
             candidate: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -331,7 +437,7 @@ class CostCache:
         """
         record = _json_safe(dict(record))
         record.setdefault("timestamp", datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        key = self.record_key(record)
+        key = CostRecord.from_json(record, "cost record to store").key  # what is read back must load
         line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode()
         self._records[key] = record
         if self.path is not None:

@@ -37,11 +37,9 @@ In full:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
-import typing
 import warnings
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -51,6 +49,10 @@ from typing import Any, ClassVar
 
 from ..errors import ProblemError
 from ..io import check_json_document, read_json_document
+from ..records import FlatRecord as _FlatRecord
+from ..records import check_fields as _fields
+from ..records import is_json as _is
+from ..records import json_kind as _kind
 from ._tvm import first_line, import_tvm, resolve_target, target_key, without_scope_saving_lines
 from .graph import Choice, LayoutGraph, candidate_label
 from .storage import STORAGE_PLANS
@@ -84,62 +86,6 @@ def solution_path(library: str | Path) -> Path:
 
 
 # -- the schema -------------------------------------------------------------------------------------
-
-_JSON_TYPES = {str: "a string", bool: "true or false", int: "an integer", float: "a number",
-               dict: "an object", list: "a list", type(None): "null"}
-
-
-def _is(value: Any, types: tuple[type, ...]) -> bool:
-    """Whether ``value`` is a JSON value of one of ``types`` (an integer is a number, true is not)."""
-    if isinstance(value, bool):
-        return bool in types
-    return isinstance(value, types) or (isinstance(value, int) and float in types)
-
-
-def _kind(value: Any) -> str:
-    text = json.dumps(value, default=repr) if _is(value, tuple(_JSON_TYPES)) else repr(value)
-    text = text if len(text) <= 60 else text[:57] + "..."
-    name = next((name for t, name in _JSON_TYPES.items() if _is(value, (t,))), type(value).__name__)
-    return f"{name} ({text})"
-
-
-def _fields(value: Any, where: str, required: Mapping[str, tuple[type, ...]],
-            optional: Mapping[str, tuple[type, ...]] | None = None) -> dict[str, Any]:
-    """``value`` if it is a JSON object with every ``required`` field, no field outside ``required``
-    and ``optional``, and each of its field's types; else a ProblemError naming ``where`` and the field."""
-    optional = optional or {}
-    if not isinstance(value, dict):
-        raise ProblemError(f"{where} must be an object, not {_kind(value)}")
-    known = {**required, **optional}
-    unknown = [key for key in value if key not in known]
-    if unknown:
-        raise ProblemError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(known)})")
-    for key, types in known.items():
-        if key not in value:
-            if key in required:
-                raise ProblemError(f"{where}: missing {key!r}")
-        elif not _is(value[key], types):
-            expected = " or ".join(_JSON_TYPES[t] for t in types)
-            raise ProblemError(f"{where}: {key!r} must be {expected}, not {_kind(value[key])}")
-    return value
-
-
-class _FlatRecord:
-    """A record written as a JSON object of its fields as they are (strings, numbers, booleans or
-    null, as their type hints say); a field with a default may be missing from the object."""
-
-    @classmethod
-    def from_json(cls, value: Any, where: str):
-        hints = typing.get_type_hints(cls)
-        required, optional = {}, {}
-        for item in dataclasses.fields(cls):
-            types = typing.get_args(hints[item.name]) or (hints[item.name],)
-            has_default = item.default is not dataclasses.MISSING
-            (optional if has_default else required)[item.name] = types
-        return cls(**_fields(value, where, required, optional))
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from ._tvm import import_tvm
 from .apply import apply_assignment, count_layout_transforms
 from .baselines import BUILDS, COMPOSITES
 from .builder import check_rewrite, compile_module
+from .cache import CostCache
 from .calibrate import Calibration, calibrated_solution
 from .check import Reference, first_divergence
 from .graph import LayoutGraph
@@ -304,9 +305,14 @@ def measure(extracted: Extracted, options: TuneOptions) -> Measured:
         >>> stats.requested, stats.measured + stats.cached, stats.failed
         (32, 19, 0)
     """
+    cache = options.cache
+    if cache is not None and not isinstance(cache, CostCache):
+        cache = CostCache(cache)  # opened here: the lines it skips are said before measuring
+    if cache is not None and cache.skipped:
+        options.say(f"cost cache {cache.path}: {cache.describe_skipped()}")
     options.say("measuring kernels and layout transforms ...")
     with _stage(extracted.timings, "measure"):
-        costs, meta = measure_graph(extracted.graph, extracted.target, options.cache, extracted.runner,
+        costs, meta = measure_graph(extracted.graph, extracted.target, cache, extracted.runner,
                                     progress=bool(options.progress) or None)
     stats = meta.stats
     options.say(f"kernels and transforms: {stats.measured} measured, {stats.cached} from the cost cache"
