@@ -298,7 +298,8 @@ class DirectConv2d(Conv2dFamily):
         if not isinstance(candidate, dict) or "in" not in candidate or "out" not in candidate:
             raise ProblemError(f"{what} needs 'in' and 'out' layouts")
         in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
-        if in_block is not None and is_depthwise(workload):
+        # (a 1-channel conv of one group is a plain one: the depthwise family takes groups > 1)
+        if in_block is not None and workload["groups"] > 1 and is_depthwise(workload):
             raise ProblemError(f"{what}: a depthwise conv's blocked kernels are the depthwise family's "
                                "('algorithm': 'depthwise')")
         groups = workload["groups"]
