@@ -19,10 +19,12 @@ import layoutopt
 
 TVM_EXAMPLES = [
     "_tvm", "apply", "baselines", "builder", "cache", "calibrate", "check", "cli", "deploy", "extract",
-    "graph", "guard", "load", "measure", "memory", "models", "normalise", "ops", "problem", "profile",
+    "graph", "guard", "load", "measure", "memory", "models", "normalise", "onnx_import", "ops", "origin",
+    "problem", "profile",
     "report", "result", "runner", "stages", "timing", "tune", "worker", "kernels", "kernels.candidate",
     "kernels.conv2d", "kernels.convolution", "kernels.dense", "kernels.family", "kernels.gemm",
-    "kernels.isa", "kernels.kernel", "kernels.module", "kernels.padded", "kernels.registry",
+    "kernels.isa", "kernels.kernel", "kernels.module", "kernels.onnx_resize", "kernels.padded",
+    "kernels.registry",
     "kernels.transform", "kernels.winograd", "kernels.workload",
 ]
 
@@ -40,6 +42,7 @@ EXAMPLES = [
     "layoutopt.isolation",
     "layoutopt.labels",
     "layoutopt.machine",
+    "layoutopt.records",
     "layoutopt.topological_dp",
     "layoutopt.solvers.auto",
     "layoutopt.solvers.base",
