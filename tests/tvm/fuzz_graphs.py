@@ -23,8 +23,15 @@ from hypothesis import strategies as st
 #: the opset of the models (Resize 19: half_pixel_symmetric; LayerNormalization since 17)
 OPSET = 19
 ACTIVATIONS = ("Relu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "SiLU", "GELU", "LeakyRelu", "Tanh")
-COORDINATES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
-               "tf_half_pixel_for_nn", "tf_crop_and_resize")
+COORDINATES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_half_pixel_for_nn",
+    "tf_crop_and_resize",
+)
 
 
 def _divisors(n: int) -> list[int]:
@@ -42,8 +49,22 @@ def specs(draw, max_ops: int = 5) -> dict[str, Any]:
     spec["ops"].append(stem)
     shapes.append(_shape_after(stem, shapes))
     for _ in range(draw(st.integers(1, max_ops))):
-        kinds = ["conv", "conv", "depthwise", "conv_transpose", "pool", "resize", "concat", "split", "slice",
-                 "binary", "act", "act", "se", "layernorm"]
+        kinds = [
+            "conv",
+            "conv",
+            "depthwise",
+            "conv_transpose",
+            "pool",
+            "resize",
+            "concat",
+            "split",
+            "slice",
+            "binary",
+            "act",
+            "act",
+            "se",
+            "layernorm",
+        ]
         kind = draw(st.sampled_from(kinds))
         op = _draw_op(draw, kind, shapes)
         if op is None:
@@ -69,8 +90,16 @@ def _conv(draw, shape, depthwise: bool) -> dict[str, Any]:
     else:
         out = draw(st.sampled_from([4, 6, 8, 12, 16, 24]))
         groups = draw(st.sampled_from([g for g in _divisors(c) if out % g == 0]))
-    return {"op": "conv", "out": out, "kernel": kernel, "stride": stride, "dilation": dilation, "pads": pads,
-            "groups": groups, "bias": draw(st.booleans())}
+    return {
+        "op": "conv",
+        "out": out,
+        "kernel": kernel,
+        "stride": stride,
+        "dilation": dilation,
+        "pads": pads,
+        "groups": groups,
+        "bias": draw(st.booleans()),
+    }
 
 
 def _same_size(shapes, h: int, w: int) -> list[int]:
@@ -88,23 +117,43 @@ def _draw_op(draw, kind: str, shapes) -> dict[str, Any] | None:
         out = draw(st.sampled_from([4, 8, 12, 16]))
         groups = draw(st.sampled_from([g for g in _divisors(c) if out % g == 0]))
         output_padding = [draw(st.integers(0, stride - 1)) for _ in range(2)]
-        return {"op": "conv_transpose", "out": out, "kernel": [kernel, kernel], "stride": [stride, stride],
-                "pads": pads, "output_padding": output_padding, "groups": groups, "bias": draw(st.booleans())}
+        return {
+            "op": "conv_transpose",
+            "out": out,
+            "kernel": [kernel, kernel],
+            "stride": [stride, stride],
+            "pads": pads,
+            "output_padding": output_padding,
+            "groups": groups,
+            "bias": draw(st.booleans()),
+        }
     if kind == "pool":
         kernel = [draw(st.integers(1, min(3, h))), draw(st.integers(1, min(3, w)))]
         if kernel == [1, 1]:
             return None
         stride = [draw(st.sampled_from([1, 2])) for _ in range(2)]
         pads = [draw(st.integers(0, k - 1)) for k in (*kernel, *kernel)]
-        return {"op": "pool", "kind": draw(st.sampled_from(["MaxPool", "AveragePool"])), "kernel": kernel,
-                "stride": stride, "pads": pads, "ceil": draw(st.sampled_from([0, 1])),
-                "count_include_pad": draw(st.sampled_from([0, 1]))}
+        return {
+            "op": "pool",
+            "kind": draw(st.sampled_from(["MaxPool", "AveragePool"])),
+            "kernel": kernel,
+            "stride": stride,
+            "pads": pads,
+            "ceil": draw(st.sampled_from([0, 1])),
+            "count_include_pad": draw(st.sampled_from([0, 1])),
+        }
     if kind == "resize":
         mode = draw(st.sampled_from(["nearest", "linear", "cubic"]))
         coordinates = draw(st.sampled_from(COORDINATES))
-        op = {"op": "resize", "mode": mode, "coordinates": coordinates,
-              "nearest_mode": draw(st.sampled_from(["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])),
-              "exclude_outside": draw(st.sampled_from([0, 1])) if mode == "cubic" else 0}
+        op = {
+            "op": "resize",
+            "mode": mode,
+            "coordinates": coordinates,
+            "nearest_mode": draw(
+                st.sampled_from(["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])
+            ),
+            "exclude_outside": draw(st.sampled_from([0, 1])) if mode == "cubic" else 0,
+        }
         if draw(st.booleans()):
             scales = [draw(st.sampled_from([0.5, 0.75, 1.0, 1.3, 1.5, 2.0, 2.5])) for _ in range(2)]
             if int(h * scales[0]) < 1 or int(w * scales[1]) < 1:
@@ -113,8 +162,12 @@ def _draw_op(draw, kind: str, shapes) -> dict[str, Any] | None:
         else:
             op["sizes"] = [draw(st.integers(1, 2 * h + 1)), draw(st.integers(1, 2 * w + 1))]
         if coordinates == "tf_crop_and_resize":
-            op["roi"] = [draw(st.sampled_from([0.0, 0.2])), draw(st.sampled_from([-0.1, 0.0])),
-                         draw(st.sampled_from([0.8, 1.0])), draw(st.sampled_from([1.0, 1.2]))]
+            op["roi"] = [
+                draw(st.sampled_from([0.0, 0.2])),
+                draw(st.sampled_from([-0.1, 0.0])),
+                draw(st.sampled_from([0.8, 1.0])),
+                draw(st.sampled_from([1.0, 1.2])),
+            ]
         return op
     if kind == "concat":
         return {"op": "concat", "with": draw(st.sampled_from(_same_size(shapes, h, w)))}
@@ -122,8 +175,12 @@ def _draw_op(draw, kind: str, shapes) -> dict[str, Any] | None:
         if c < 2:
             return None
         first = draw(st.integers(1, c - 1))
-        return {"op": "split", "sections": [first, c - first], "take": draw(st.sampled_from([0, 1])),
-                "swap_concat": draw(st.booleans())}
+        return {
+            "op": "split",
+            "sections": [first, c - first],
+            "take": draw(st.sampled_from([0, 1])),
+            "swap_concat": draw(st.booleans()),
+        }
     if kind == "slice":
         if c < 2:
             return None
@@ -131,7 +188,11 @@ def _draw_op(draw, kind: str, shapes) -> dict[str, Any] | None:
         return {"op": "slice", "start": start, "end": draw(st.integers(start + 1, c))}
     if kind == "binary":
         operand = draw(st.sampled_from(["channel", "scalar", "tensor"]))
-        op = {"op": "binary", "kind": draw(st.sampled_from(["Add", "Mul", "Sub", "Div", "Max"])), "operand": operand}
+        op = {
+            "op": "binary",
+            "kind": draw(st.sampled_from(["Add", "Mul", "Sub", "Div", "Max"])),
+            "operand": operand,
+        }
         if operand == "tensor":
             same = [i for i, s in enumerate(shapes) if s == (c, h, w) and i > 0]
             op["with"] = draw(st.sampled_from(same))
@@ -141,8 +202,11 @@ def _draw_op(draw, kind: str, shapes) -> dict[str, Any] | None:
     if kind == "act":
         return {"op": "act", "kind": draw(st.sampled_from(ACTIVATIONS))}
     if kind == "se":
-        return {"op": "se", "reduced": draw(st.sampled_from([max(1, c // 4), max(1, c // 2)])),
-                "gate": draw(st.sampled_from(["Sigmoid", "HardSigmoid"]))}
+        return {
+            "op": "se",
+            "reduced": draw(st.sampled_from([max(1, c // 4), max(1, c // 2)])),
+            "gate": draw(st.sampled_from(["Sigmoid", "HardSigmoid"])),
+        }
     if kind == "layernorm":
         return {"op": "layernorm", "written_out": draw(st.booleans())}
     raise AssertionError(kind)
@@ -155,7 +219,11 @@ def _shape_after(op: dict[str, Any], shapes) -> tuple[int, int, int]:
     if kind == "conv":
         (kh, kw), (sh, sw), (dh, dw) = op["kernel"], op["stride"], op["dilation"]
         t, left, b, r = op["pads"]
-        return op["out"], (h + t + b - dh * (kh - 1) - 1) // sh + 1, (w + left + r - dw * (kw - 1) - 1) // sw + 1
+        return (
+            op["out"],
+            (h + t + b - dh * (kh - 1) - 1) // sh + 1,
+            (w + left + r - dw * (kw - 1) - 1) // sw + 1,
+        )
     if kind == "conv_transpose":
         (k, _), (s, _) = op["kernel"], op["stride"]
         t, left, b, r = op["pads"]
@@ -173,7 +241,11 @@ def _shape_after(op: dict[str, Any], shapes) -> tuple[int, int, int]:
     if kind == "resize":
         if "sizes" in op:
             return c, op["sizes"][0], op["sizes"][1]
-        return c, int(np.float32(op["scales"][0]) * np.float32(h)), int(np.float32(op["scales"][1]) * np.float32(w))
+        return (
+            c,
+            int(np.float32(op["scales"][0]) * np.float32(h)),
+            int(np.float32(op["scales"][1]) * np.float32(w)),
+        )
     if kind == "concat":
         return c + shapes[op["with"]][0], h, w
     if kind == "split":
@@ -215,26 +287,44 @@ def build_model(spec: dict[str, Any]):
             inputs = [x, const(rng.standard_normal(shape) / np.sqrt(fan_in), f"{tag}_w")]
             if op["bias"]:
                 inputs.append(const(rng.standard_normal(out) * 0.1, f"{tag}_b"))
-            attrs = {"kernel_shape": op["kernel"], "strides": op["stride"], "pads": op["pads"], "group": groups}
+            attrs = {
+                "kernel_shape": op["kernel"],
+                "strides": op["stride"],
+                "pads": op["pads"],
+                "group": groups,
+            }
             if kind == "conv":
                 y = node("Conv", inputs, tag, dilations=op["dilation"], **attrs)
             else:
                 y = node("ConvTranspose", inputs, tag, output_padding=op["output_padding"], **attrs)
         elif kind == "pool":
-            attrs = {"kernel_shape": op["kernel"], "strides": op["stride"], "pads": op["pads"], "ceil_mode": op["ceil"]}
+            attrs = {
+                "kernel_shape": op["kernel"],
+                "strides": op["stride"],
+                "pads": op["pads"],
+                "ceil_mode": op["ceil"],
+            }
             if op["kind"] == "AveragePool":
                 attrs["count_include_pad"] = op["count_include_pad"]
             y = node(op["kind"], [x], tag, **attrs)
         elif kind == "resize":
             roi = op.get("roi")
-            roi_name = const([] if roi is None else [0, 0, roi[0], roi[1], 1, 1, roi[2], roi[3]], f"{tag}_roi")
+            roi_name = const(
+                [] if roi is None else [0, 0, roi[0], roi[1], 1, 1, roi[2], roi[3]], f"{tag}_roi"
+            )
             if "sizes" in op:
-                inits.append(numpy_helper.from_array(np.array([1, c, *op["sizes"]], np.int64), f"{tag}_sizes"))
+                inits.append(
+                    numpy_helper.from_array(np.array([1, c, *op["sizes"]], np.int64), f"{tag}_sizes")
+                )
                 inputs = [x, roi_name, "", f"{tag}_sizes"]
             else:
                 inputs = [x, roi_name, const([1, 1, *op["scales"]], f"{tag}_scales")]
-            attrs = {"mode": op["mode"], "coordinate_transformation_mode": op["coordinates"],
-                     "nearest_mode": op["nearest_mode"], "extrapolation_value": -1.5}
+            attrs = {
+                "mode": op["mode"],
+                "coordinate_transformation_mode": op["coordinates"],
+                "nearest_mode": op["nearest_mode"],
+                "extrapolation_value": -1.5,
+            }
             if op["mode"] == "cubic":
                 attrs["exclude_outside"] = op["exclude_outside"]
             y = node("Resize", inputs, tag, **attrs)
@@ -242,8 +332,9 @@ def build_model(spec: dict[str, Any]):
             y = node("Concat", [x, names[op["with"]]], tag, axis=1)
         elif kind == "split":
             inits.append(numpy_helper.from_array(np.array(op["sections"], np.int64), f"{tag}_sections"))
-            nodes.append(helper.make_node("Split", [x, f"{tag}_sections"], [f"{tag}_a", f"{tag}_b"], name=tag,
-                                          axis=1))
+            nodes.append(
+                helper.make_node("Split", [x, f"{tag}_sections"], [f"{tag}_a", f"{tag}_b"], name=tag, axis=1)
+            )
             if op["swap_concat"]:
                 y = node("Concat", [f"{tag}_b", f"{tag}_a"], f"{tag}_swapped", axis=1)
             else:
@@ -268,15 +359,32 @@ def build_model(spec: dict[str, Any]):
         elif kind == "se":
             pooled = node("GlobalAveragePool", [x], f"{tag}_pool")
             reduced = op["reduced"]
-            down = node("Conv", [pooled, const(rng.standard_normal((reduced, c, 1, 1)) / np.sqrt(c), f"{tag}_w1"),
-                                 const(rng.standard_normal(reduced) * 0.1, f"{tag}_b1")], f"{tag}_down")
+            down = node(
+                "Conv",
+                [
+                    pooled,
+                    const(rng.standard_normal((reduced, c, 1, 1)) / np.sqrt(c), f"{tag}_w1"),
+                    const(rng.standard_normal(reduced) * 0.1, f"{tag}_b1"),
+                ],
+                f"{tag}_down",
+            )
             relu = node("Relu", [down], f"{tag}_relu")
-            up = node("Conv", [relu, const(rng.standard_normal((c, reduced, 1, 1)) / np.sqrt(reduced), f"{tag}_w2"),
-                               const(rng.standard_normal(c) * 0.1, f"{tag}_b2")], f"{tag}_up")
+            up = node(
+                "Conv",
+                [
+                    relu,
+                    const(rng.standard_normal((c, reduced, 1, 1)) / np.sqrt(reduced), f"{tag}_w2"),
+                    const(rng.standard_normal(c) * 0.1, f"{tag}_b2"),
+                ],
+                f"{tag}_up",
+            )
             gate = node(op["gate"], [up], f"{tag}_gate")
             y = node("Mul", [x, gate], tag)
         elif kind == "layernorm":
-            scale, bias = const(rng.standard_normal(w) * 0.5 + 1, f"{tag}_g"), const(rng.standard_normal(w) * 0.1, f"{tag}_beta")
+            scale, bias = (
+                const(rng.standard_normal(w) * 0.5 + 1, f"{tag}_g"),
+                const(rng.standard_normal(w) * 0.1, f"{tag}_beta"),
+            )
             if op["written_out"]:  # as exporters write it: prepare() makes it one layer_norm again
                 axes = numpy_helper.from_array(np.array([-1], np.int64), f"{tag}_axes")
                 inits.append(axes)
@@ -284,8 +392,11 @@ def build_model(spec: dict[str, Any]):
                 centred = node("Sub", [x, mean], f"{tag}_centred")
                 square = node("Pow", [centred, const(np.float32(2.0), f"{tag}_two")], f"{tag}_square")
                 variance = node("ReduceMean", [square, f"{tag}_axes"], f"{tag}_var", keepdims=1)
-                std = node("Sqrt", [node("Add", [variance, const(np.float32(1e-5), f"{tag}_eps")], f"{tag}_ve")],
-                           f"{tag}_std")
+                std = node(
+                    "Sqrt",
+                    [node("Add", [variance, const(np.float32(1e-5), f"{tag}_eps")], f"{tag}_ve")],
+                    f"{tag}_std",
+                )
                 normal = node("Div", [centred, std], f"{tag}_normal")
                 y = node("Add", [node("Mul", [normal, scale], f"{tag}_scaled"), bias], tag)
             else:
@@ -293,9 +404,14 @@ def build_model(spec: dict[str, Any]):
         elif kind == "head":
             flat = node("Flatten", [x], f"{tag}_flat", axis=1)
             features = c * h * w
-            logits = node("MatMul", [flat, const(rng.standard_normal((features, op["out"])) / np.sqrt(features),
-                                                 f"{tag}_w")], f"{tag}_mm")
-            biased = node("Add", [logits, const(rng.standard_normal(op["out"]) * 0.1, f"{tag}_b")], f"{tag}_logits")
+            logits = node(
+                "MatMul",
+                [flat, const(rng.standard_normal((features, op["out"])) / np.sqrt(features), f"{tag}_w")],
+                f"{tag}_mm",
+            )
+            biased = node(
+                "Add", [logits, const(rng.standard_normal(op["out"]) * 0.1, f"{tag}_b")], f"{tag}_logits"
+            )
             y = node("Softmax", [biased], tag, axis=-1)
         else:
             raise AssertionError(kind)
@@ -308,8 +424,10 @@ def build_model(spec: dict[str, Any]):
     graph = helper.make_graph(nodes, "fuzz", [x_info], [y_info], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     onnx.checker.check_model(model)
-    inferred = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-                for v in onnx.shape_inference.infer_shapes(model, strict_mode=True).graph.value_info}
+    inferred = {
+        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in onnx.shape_inference.infer_shapes(model, strict_mode=True).graph.value_info
+    }
     for name, (c, h, w) in zip(names[1:], shapes[1:], strict=True):  # the spec's plan is ONNX's shapes
         if name in inferred and len(inferred[name]) == 4:
             assert inferred[name] == [1, c, h, w], (name, inferred[name], (c, h, w))
@@ -323,8 +441,12 @@ def _activation(kind: str, x: str, tag: str, node, const) -> str:
         return node("Mul", [x, node("Sigmoid", [x], f"{tag}_sigmoid")], tag)
     if kind == "GELU":  # x * 0.5 * (1 + erf(x / sqrt 2)), as torch exports it
         scaled = node("Div", [x, const(np.float32(np.sqrt(2)), f"{tag}_root2")], f"{tag}_scaled")
-        shifted = node("Add", [node("Erf", [scaled], f"{tag}_erf"), const(np.float32(1), f"{tag}_one")], f"{tag}_shift")
-        return node("Mul", [node("Mul", [x, shifted], f"{tag}_mul"), const(np.float32(0.5), f"{tag}_half")], tag)
+        shifted = node(
+            "Add", [node("Erf", [scaled], f"{tag}_erf"), const(np.float32(1), f"{tag}_one")], f"{tag}_shift"
+        )
+        return node(
+            "Mul", [node("Mul", [x, shifted], f"{tag}_mul"), const(np.float32(0.5), f"{tag}_half")], tag
+        )
     if kind == "LeakyRelu":
         return node("LeakyRelu", [x], tag, alpha=0.1)
     return node(kind, [x], tag)
