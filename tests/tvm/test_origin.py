@@ -102,3 +102,37 @@ def test_a_bare_irmodule_says_it_has_no_independent_reference():
                             repeat=2, profile=False, candidates={"blocks": [8], "algorithms": ["direct"]})
     assert "no reference independent of TVM (a bare IRModule" in result.summary()
     assert result.reference.imported.runtime is None
+
+
+def test_a_torch_program_is_judged_against_torch_eager_and_refused_unbisected(monkeypatch):
+    from layoutopt.tvm import origin as origins
+
+    mod = models.chain((8, 8))
+    inputs = random_inputs(mod)
+    reference = Reference.of(mod, inputs, "llvm")
+    right = [np.asarray(x, np.float32) for x in reference.untouched]
+    monkeypatch.setattr(origins, "_torch_eager", lambda origin, arrays: ("torch eager", right))
+    assert check_import(origins.TorchOrigin("m.pt2"), mod, inputs, reference, "llvm").runtime == "torch eager"
+    wrong = [x * 1.5 for x in right]
+    monkeypatch.setattr(origins, "_torch_eager", lambda origin, arrays: ("torch eager", wrong))
+    with pytest.raises(ImportMismatch, match=r"disagrees with torch eager: .*not bisected by node"):
+        check_import(origins.TorchOrigin("m.pt2"), mod, inputs, reference, "llvm")
+
+
+def test_a_torch_interpolate_by_a_scale_tvm_imports_wrongly_is_refused(tmp_path):
+    torch = pytest.importorskip("torch")  # the torch extra; runs where torch is installed
+
+    class Upsample(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)
+
+        def forward(self, x):
+            return torch.nn.functional.interpolate(self.conv(x), scale_factor=1.5, mode="nearest")
+
+    path = tmp_path / "up.pt2"
+    torch.export.save(torch.export.export(Upsample().eval(), (torch.randn(1, 4, 7, 7),)), str(path))
+    mod, origin = load_with_origin(path)
+    inputs = random_inputs(mod)
+    with pytest.raises(ImportMismatch, match="disagrees with torch"):
+        check_import(origin, mod, inputs, Reference.of(mod, inputs, "llvm"), "llvm")
