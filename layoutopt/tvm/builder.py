@@ -283,6 +283,10 @@ def compile_module(mod, target=None, fuse: bool = True, storage: str = "relax",
             mod = relax.transform.FuseTIR()(mod)
         moved = bytes_moved(mod)  # one call per fused kernel, before calls become VM instructions
         mod = schedule_module(mod, target)
+        # an elementwise step whose intermediates are Let-bound (the vectorised sigmoid) and that a
+        # schedule inlines into two consumers (a split's halves) defines each Let variable twice:
+        # renamed apart, as TIR's well-formedness (checked by every later Schedule) wants it
+        mod = tvm.tirx.transform.ConvertSSA()(mod)
         left = tuple(fallbacks(mod))
         finalize = list(cpu.finalize_passes(target))
         removed: list[int] = []  # the bytes each removed concat would have read and written
