@@ -114,7 +114,12 @@ def check_import(origin: ModelOrigin | None, mod, inputs: Sequence[np.ndarray], 
         runtime, outputs = _torch_eager(origin, inputs)
     else:
         runtime, run_reference = _onnx_runtime()
-        outputs = run_reference(origin.model.SerializeToString(), _feeds(origin.model, inputs))
+        try:
+            outputs = run_reference(origin.model.SerializeToString(), _feeds(origin.model, inputs))
+        except Exception as exc:  # an op or a model the reference runtime refuses
+            raise ProblemError(f"{runtime} cannot run {origin.path!r}, so TVM's import of it cannot be "
+                               f"checked: {first_line(exc)} (--no-check, or check=False, builds unchecked)"
+                               ) from None
     verdict = reference.judge(outputs)
     bound = max(verdict.bounds, default=reference.rtol)
     if verdict.passed:

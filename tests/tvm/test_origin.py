@@ -136,3 +136,20 @@ def test_a_torch_interpolate_by_a_scale_tvm_imports_wrongly_is_refused(tmp_path)
     inputs = random_inputs(mod)
     with pytest.raises(ImportMismatch, match="disagrees with torch"):
         check_import(origin, mod, inputs, Reference.of(mod, inputs, "llvm"), "llvm")
+
+
+def test_a_model_the_reference_runtime_cannot_run_is_one_line(monkeypatch, tmp_path):
+    from layoutopt import ProblemError
+    from layoutopt.tvm import origin as origins
+
+    def refuses():
+        def run(model, feeds):
+            raise RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : no kernel\\nmore")
+        return "ONNX Runtime 0.0", run
+
+    monkeypatch.setattr(origins, "_onnx_runtime", refuses)
+    mod, origin = load_with_origin(issue45_onnx(tmp_path / "rz.onnx"), [1, 16, 21, 21])
+    inputs = random_inputs(mod)
+    with pytest.raises(ProblemError, match=r"ONNX Runtime 0\.0 cannot run .*NOT_IMPLEMENTED") as raised:
+        check_import(origin, mod, inputs, Reference.of(mod, inputs, "llvm"), "llvm")
+    assert "\n" not in str(raised.value)
