@@ -282,6 +282,8 @@ class CostRecord:
 def _reason(message: str) -> str:
     """A skipped line's reason without the value at fault: ``"cost record: 'median' must be ..., not
     a string ("fast")"`` -> ``"'median' must be ..."``, so that reasons count together."""
+    if message.startswith("cost record target"):  # CostContext.from_record names the fields' values
+        return "target and tvm fields of no cost context (another layoutopt's?)"
     reason = message.removeprefix("cost record: ").split(", not ")[0]
     return reason.split(" (")[0] if reason.startswith("not valid JSON") else reason
 
