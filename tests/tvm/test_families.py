@@ -24,6 +24,7 @@ DIRECT, DEPTHWISE, WINOGRAD, GEMM = (FAMILIES["conv2d", algorithm]
                                      for algorithm in ("direct", "depthwise", "winograd", "gemm"))
 DENSE, TRANSFORM = FAMILIES["dense", "direct"], FAMILIES["layout_transform", "direct"]
 TRANSPOSED, RESIZE = FAMILIES["conv2d_transpose", "direct"], FAMILIES["resize2d", "direct"]
+ONNX_RESIZE = FAMILIES["onnx_resize", "direct"]
 TRANSPOSED_GEMM = FAMILIES["conv2d_transpose", "gemm"]
 
 
@@ -99,6 +100,9 @@ CASES = {
                        {"in": "NCHW8c", "out": "NCHW8c"}, {"blocks": BLOCKS}),
     "resize-linear": (RESIZE, resize([1, 16, 7, 5], [11, 13]), {"in": "NCHW16c", "out": "NCHW16c"},
                       {"blocks": BLOCKS}),
+    "onnx-resize-cubic": (ONNX_RESIZE, kernels.validate_workload(
+        {"op": "onnx_resize", "data": [1, 16, 5, 7], "size": [7, 10], "mode": "cubic", "scale": [1.5, 1.5]}),
+        {"in": "NCHW8c", "out": "NCHW8c"}, {"blocks": BLOCKS}),
 }
 
 
