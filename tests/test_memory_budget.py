@@ -5,6 +5,7 @@ optimum; the others (``dp`` and ``pbqp`` through the Lagrangian search, ``greedy
 within the budget with a certified bound: ``lower_bound <= constrained optimum <= objective``.
 """
 
+import json
 import math
 
 import networkx as nx
@@ -16,10 +17,11 @@ from strategies import instances
 
 import layoutopt
 from layoutopt import Problem, ProblemError
+from layoutopt.cli import main
 from layoutopt.constraints import constrain
 from layoutopt.generators import generate
+from layoutopt.io import read_json, write_json, write_uai, write_wcsp
 from layoutopt.solvers.base import Deadline
-from layoutopt.solution import OPTIMALITY_TOLERANCE
 from layoutopt.solvers.budget import integer_memory, lagrangian, local_costs_all, repair, smallest_memory
 
 EXACT = [m for m in ("auto", "cpsat", "mip", "toulbar2", "bruteforce") if m in layoutopt.methods()]
@@ -43,7 +45,8 @@ def budgeted(draw, max_nodes: int = 5, max_choices: int = 3):
         if draw(st.integers(0, 5)) == 0:
             continue  # a node without figures holds 0 bytes
         if floats:
-            values = draw(st.lists(st.floats(0, 50, allow_nan=False, allow_subnormal=False), min_size=size, max_size=size))
+            figures = st.floats(0, 50, allow_nan=False, allow_subnormal=False)
+            values = draw(st.lists(figures, min_size=size, max_size=size))
         else:
             values = draw(st.lists(st.integers(0, 30), min_size=size, max_size=size))
         memory[node] = values
@@ -95,7 +98,7 @@ def _check(sol, reference, exact: bool, budget: float) -> None:
 def test_every_method_against_brute_force(method, case):
     graph, costs, memory, budget = case
     reference = _reference(graph, costs, memory, budget)
-    sol = layoutopt.solve(graph, costs, method=method, memory=memory, memory_budget=budget, **_options(method))
+    sol = layoutopt.solve(graph, costs, method, memory=memory, memory_budget=budget, **_options(method))
     _check(sol, reference, method in EXACT, budget)
     if sol.status != "infeasible":
         problem = Problem.from_graph(graph, costs, memory, budget)
@@ -119,10 +122,10 @@ def test_budget_exactly_at_the_smallest_memory():
              "edges": {e: rng.uniform(0, 5, (3, 3)) for e in graph.edges}}
     memory = {"nodes": {v: [30.0, 20.0, 10.0] for v in graph}}
     for method in EXACT + BOUNDED:
-        sol = layoutopt.solve(graph, costs, method=method, memory=memory, memory_budget=60, **_options(method))
+        sol = layoutopt.solve(graph, costs, method, memory=memory, memory_budget=60, **_options(method))
         assert sol.status != "infeasible" and sol.memory == 60
         assert all(k == 2 for k in sol.assignment.values())
-        below = layoutopt.solve(graph, costs, method=method, memory=memory, memory_budget=59.5, **_options(method))
+        below = layoutopt.solve(graph, costs, method, memory=memory, memory_budget=59.5, **_options(method))
         assert below.status == "infeasible" and below.lower_bound == math.inf
         assert below.message == ("infeasible: the smallest assignment needs 6e-05 MB (60 bytes), above the "
                                  "memory budget of 5.95e-05 MB (59.5 bytes)")
@@ -139,7 +142,7 @@ def test_forbidden_pairs_raise_the_smallest_memory():
     for method in EXACT + BOUNDED:
         sol = layoutopt.solve(graph, costs, method=method, memory=memory, memory_budget=6e6)
         assert sol.status == "infeasible", method
-        assert sol.message.startswith("infeasible: the smallest assignment needs 7 MB (7000000 bytes)"), method
+        assert sol.message.startswith("infeasible: the smallest assignment needs 7 MB (7000000 bytes)")
 
 
 def test_pins_and_forbids_with_a_budget():
@@ -262,3 +265,80 @@ def test_time_limited_budgeted_solve_returns_within_the_budget():
         sol = layoutopt.solve_problem(problem.with_memory_budget(budget), method, time_limit=1.0)
         assert sol.status in ("optimal", "feasible") and sol.memory <= budget, (method, sol.message)
         assert sol.lower_bound <= sol.objective
+
+
+# --- files and the command line ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def budgeted_file(tmp_path):
+    graph, costs = generate("resnet", nodes=20, max_choices=4, seed=3)
+    rng = np.random.default_rng(1)
+    memory = {"nodes": {n: rng.uniform(0, 1e6, len(c)) for n, c in costs.nodes.items()}}  # non-dyadic floats
+    problem = Problem.from_graph(graph, costs, memory, 1.234e7)
+    path = tmp_path / "budgeted.json"
+    write_json(path, problem)
+    return path, problem
+
+
+def test_json_round_trips_memory_and_budget_exactly(budgeted_file, tmp_path):
+    path, problem = budgeted_file
+    document = json.loads(path.read_text())
+    assert document["version"] == 2 and document["memory_budget"] == 1.234e7
+    graph, costs = read_json(path)
+    again = Problem.from_graph(graph, costs)
+    assert np.array_equal(again.memory_flat, problem.memory_flat) and again.memory_budget == 1.234e7
+    assert layoutopt.solve(graph, costs).objective == layoutopt.solve_problem(problem).objective
+    plain = tmp_path / "plain.json"
+    write_json(plain, problem.with_memory_budget(None))
+    assert "memory_budget" not in json.loads(plain.read_text())
+    write_json(plain, *generate("resnet", nodes=20, max_choices=4, seed=3))
+    assert json.loads(plain.read_text())["version"] == 1  # no figures: readable by version-1 readers
+
+
+@pytest.mark.parametrize(("edit", "error"), [
+    (lambda d: d["nodes"][0].update(memory=["inf"] * len(d["nodes"][0]["costs"])), "memory contains inf"),
+    (lambda d: d["nodes"][0].update(memory=[-1] * len(d["nodes"][0]["costs"])), "negative figure"),
+    (lambda d: d["nodes"][0].update(memory=[1]), "memory has shape (1,)"),
+    (lambda d: d["nodes"][0].update(memory="big"), "memory: must be a list"),
+    (lambda d: d.update(memory_budget="1 GB"), '"memory_budget" must be a number of bytes'),
+    (lambda d: d.update(memory_budget=-5), "memory_budget must be >= 0"),
+])
+def test_bad_memory_in_a_file_names_the_file(budgeted_file, tmp_path, edit, error):
+    path, _ = budgeted_file
+    document = json.loads(path.read_text())
+    edit(document)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    with pytest.raises(ProblemError, match=str(bad).replace("(", r"\(") + ".*" + error.replace("(", r"\(")
+                       .replace(")", r"\)")):
+        read_json(bad)
+
+
+def test_integer_exports_refuse_a_budget(budgeted_file, tmp_path):
+    _, problem = budgeted_file
+    for write in (write_wcsp, write_uai):
+        with pytest.raises(ProblemError, match="cannot carry a memory budget"):
+            write(tmp_path / "x", problem)
+        write(tmp_path / "x", problem.with_memory_budget(None))  # the figures alone change nothing
+
+
+def test_cli_solves_within_the_file_budget_and_the_option(budgeted_file, tmp_path, capsys):
+    path, problem = budgeted_file
+    output = tmp_path / "solution.json"
+    assert main(["solve", str(path), "--output", str(output)]) == 0
+    out = capsys.readouterr().out
+    assert "status       optimal" in out and "budget 12.34 MB" in out
+    assert json.loads(output.read_text())["memory"] <= 1.234e7
+    smallest = smallest_memory(problem).memory
+    assert main(["solve", str(path), "--memory-budget", str(smallest / 2)]) == 1
+    assert "infeasible: the smallest assignment needs" in capsys.readouterr().out
+    assert main(["solve", str(path), "--memory-budget", "inf", "--output", str(output)]) == 0
+    assert json.loads(output.read_text())["objective"] == layoutopt.solve_problem(
+        problem.with_memory_budget(None)).objective
+    plain = tmp_path / "plain.json"
+    write_json(plain, *generate("resnet", nodes=20, max_choices=4, seed=3))
+    capsys.readouterr()
+    assert main(["solve", str(plain), "--memory-budget", "1e6"]) == 2
+    err = capsys.readouterr().err
+    assert "memory_budget given without memory figures" in err and err.count("\n") == 1

@@ -182,8 +182,9 @@ class Auto(Solver):
         the exact engine with the budget as a constraint, on the whole problem."""
         phase = time.perf_counter()
         free = self.solve(problem.with_memory_budget(None), deadline.share(UNCONSTRAINED_SHARE), options)
-        stats: dict[str, Any] = {"unconstrained": {key: free.stats.get(key) for key in ("engine", "kernel_nodes")},
-                                 "unconstrained_time": time.perf_counter() - phase}
+        stats: dict[str, Any] = {
+            "unconstrained": {key: free.stats.get(key) for key in ("engine", "kernel_nodes")},
+            "unconstrained_time": time.perf_counter() - phase}
         if free.assignment is None:  # nothing allowed, or nothing found in time
             return SolverResult(None, "infeasible", free.lower_bound, free.message, {**free.stats, **stats})
         if problem.fits(free.assignment):

@@ -82,7 +82,8 @@ class BruteForce(Solver):
             for i, vector in enumerate(problem.node_memory):
                 if i in axis:
                     memory = memory + expand(vector, [axis[i]])
-            fixed = math.fsum(float(vector[0]) for i, vector in enumerate(problem.node_memory) if i not in axis)
+            fixed = math.fsum(float(vector[0]) for i, vector in enumerate(problem.node_memory)
+                              if i not in axis)
             total = np.where(memory + fixed <= problem.memory_budget, total, math.inf)
 
         def unravel(flat: int) -> np.ndarray:

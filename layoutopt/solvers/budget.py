@@ -31,7 +31,7 @@ Example:
     >>> layoutopt.solve(nx.path_graph(2), costs, memory=memory, memory_budget=60).labels
     {0: 0, 1: 1}
     >>> layoutopt.solve(nx.path_graph(2), costs, memory=memory, memory_budget=15).message
-    'infeasible: the smallest assignment needs 2e-05 MB (20 bytes), above the memory budget of 1.5e-05 MB (15 bytes)'
+    'infeasible: the smallest assignment needs 2e-05 MB (20 bytes), above the memory budget of ...'
 """
 
 from __future__ import annotations
@@ -136,7 +136,8 @@ def _solve_memory(problem: Problem, masked: np.ndarray, deadline: Deadline | Non
     memory_only = Problem._on_packing(problem.nodes, problem.labels,
                                       _with_flats(packed, masked, edges), np.zeros(packed.edge_i.size, bool))
     auto = get_solver("auto")
-    result = auto().solve(memory_only, deadline or Deadline(None), auto.resolve_options({"second_search": False}))
+    options = auto.resolve_options({"second_search": False})
+    result = auto().solve(memory_only, deadline or Deadline(None), options)
     if result.assignment is None:
         if result.lower_bound == math.inf:  # proven: nothing is allowed
             return Smallest(math.inf, None, True)
@@ -177,7 +178,7 @@ def precheck(problem: Problem, deadline: Deadline | None = None) -> SolverResult
         >>> p = Problem.from_graph(nx.empty_graph(1), {"nodes": {0: [1, 2]}, "edges": {}},
         ...                        memory={"nodes": {0: [10, 20]}}, memory_budget=5)
         >>> precheck(p).message
-        'infeasible: the smallest assignment needs 1e-05 MB (10 bytes), above the memory budget of 5e-06 MB (5 bytes)'
+        'infeasible: the smallest assignment needs 1e-05 MB (10 bytes), above the memory budget of ...'
     """
     budget = problem.memory_budget
     if budget is None:
@@ -243,7 +244,7 @@ def integer_memory(problem: Problem, largest_figure: float = INTEGER_MEMORY_BUDG
     scaled = np.ldexp(memory, exponent)
     flat = np.floor(scaled)
     flat.flags.writeable = False
-    return IntegerMemory(flat, int(math.floor(math.ldexp(budget, exponent))), exponent,
+    return IntegerMemory(flat, math.floor(math.ldexp(budget, exponent)), exponent,
                          bool(np.array_equal(flat, scaled)))
 
 
@@ -401,7 +402,8 @@ def penalised(problem: Problem, multiplier: float) -> tuple[Problem, float]:
         costs = packed.node_flat + multiplier * memory
     # each entry rounds twice (the product, the sum): at most 2**-52 of its magnitude
     magnitude = np.where(np.isfinite(costs), np.abs(packed.node_flat) + multiplier * memory, 0.0)
-    error = math.fsum(np.maximum.reduceat(magnitude, packed.node_start).tolist()) * 2.0**-51 if costs.size else 0.0
+    largest = np.maximum.reduceat(magnitude, packed.node_start).tolist() if costs.size else []
+    error = math.fsum(largest) * 2.0**-51
     problem = Problem._on_packing(problem.nodes, problem.labels, _with_flats(packed, costs),
                                   np.zeros(packed.edge_i.size, bool))
     return problem, error

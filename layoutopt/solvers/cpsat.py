@@ -180,9 +180,9 @@ class CpSat(Solver):
         stats["cpsat_status"] = status
 
         if status == "INFEASIBLE":
-            what = "uses a forbidden (inf) entry" + ("" if memory is None else " or is over the memory budget")
-            return SolverResult(None, "infeasible", math.inf, f"cpsat proved that every assignment {what}",
-                                stats)
+            over = "" if memory is None else " or is over the memory budget"
+            proof = f"cpsat proved that every assignment uses a forbidden (inf) entry{over}"
+            return SolverResult(None, "infeasible", math.inf, proof, stats)
         if status == "MODEL_INVALID":  # a bug in this module, not user error
             raise InternalError(f"cpsat built an invalid model: {model.validate()}")
         lower = scaled.lower_bound(best_bound)
@@ -200,8 +200,8 @@ class CpSat(Solver):
             if not repair(problem, assignment, deadline):
                 assignment = incumbent
             if assignment is None:
-                return SolverResult(None, "infeasible", lower, "cpsat's answer is over the memory budget once "
-                                    "its figures are not rounded, and no repair fits", stats)
+                return SolverResult(None, "infeasible", lower, "cpsat's answer is over the memory budget "
+                                    "once its figures are not rounded, and no repair fits", stats)
             return SolverResult(assignment, "feasible", lower, "cpsat's answer was over the memory budget by "
                                 "the rounding of the figures: repaired", stats)
         if status == "OPTIMAL":

@@ -239,8 +239,8 @@ class Mip(Solver):
             if assignment is None:
                 return SolverResult(None, "infeasible", None, f"mip ({backend})'s answer is over the memory "
                                     "budget beyond its tolerance, and no repair fits", stats)
-            status, message = pywraplp.Solver.FEASIBLE, (f"mip ({backend})'s answer was over the memory budget "
-                                                         "within the solver's tolerance: repaired")
+            status = pywraplp.Solver.FEASIBLE
+            message = f"mip ({backend})'s answer was over the memory budget within its tolerance: repaired"
         value = problem.evaluate(assignment)
         # the MIP's bound is only as good as its tolerances: never above the incumbent it proved
         lower = min(lower, value)

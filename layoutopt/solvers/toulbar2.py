@@ -161,7 +161,8 @@ def _post_budget(wcsp, problem: Problem, memory: IntegerMemory) -> None:
     at 2000 nodes, so the parameter text is written here, in its format."""
     packed = problem._packing
     scope, parts = [], [str(-memory.budget)]
-    for i, (start, size) in enumerate(zip(packed.node_start.tolist(), packed.node_size.tolist(), strict=True)):
+    spans = zip(packed.node_start.tolist(), packed.node_size.tolist(), strict=True)
+    for i, (start, size) in enumerate(spans):
         figures = memory.flat[start:start + size]
         used = np.flatnonzero(figures)
         if not used.size:
@@ -172,6 +173,11 @@ def _post_budget(wcsp, problem: Problem, memory: IntegerMemory) -> None:
         parts.append(f"{used.size} {' '.join(map(str, pairs.tolist()))}")
     if scope:
         wcsp.postKnapsackConstraint(scope, " ".join(parts), kp=True)
+
+
+def _proof(problem: Problem) -> str:
+    over = "" if problem.memory_budget is None else " or is over the memory budget"
+    return f"toulbar2 proved that every assignment uses a forbidden (inf) entry{over}"
 
 
 @register
@@ -238,9 +244,7 @@ class Toulbar2(Solver):
                 _post_budget(wcsp, problem, memory)
                 stats["memory_exponent"] = memory.exponent
         except pytoulbar2.pytb2.Contradiction:  # propagation while posting emptied a domain
-            over = "" if problem.memory_budget is None else " or is over the memory budget"
-            return SolverResult(None, "infeasible", math.inf,
-                                f"toulbar2 proved that every assignment uses a forbidden (inf) entry{over}", stats)
+            return SolverResult(None, "infeasible", math.inf, _proof(problem), stats)
         if (fallback and incumbent is None and limit is not None
                 and problem.entries * BUILD_SECONDS_PER_ENTRY > FALLBACK_SHARE * limit):
             # The fallback costs about what the build did: made now, so that nothing runs after the
@@ -294,9 +298,7 @@ class Toulbar2(Solver):
             if incumbent is not None:  # no assignment beats the incumbent's cost: a proof
                 stats["incumbent_proved"] = True
                 return SolverResult(incumbent, "optimal", scaled.lower_bound(incumbent_cost), proved, stats)
-            over = "" if problem.memory_budget is None else " or is over the memory budget"
-            return SolverResult(None, "infeasible", math.inf,
-                                f"toulbar2 proved that every assignment uses a forbidden (inf) entry{over}", stats)
+            return SolverResult(None, "infeasible", math.inf, _proof(problem), stats)
         if timed_out:
             bound = cfn.GetDDualBound() if remaining is None or remaining > 0 else 0.0
             lower = max(scaled.lower_bound(bound), problem.trivial_lower_bound())
