@@ -237,7 +237,7 @@ FALLBACK_GRACE = 0.05
 def heuristic_assignment(problem: Problem, deadline: Deadline | None = None) -> np.ndarray | None:
     """A quick allowed assignment, to warm-start the exact engines and to fall back on: ``pbqp``
     (which cuts corners past ``deadline`` plus :data:`FALLBACK_GRACE`); under a memory budget, its
-    answer repaired to fit (:mod:`.budget`), else the lightest assignment.
+    Lagrangian search (:func:`.budget.lagrangian`), whose answer fits.
 
     Returns None when it finds no assignment of finite cost (or runs out of time).
 
@@ -252,22 +252,11 @@ def heuristic_assignment(problem: Problem, deadline: Deadline | None = None) -> 
 
     pbqp = get_solver("pbqp")
     deadline = (deadline or Deadline(None)).later(FALLBACK_GRACE)
-    free = problem if problem.memory_budget is None else problem.with_memory_budget(None)
-    result = pbqp().solve(free, deadline, pbqp.resolve_options())
-    assignment = None if result.assignment is None else np.asarray(result.assignment, dtype=np.int64)
-    if assignment is not None and not math.isfinite(problem.evaluate(assignment)):
-        assignment = None
-    if problem.memory_budget is None:
-        return assignment
-    from .budget import polish, repair, smallest_memory
-
-    # under a memory budget: pbqp's answer made to fit, else the lightest assignment
-    if assignment is None or not repair(problem, assignment, deadline):
-        smallest = smallest_memory(problem, deadline).assignment
-        assignment = None if smallest is None or not problem.fits(smallest) else smallest.copy()
-    if assignment is not None:
-        polish(problem, assignment, deadline)
-    return assignment
+    result = pbqp().solve(problem, deadline, pbqp.resolve_options())
+    if result.assignment is None:
+        return None
+    assignment = np.asarray(result.assignment, dtype=np.int64)
+    return assignment if math.isfinite(problem.evaluate(assignment)) and problem.fits(assignment) else None
 
 
 #: seconds an engine may overrun the deadline before :func:`run_until` stops it (its own limit comes first)
