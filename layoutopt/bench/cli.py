@@ -8,7 +8,7 @@ from typing import Any
 
 from .report import markdown, write_report
 from .runner import run
-from .suite import SIZES, InstanceSpec, file_suite, synthetic_suite
+from .suite import BUDGET_SHARES, SIZES, InstanceSpec, budget_suite, file_suite, synthetic_suite
 
 __all__ = ["DEFAULT_BASELINES", "add_arguments", "add_parser", "run_from_args", "suite_from_args"]
 
@@ -20,10 +20,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The harness's options, shared by ``layoutopt bench`` and ``python -m benchmarks.solvers``."""
     parser.add_argument(
         "--suite",
-        choices=("synthetic", "presets", "tiny", "files"),
+        choices=("synthetic", "presets", "tiny", "files", "budget"),
         default="synthetic",
         help="synthetic: presets + families x sizes; presets: the four real-sized ones; "
-        "tiny: a few seconds' smoke run; files: only the --instances directory",
+        "tiny: a few seconds' smoke run; files: only the --instances directory; budget: presets + "
+        "families x sizes + the --instances files, each under memory budgets (--budget-shares)",
+    )
+    parser.add_argument(
+        "--budget-shares", type=float, nargs="+", default=list(BUDGET_SHARES), metavar="S",
+        help="with --suite budget: where each budget lies, from the smallest assignment's memory (0) to "
+        "the unconstrained optimum's (1); default: %(default)s",
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), metavar="N")
     parser.add_argument("--families", nargs="+", default=["resnet", "inception", "densenet", "ssd", "random"])
@@ -59,12 +65,14 @@ def suite_from_args(args: argparse.Namespace) -> list[InstanceSpec]:
         specs = synthetic_suite(sizes=[20], families=["resnet", "densenet", "random"], presets=False)
     elif args.suite == "presets":
         specs = synthetic_suite(sizes=[], regimes=args.regimes, seeds=args.seeds)
-    elif args.suite == "synthetic":
+    elif args.suite in ("synthetic", "budget"):
         specs = synthetic_suite(args.sizes, args.families, args.regimes, args.seeds)
     else:
         specs = []
     if args.instances:
         specs += file_suite(args.instances)
+    if args.suite == "budget":
+        specs = budget_suite(specs, args.budget_shares)
     return specs
 
 
