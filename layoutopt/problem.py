@@ -483,6 +483,8 @@ class Problem:
         problem = Problem(self.nodes, self.node_costs, self.edges, self.labels, self.edge_names,
                           self.memory_flat, budget)
         object.__setattr__(problem, "_packed", self._packing)
+        if "_smallest" in self.__dict__:  # the least memory does not depend on the budget
+            object.__setattr__(problem, "_smallest", self.__dict__["_smallest"])
         return problem
 
     @classmethod

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from strategies import instances
 
 import layoutopt
-from layoutopt import Problem, ProblemError
+from layoutopt import Problem, ProblemError, bench
 from layoutopt.cli import main
 from layoutopt.constraints import constrain
 from layoutopt.generators import generate
@@ -342,3 +342,18 @@ def test_cli_solves_within_the_file_budget_and_the_option(budgeted_file, tmp_pat
     assert main(["solve", str(plain), "--memory-budget", "1e6"]) == 2
     err = capsys.readouterr().err
     assert "memory_budget given without memory figures" in err and err.count("\n") == 1
+
+
+def test_the_bench_runs_budgeted_instances_and_baselines_refuse_them():
+    suite = bench.budget_suite(bench.synthetic_suite(sizes=[30], families=["resnet"], presets=False), [0.5])
+    assert [spec.name for spec in suite] == ["resnet_30_mem50"]
+    records = bench.run(suite, methods=["auto", "toulbar2", "dp", "greedy"], baselines=["tvm-dp"],
+                        time_limit=10, isolate=False, progress=False)
+    by = {r.method: r for r in records}
+    assert by["tvm-dp"].status == "refused" and "memory budget" in by["tvm-dp"].message
+    assert by["auto"].status == by["toulbar2"].status == "optimal"
+    assert by["auto"].objective == by["toulbar2"].objective and by["auto"].gap == 0
+    assert by["greedy"].gap >= 0 and by["dp"].lower_bound <= by["auto"].objective
+    graph, costs = suite[0].load()
+    free = layoutopt.solve(graph, costs, memory_budget=float("inf"))
+    assert by["auto"].objective > free.objective  # the budget binds
