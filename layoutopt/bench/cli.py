@@ -57,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run solvers in this process (faster start; a crash ends the run)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--note", action="append", default=[], metavar="TEXT",
+                        help="a line for the report's header (e.g. how loaded the machine was); repeatable")
 
 
 def suite_from_args(args: argparse.Namespace) -> list[InstanceSpec]:
@@ -93,9 +95,17 @@ def run_from_args(args: argparse.Namespace, out: Callable[[str], Any] = print) -
         isolate=not args.in_process,
         progress=not args.quiet,
     )
-    paths = write_report(
-        records, args.out, stem=args.stem, plots=not args.no_plots, time_limit=args.time_limit
-    )
+    budget = args.suite == "budget"
+    notes = list(args.note)
+    if budget:
+        notes.insert(0, "Memory budgets: synthetic figures anti-correlated with cost "
+                     "(`generators.memory_figures`), each instance's budget `memN` N % of the way from its "
+                     "smallest assignment's memory to its unconstrained optimum's "
+                     "(`generators.constrain_memory`). Gaps are to the best known objective *within the "
+                     "budget*.")
+    title = "Solver comparison under memory budgets" if budget else "Solver comparison"
+    paths = write_report(records, args.out, stem=args.stem, plots=not args.no_plots,
+                         time_limit=args.time_limit, title=title, notes=notes)
     out(
         markdown(records, time_limit=args.time_limit).split("\n## Summary per method")[0].split("\n\n", 2)[-1]
     )
