@@ -70,10 +70,11 @@ from ..problem import Problem
 from ..solution import OPTIMALITY_TOLERANCE
 from . import get_solver, register, registered
 from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment
-from .budget import polish, repair
+from .budget import INTEGER_MEMORY_BUDGET, integer_memory, polish, repair
 from .dp import DP, OutOfTime, TableTooLarge, eliminate, elimination_order
 from .pbqp import icm
 from .reductions import Reduction, reduce
+from .toulbar2 import LARGEST_FIGURE
 
 
 def exact_engine() -> str:
@@ -204,6 +205,8 @@ class Auto(Solver):
         candidates = [x for x in candidates if x is not None]
         incumbent = min(candidates, key=problem.evaluate) if candidates else None
         engine = exact_engine()
+        if engine == "toulbar2" and not _exact_figures(problem, LARGEST_FIGURE) and _exact_figures(problem):
+            engine = "cpsat"  # toulbar2 would round figures of 2**31 bytes or more; CP-SAT keeps them whole
         stats.update(engine=engine, budget=f"{engine} with the budget as a constraint")
         solver_cls = get_solver(engine)
         phase = time.perf_counter()
@@ -271,6 +274,12 @@ class Auto(Solver):
                        f"{DP.options['max_table_size'].default:.0e} entries)")
         return SolverResult(reduction.expand(assignment), result.status, reduction.lower_bound(bound),
                             message, stats)
+
+
+def _exact_figures(problem: Problem, largest_figure: float = INTEGER_MEMORY_BUDGET) -> bool:
+    """Whether an engine taking figures up to ``largest_figure`` gets them exactly (no rounding)."""
+    memory = integer_memory(problem, largest_figure)
+    return memory is None or memory.exact
 
 
 class SecondSearch:

@@ -84,7 +84,11 @@ class BruteForce(Solver):
                     memory = memory + expand(vector, [axis[i]])
             fixed = math.fsum(float(vector[0]) for i, vector in enumerate(problem.node_memory)
                               if i not in axis)
-            total = np.where(memory + fixed <= problem.memory_budget, total, math.inf)
+            # the tensor's float sums may round either way: a margin of their rounding keeps every
+            # assignment within the budget by its exact sum (Problem.fits); those over it are dropped below
+            largest = math.fsum(float(vector.max()) for vector in problem.node_memory)
+            margin = len(problem) * 2.0**-50 * largest
+            total = np.where(memory + fixed <= problem.memory_budget + margin, total, math.inf)
 
         def unravel(flat: int) -> np.ndarray:
             assignment = np.zeros(len(problem), dtype=np.int64)

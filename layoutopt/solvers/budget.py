@@ -458,9 +458,9 @@ def lagrangian(problem: Problem, inner: Inner, deadline: Deadline, engine: str) 
         lower = None if bound[0] == -math.inf else bound[0]
         if assignment is None:
             proof = lower == math.inf
-            return SolverResult(None, "infeasible", math.inf if proof else lower,
-                                "" if proof else f"{engine} found no assignment within the memory budget"
-                                f"{message and ' (' + message + ')'}", stats)
+            found = (f"{engine} proved that every assignment uses a forbidden (inf) entry" if proof else
+                     f"{engine} found no assignment within the memory budget{message and f' ({message})'}")
+            return SolverResult(None, "infeasible", math.inf if proof else lower, found, stats)
         return SolverResult(assignment, "feasible", lower, message, stats)
 
     x, value, memory = probe(0.0)
