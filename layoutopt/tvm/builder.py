@@ -26,6 +26,7 @@ from .graph import LayoutGraph
 from .kernels import schedule_module
 from .kernels.epilogue import sigmoid_te, softmax_te
 from .kernels.module import Fallback, fallbacks
+from .kernels.transcendental import LEGALIZERS as TRANSCENDENTAL_LEGALIZERS
 from .memory import bytes_moved
 from .ops import static_shape
 from .storage import (
@@ -95,10 +96,11 @@ def _legalize_concat(bb, call):
     return legalized
 
 
-#: the ops this module legalizes itself, the others by TVM's legalizer
+#: the ops this module legalizes itself (exp, log, tanh, erf, GELU, softplus and small integer powers
+#: vectorised: :mod:`.kernels.transcendental`), the others by TVM's legalizer
 _LEGALIZERS = {"relax.nn.conv2d": _legalize_conv2d, "relax.sigmoid": _legalize_sigmoid,
                "relax.nn.silu": _legalize_silu, "relax.nn.softmax": _legalize_softmax,
-               "relax.concat": _legalize_concat}
+               "relax.concat": _legalize_concat, **TRANSCENDENTAL_LEGALIZERS}
 
 #: ops that may remain after legalization: the VM runs them itself
 _VM_OPS = frozenset({"relax.shape_of", "relax.null_value", "relax.print", "relax.assert_op",
@@ -155,8 +157,9 @@ def fold_reshapes(mod):
 
 def legalize(mod, target=None):
     """The build's first step: every Relax op becomes a TIR PrimFunc (a blocked conv2d through this
-    module's legalizer: TVM's refuses it; sigmoid, SiLU and softmax through this module's too,
-    vectorised; sort, scan and sampling ops through TVM's dispatchers).
+    module's legalizer: TVM's refuses it; sigmoid, SiLU, softmax, exp, log, tanh, erf, GELU, softplus
+    and small integer powers through this module's too, vectorised; sort, scan and sampling ops
+    through TVM's dispatchers).
 
     Raises :class:`~layoutopt.ProblemError` naming an op that no legalization covers (the VM could
     not run it, and :func:`build` would fail at code generation).

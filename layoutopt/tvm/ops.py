@@ -62,8 +62,8 @@ __all__ = [
 UNARY_OPS = frozenset({
     "relax.nn.relu", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.nn.leakyrelu",
     "relax.nn.prelu_scalar", "relax.sigmoid", "relax.tanh", "relax.clip", "relax.exp", "relax.sqrt",
-    "relax.rsqrt", "relax.negative", "relax.abs", "relax.square", "relax.erf", "relax.astype",
-    "relax.nn.dropout", "relax.hard_sigmoid", "relax.nn.relu6",
+    "relax.rsqrt", "relax.negative", "relax.abs", "relax.square", "relax.erf", "relax.log", "relax.astype",
+    "relax.nn.dropout", "relax.hard_sigmoid", "relax.nn.relu6", "relax.nn.softplus",
 })
 #: binary elementwise ops: layout-following with a per-channel or scalar constant operand,
 #: multi-input ops when both operands are tensors computed by the graph
@@ -400,13 +400,14 @@ def dense_workload(call) -> dict[str, Any]:
 #: (:mod:`layoutopt.tvm.kernels.epilogue`)
 EPILOGUE_UNARY = {
     "relax.nn.relu": "relu", "relax.sigmoid": "sigmoid", "relax.tanh": "tanh", "relax.erf": "erf",
-    "relax.exp": "exp", "relax.nn.gelu": "gelu", "relax.nn.gelu_tanh": "gelu_tanh", "relax.nn.silu": "silu",
+    "relax.exp": "exp", "relax.log": "log", "relax.nn.gelu": "gelu", "relax.nn.gelu_tanh": "gelu_tanh",
+    "relax.nn.silu": "silu",
 }
 #: Relax binary ops a fused epilogue may hold (with a scalar, a per-channel constant, a residual or an
 #: earlier value of the chain), by their epilogue step
 EPILOGUE_BINARY = {
     "relax.add": "add", "relax.subtract": "subtract", "relax.multiply": "multiply", "relax.divide": "divide",
-    "relax.maximum": "maximum", "relax.minimum": "minimum",
+    "relax.maximum": "maximum", "relax.minimum": "minimum", "relax.power": "power",
 }
 #: the binary steps whose operands may come in either order
 _COMMUTATIVE = ("add", "multiply", "maximum", "minimum")
