@@ -53,6 +53,7 @@ __all__ = [
     "is_tensor_constant",
     "layout_carrier",
     "resize_workload",
+    "scalar_value",
     "slice_ranges",
     "static_shape",
     "var_uses",
@@ -124,6 +125,19 @@ def is_tensor_constant(expr) -> bool:
     tvm = import_tvm()
     return isinstance(expr, tvm.ir.expr.Constant) and isinstance(expr.ty, tvm.relax.TensorType)
 
+
+
+def scalar_value(expr) -> float | None:
+    """The number a one-element Relax tensor constant holds (``R.const(6.0)``), else None.
+
+    Example:
+        >>> from tvm import relax
+        >>> scalar_value(relax.const(np.float32(6.0))), scalar_value(relax.const(np.ones(2, "float32")))
+        (6.0, None)
+    """
+    if not is_tensor_constant(expr) or int(np.prod(expr.value.shape, dtype=np.int64)) != 1:
+        return None
+    return float(expr.value.numpy().reshape(-1)[0])
 
 def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None = None,
                    source: Callable[[Any], Hashable] | None = None):
@@ -467,8 +481,8 @@ def epilogue_step(call, op: str | None, values: Sequence, is_data: Callable[[Any
     if earlier is not None:
         return [name, f"@{earlier}"], [last, earlier]
     if is_tensor_constant(other):
-        if int(np.prod(other.value.shape, dtype=np.int64)) == 1:
-            return [name, float(other.value.numpy().reshape(-1)[0])], [last]
+        if (value := scalar_value(other)) is not None:
+            return [name, value], [last]
         if not per_channel(other, shape[1]):
             return None
         return {"add": "bias", "multiply": "scale"}.get(name, [name, "channel"]), [last]
