@@ -562,8 +562,11 @@ class EpilogueChains:
         self.member[var] = conv
 
     def binding(self, var, call, op: str | None) -> None:
-        """``var = call``: a step of the chain whose running value it reads first, if it is one."""
-        for arg in call.args:
+        """``var = call``: a step of the chain whose running value it reads first, if it is one; of the
+        running values it reads, one read nowhere else first (``add(shortcut, y)``: the shortcut is read
+        by the next conv too, so ``FuseOps`` fuses the add into ``y``'s kernel, whatever the order)."""
+        args = sorted(call.args, key=lambda arg: self.uses.get(arg, 0) != 1)
+        for arg in args:
             conv = self.member.get(arg)
             if conv is None or not self.chains[conv].values[-1].same_as(arg):
                 continue

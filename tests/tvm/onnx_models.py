@@ -321,23 +321,26 @@ def _activation_nodes(name: str, x: str, out: str, inits: list) -> list:
 
 
 def activation_onnx(path: Path, activation: str, channels: int = 16, size: int = 12, seed: int = 0) -> Path:
-    """A 3x3 conv (3 -> ``channels``) and a 1x1 conv, each followed by ``activation`` (one of
-    :data:`ACTIVATIONS`, written node by node as exporters write it), their sum, and the activation of
-    the sum: fused conv epilogues and a function of its own."""
+    """A 3x3 conv (3 -> ``channels``), then two 1x1 convs of its output, each followed by ``activation``
+    (one of :data:`ACTIVATIONS`, written node by node as exporters write it), the sum of the two, and
+    the activation of the sum: fused conv epilogues, one of them two activations long."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array((rng.standard_normal(shape) * scale).astype("float32"), key)
              for key, shape, scale in [("w1", (channels, 3, 3, 3), 0.5), ("b1", (channels,), 0.5),
-                                       ("w2", (channels, channels, 1, 1), 0.3), ("b2", (channels,), 0.5)]]
+                                       ("w2", (channels, channels, 1, 1), 0.3), ("b2", (channels,), 0.5),
+                                       ("w3", (channels, channels, 1, 1), 0.3), ("b3", (channels,), 0.5)]]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, size, size])
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
              *_activation_nodes(activation, "c1", "a1", inits),
              helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], name="conv2"),
              *_activation_nodes(activation, "c2", "a2", inits),
-             helper.make_node("Add", ["a1", "a2"], ["s"], name="sum"),
+             helper.make_node("Conv", ["a1", "w3", "b3"], ["c3"], name="conv3"),
+             *_activation_nodes(activation, "c3", "a3", inits),
+             helper.make_node("Add", ["a2", "a3"], ["s"], name="sum"),
              *_activation_nodes(activation, "s", "y", inits)]
     model = helper.make_model(helper.make_graph(nodes, activation, [x], [y], inits),
                               opset_imports=[helper.make_opsetid("", ACTIVATIONS[activation])])
