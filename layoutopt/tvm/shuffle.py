@@ -57,6 +57,8 @@ def fold_channel_shuffles(mod):
     main = mod["main"]
     for _ in range(sum(len(block.bindings) for block in main.body.blocks)):  # each pass moves a take down
         single = _read_once_takes(main)
+        if not single:  # nothing to fold (most models: no pattern matching over them at all)
+            break
         data, permutation = wildcard(), wildcard()
         take = is_op("relax.take")(data, permutation)
         pattern = is_op("relax.nn.conv2d")(take, wildcard()) | \
