@@ -20,10 +20,10 @@ import layoutopt
 TVM_EXAMPLES = [
     "_tvm", "apply", "baselines", "builder", "cache", "calibrate", "check", "cli", "deploy", "extract",
     "graph", "guard", "load", "measure", "memory", "models", "normalise", "ops", "problem", "profile",
-    "report", "result", "runner", "stages", "timing", "tune", "worker", "kernels", "kernels.candidate",
-    "kernels.conv2d", "kernels.convolution", "kernels.dense", "kernels.family", "kernels.gemm",
-    "kernels.isa", "kernels.kernel", "kernels.module", "kernels.padded", "kernels.registry",
-    "kernels.transform", "kernels.winograd", "kernels.workload",
+    "report", "result", "runner", "shuffle", "stages", "timing", "tune", "worker", "kernels",
+    "kernels.candidate", "kernels.conv2d", "kernels.convolution", "kernels.dense", "kernels.family",
+    "kernels.gemm", "kernels.isa", "kernels.kernel", "kernels.module", "kernels.padded", "kernels.registry",
+    "kernels.transcendental", "kernels.transform", "kernels.winograd", "kernels.workload",
 ]
 
 EXAMPLES = [
