@@ -1,4 +1,4 @@
-"""ResNet-50 and VGG-16 written node by node in ONNX, with seeded random weights.
+"""ResNet-50, VGG-16 and ShuffleNet v1 written node by node in ONNX, with seeded random weights.
 
 Issue 10 checked the cost model on two models that were not exported from torchvision but written
 directly in ONNX: ``Conv`` without bias followed by an explicit ``BatchNormalization`` (ResNet-50,
@@ -11,6 +11,7 @@ Example::
     from benchmarks.onnx_written import resnet50
     resnet50("resnet50.onnx")                 # 53 Conv, 16 Add, 224x224 input, ~98 MB
     resnet50("tiny.onnx", width=8, size=32)   # the same graph, narrow and small (tests)
+    shufflenet_v1("shufflenet_g3.onnx", groups=3)   # grouped 1x1 convs, channel shuffles
 """
 
 from __future__ import annotations
@@ -53,18 +54,33 @@ class _Graph:
         return output
 
     def conv(self, x: str, cin: int, cout: int, kernel: int, stride: int = 1, *,
-             batch_norm: bool) -> str:
-        fan_in = cin * kernel * kernel
-        inputs = [x, self.weight(self.rng.standard_normal((cout, cin, kernel, kernel)) * np.sqrt(2 / fan_in))]
+             batch_norm: bool, groups: int = 1) -> str:
+        fan_in = cin // groups * kernel * kernel
+        weight = self.rng.standard_normal((cout, cin // groups, kernel, kernel)) * np.sqrt(2 / fan_in)
+        inputs = [x, self.weight(weight)]
         if not batch_norm:
             inputs.append(self.weight(0.01 * self.rng.standard_normal(cout)))
         y = self.op("Conv", inputs, kernel_shape=[kernel, kernel], strides=[stride, stride],
-                    pads=[kernel // 2] * 4)
+                    pads=[kernel // 2] * 4, group=groups)
         if batch_norm:
             scale, bias, mean = (self.rng.standard_normal((3, cout)) * 0.1) + [[1], [0], [0]]
             variance = 1 + 0.1 * self.rng.random(cout)
             y = self.op("BatchNormalization", [y, *map(self.weight, (scale, bias, mean, variance))])
         return y
+
+    def shuffle(self, x: str, channels: int, groups: int, size: int) -> str:
+        """ShuffleNet's channel shuffle as exporters write it: Reshape to ``(N, g, C/g, H, W)``,
+        Transpose the two channel axes, Reshape back."""
+        split = self.weight_int64([1, groups, channels // groups, size, size])
+        y = self.op("Transpose", [self.op("Reshape", [x, split])], perm=[0, 2, 1, 3, 4])
+        return self.op("Reshape", [y, self.weight_int64([1, channels, size, size])])
+
+    def weight_int64(self, values: list[int]) -> str:
+        from onnx import numpy_helper
+
+        name = self._name("shape")
+        self.initializers.append(numpy_helper.from_array(np.array(values, np.int64), name))
+        return name
 
     def gemm(self, x: str, units_in: int, units_out: int) -> str:
         weights = self.rng.standard_normal((units_out, units_in)) * np.sqrt(2 / units_in)
@@ -128,3 +144,49 @@ def vgg16(path: str | Path, *, width: int = 64, size: int = 224, classes: int = 
     x = g.op("Relu", [g.gemm(x, units, hidden)])
     x = g.op("Relu", [g.gemm(x, hidden, hidden)])
     return g.save(g.gemm(x, hidden, classes), classes, size, path)
+
+
+#: ShuffleNet v1's stage outputs per group count (Zhang et al. 2018, Table 1); units per stage
+SHUFFLENET_V1_CHANNELS = {1: (144, 288, 576), 2: (200, 400, 800), 3: (240, 480, 960), 4: (272, 544, 1088),
+                          8: (384, 768, 1536)}
+SHUFFLENET_V1_UNITS = (4, 8, 4)
+
+
+def shufflenet_v1(path: str | Path, *, groups: int = 3, size: int = 224, classes: int = 1000,
+                  seed: int = 0) -> Path:
+    """Write a ShuffleNet v1 (``groups`` 1, 2, 3, 4 or 8) to ``path``: a 3x3 stem and max-pool, then
+    units of grouped 1x1 conv + BN + ReLU, channel shuffle, 3x3 depthwise conv + BN, grouped 1x1 conv
+    + BN, added to the input (stride 1) or concatenated with its 3x3 average pool (stride 2, the first
+    unit of a stage), ReLU; the first 1x1 conv of stage 2 is not grouped (its 24 input channels are
+    few); global average pool and a fully connected layer. Bottlenecks have a quarter of the unit's
+    output channels, as in the paper."""
+    if groups not in SHUFFLENET_V1_CHANNELS:
+        raise ValueError(f"ShuffleNet v1 has no configuration for {groups} groups "
+                         f"(known: {sorted(SHUFFLENET_V1_CHANNELS)})")
+    if size % 32:
+        raise ValueError(f"ShuffleNet v1's five stride-2 layers need a size divisible by 32, not {size}")
+    g = _Graph(seed)
+    x = g.op("Relu", [g.conv("input", 3, 24, 3, 2, batch_norm=True)])
+    x = g.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    channels, spatial = 24, size // 4
+    for stage, (out, units) in enumerate(zip(SHUFFLENET_V1_CHANNELS[groups], SHUFFLENET_V1_UNITS,
+                                             strict=True)):
+        for unit in range(units):
+            stride = 2 if unit == 0 else 1
+            spatial_out = spatial // stride
+            mid = out // 4
+            first_groups = 1 if stage == 0 and unit == 0 else groups
+            y = g.op("Relu", [g.conv(x, channels, mid, 1, batch_norm=True, groups=first_groups)])
+            if first_groups > 1:
+                y = g.shuffle(y, mid, groups, spatial)
+            y = g.conv(y, mid, mid, 3, stride, batch_norm=True, groups=mid)
+            branch = out - channels if stride == 2 else out
+            y = g.conv(y, mid, branch, 1, batch_norm=True, groups=groups)
+            if stride == 2:
+                pooled = g.op("AveragePool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+                x = g.op("Relu", [g.op("Concat", [pooled, y], axis=1)])
+            else:
+                x = g.op("Relu", [g.op("Add", [y, x])])
+            channels, spatial = out, spatial_out
+    x = g.op("Flatten", [g.op("GlobalAveragePool", [x])])
+    return g.save(g.gemm(x, channels, classes), classes, size, path)

@@ -12,10 +12,11 @@ import networkx as nx
 import numpy as np
 
 from .errors import InternalError, ProblemError
-from .problem import Costs, Problem
+from .problem import Costs, Problem, format_bytes
 from .solution import OPTIMALITY_TOLERANCE, Solution
 from .solvers import get_solver, registered
 from .solvers.base import Deadline, Solver, SolverResult
+from .solvers.budget import infeasible_message, precheck, smallest_memory
 
 __all__ = ["check_method", "check_time_limit", "methods", "solve", "solve_problem"]
 
@@ -78,6 +79,9 @@ def solve(
     costs: Costs | Mapping | None = None,
     method: str = "auto",
     time_limit: float | None = None,
+    *,
+    memory: Mapping | None = None,
+    memory_budget: float | None = None,
     **options: Any,
 ) -> Solution:
     """Choose one option per node of ``graph`` minimising node plus edge costs.
@@ -95,6 +99,12 @@ def solve(
             ``"mip"``, ``"greedy"``, ``"bruteforce"``, ``"toulbar2"``).
         time_limit: wall-clock budget in seconds for the whole call (validation and model
             building included), or None (or ``inf``) for none.
+        memory: bytes per choice, shaped like ``costs["nodes"]``: ``{"nodes": {node: vector}}``
+            (non-negative finite numbers; a node left out holds 0 bytes). None reads the
+            ``"memory"`` node attribute where a node has one.
+        memory_budget: the most bytes the chosen choices may hold together, or None (None reads
+            ``graph.graph["memory_budget"]``; no budget without either). A budget below the smallest
+            allowed assignment's memory gives ``status="infeasible"`` with that figure in ``message``.
         **options: method-specific options (unknown ones and bad values raise ProblemError).
 
     Returns:
@@ -114,7 +124,7 @@ def solve(
     """
     start = time.perf_counter()
     solver_cls, time_limit, resolved = _prepare(method, time_limit, options)
-    problem = Problem.from_graph(graph, costs)
+    problem = Problem.from_graph(graph, costs, memory, memory_budget)
     return _run(problem, solver_cls, Deadline(time_limit, start), resolved, start)
 
 
@@ -127,7 +137,8 @@ def solve_problem(
     """Like :func:`solve`, on a :class:`~layoutopt.Problem` built (and so validated) once.
 
     The way to run several methods, or several solves, on one instance without validating its
-    costs each time.
+    costs each time. The problem's memory figures and budget (``Problem.from_graph(...,
+    memory=..., memory_budget=...)``, :meth:`~layoutopt.Problem.with_memory_budget`) hold.
 
     Example:
         >>> import networkx as nx
@@ -150,8 +161,19 @@ def _run(problem: Problem, solver_cls: type[Solver], deadline: Deadline, options
     if culprit is not None:
         result = SolverResult(None, "infeasible", math.inf, culprit)
     else:
-        result = solver_cls().solve(problem, deadline, options)
+        result = precheck(problem, deadline) or solver_cls().solve(problem, deadline, options)
+        if result.assignment is None and result.lower_bound == math.inf and problem.memory_budget is not None:
+            result.message = _budget_reason(problem, deadline, result.message)
     return _finish(problem, result, solver_cls.name, start)
+
+
+def _budget_reason(problem: Problem, deadline: Deadline, message: str) -> str:
+    """The message of a problem proven infeasible under a budget: the budget's fault when the smallest
+    allowed assignment needs more (found by forbidden pairs only a solve sees), else the solver's."""
+    smallest = smallest_memory(problem, deadline)
+    if math.isfinite(smallest.memory) and smallest.proven and smallest.memory > problem.memory_budget:
+        return infeasible_message(smallest.memory, problem.memory_budget)
+    return message
 
 
 def _finish(problem: Problem, result: SolverResult, method: str, start: float) -> Solution:
@@ -164,9 +186,17 @@ def _finish(problem: Problem, result: SolverResult, method: str, start: float) -
 
     index = np.asarray(result.assignment, dtype=np.int64).tolist()
     objective = problem.evaluate(index)
+    memory = None if problem.memory_flat is None else problem.memory_of(index)
     lower = -math.inf if result.lower_bound is None else float(result.lower_bound)
     message = result.message
-    if not math.isfinite(objective):
+    if memory is not None and problem.memory_budget is not None and memory > problem.memory_budget:
+        status = "infeasible"
+        if result.status == "optimal":  # a solver bug, never user error
+            raise InternalError(f"method {method!r} claimed optimal an assignment of {memory!r} bytes, over "
+                                f"the memory budget of {problem.memory_budget!r}")
+        message = message or (f"the assignment found needs {format_bytes(memory)}, over the memory budget of "
+                              f"{format_bytes(problem.memory_budget)} (infeasibility not proven)")
+    elif not math.isfinite(objective):
         status = "infeasible"
         if lower < math.inf:
             message = message or "no allowed assignment was found (infeasibility not proven)"
@@ -189,4 +219,4 @@ def _finish(problem: Problem, result: SolverResult, method: str, start: float) -
     labels = {n: k if names is None else names[k]  # Problem.label, without a call per node
               for n, k, names in zip(problem.nodes, index, problem.labels, strict=True)}
     return Solution(assignment, labels, objective, lower, status, method,
-                    time.perf_counter() - start, message, result.stats)
+                    time.perf_counter() - start, message, result.stats, memory)

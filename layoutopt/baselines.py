@@ -160,7 +160,7 @@ def solve_baseline(
 
     Raises:
         ProblemError: bad input, an unknown baseline, an assignment that misses a node or names
-            a choice out of range, or the baseline declining the instance.
+            a choice out of range, the baseline declining the instance, or a memory budget.
 
     Example:
         >>> import networkx as nx
@@ -173,6 +173,8 @@ def solve_baseline(
     if time_limit is not None and not time_limit > 0:
         raise ProblemError(f"time_limit must be positive seconds or None, got {time_limit!r}")
     problem = Problem.from_graph(graph, costs)
+    if problem.memory_budget is not None:  # a baseline would ignore it: its answer would not mean anything
+        raise ProblemError(f"baseline {entry.name!r} does not take a memory budget (the graph has one)")
     chosen = entry.function(graph, problem, time_limit)
     if not isinstance(chosen, Mapping):
         raise ProblemError(f"baseline {entry.name!r} returned a {type(chosen).__name__}, "

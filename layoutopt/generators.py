@@ -72,7 +72,7 @@ import numpy as np
 from .errors import ProblemError
 from .problem import Costs
 
-__all__ = ["FAMILIES", "PRESETS", "REGIMES", "generate"]
+__all__ = ["FAMILIES", "PRESETS", "REGIMES", "constrain_memory", "generate", "memory_figures"]
 
 #: family name -> nodes of its preset (the real network's size)
 FAMILIES: dict[str, int] = {"resnet": 71, "inception": 80, "densenet": 183, "ssd": 67, "random": 100}
@@ -363,8 +363,8 @@ def generate(
 
     Returns:
         ``(graph, costs)`` ready for :func:`layoutopt.solve`. Nodes carry ``"choices"``
-        (labels), ``"op"``, ``"channels"`` and ``"spatial"``; ``graph.graph`` holds the
-        arguments and the hidden ``"reference_assignment"``.
+        (labels), ``"op"``, ``"channels"`` and ``"spatial"`` (convs also ``"weight_bytes"``);
+        ``graph.graph`` holds the arguments and the hidden ``"reference_assignment"``.
 
     Raises:
         ProblemError: an unknown family or regime, or a size or choice count out of range.
@@ -431,6 +431,8 @@ def generate(
             names[i], choices=[_label(op.op, p) for p in pairs], op=op.op, channels=op.channels,
             spatial=op.spatial,
         )
+        if op.op == "conv":  # float32 weights: what memory_figures starts from
+            graph.nodes[names[i]]["weight_bytes"] = 4 * (sum(in_channels) or 3) * op.channels * op.kernel**2
 
     edge_costs: dict[tuple[str, str], np.ndarray] = {}
     for v, op in enumerate(ops):
@@ -449,3 +451,78 @@ def generate(
             edge_costs[(names[u], names[v])] = mat
     graph.graph["reference_assignment"] = reference
     return graph, Costs(node_costs, edge_costs)
+
+
+# --- memory figures and budgets (issue 49) ---------------------------------------------------------
+
+
+def _weight_bytes(data: dict) -> float:
+    """A node's float32 weights: the generator's ``"weight_bytes"``, or a TVM instance's workload kernel."""
+    if "weight_bytes" in data:
+        return float(data["weight_bytes"])
+    kernel = data.get("workload", {}).get("kernel") if isinstance(data.get("workload"), dict) else None
+    return 4.0 * math.prod(kernel) if kernel else 0.0
+
+
+def memory_figures(graph: nx.Graph, costs: Costs, seed: int = 0, spread: float = 3.0) -> dict:
+    """Synthetic memory figures for an instance, **anti-correlated with cost** as real kernels' are
+    (Winograd's faster kernels keep 1.8-7.1x the weights; blocked layouts pad, GEMMs need workspaces).
+
+    A node with weights (a generator conv's ``"weight_bytes"``, a TVM instance's workload kernel)
+    holds ``weights * (1 + spread * (slowest - cost) / (slowest - fastest))`` bytes per allowed choice:
+    its fastest choice ``1 + spread`` times its weights, its slowest once, times a lognormal noise
+    (sigma 0.1), rounded to whole bytes; nodes without weights hold none. Seeded: the same arguments
+    give the same figures.
+
+    Returns:
+        ``{"nodes": {node: [bytes per choice]}}``, as :func:`layoutopt.solve` takes ``memory``.
+
+    Example:
+        >>> graph, costs = generate("resnet", nodes=20, max_choices=3)
+        >>> figures = memory_figures(graph, costs)["nodes"]
+        >>> costs.nodes["conv_0"].tolist(), figures["conv_0"]           # the faster, the bigger
+        ([42022886.0, 18116209.0, 18619099.0], [42503.0, 177476.0, 132541.0])
+    """
+    rng = np.random.default_rng([int(seed), 49])
+    figures = {}
+    for node, data in graph.nodes(data=True):
+        cost = np.asarray(costs.nodes[node], dtype=np.float64)
+        weights = _weight_bytes(data)
+        noise = rng.lognormal(0.0, 0.1, cost.size)
+        if not weights:
+            continue
+        finite = cost[np.isfinite(cost)]
+        slowest, fastest = (finite.max(), finite.min()) if finite.size else (0.0, 0.0)
+        share = (slowest - np.where(np.isfinite(cost), cost, slowest)) / (slowest - fastest or 1.0)
+        figures[node] = np.round(weights * (1.0 + spread * share) * noise).tolist()
+    return {"nodes": figures}
+
+
+def constrain_memory(graph: nx.Graph, costs: Costs, share: float, seed: int = 0) -> float:
+    """Give ``graph`` the memory figures of :func:`memory_figures` (the ``"memory"`` node attribute) and
+    a budget ``share`` of the way from the smallest allowed assignment's memory (0) to the memory of
+    the unconstrained optimum (1) (``graph.graph["memory_budget"]``, which :func:`layoutopt.solve`
+    reads); returns the budget. A share in ``(0, 1)`` is a budget that binds.
+
+    Example:
+        >>> import layoutopt
+        >>> graph, costs = generate("resnet", nodes=30, max_choices=4)
+        >>> budget = constrain_memory(graph, costs, 0.5)
+        >>> constrained = layoutopt.solve(graph, costs)
+        >>> free = layoutopt.solve(graph, costs, memory_budget=float("inf"))
+        >>> constrained.memory <= budget < free.memory, constrained.objective > free.objective
+        (True, True)
+    """
+    from .api import solve_problem
+    from .problem import Problem
+    from .solvers.budget import smallest_memory
+
+    figures = memory_figures(graph, costs, seed)
+    problem = Problem.from_graph(graph, costs, figures)
+    free = solve_problem(problem, "auto")
+    low = smallest_memory(problem).memory
+    for node, values in figures["nodes"].items():
+        graph.nodes[node]["memory"] = values
+    budget = float(math.floor(low + share * (free.memory - low)))
+    graph.graph["memory_budget"] = budget
+    return budget

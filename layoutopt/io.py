@@ -31,6 +31,11 @@
   write); ``metadata`` defaults to the JSON-serialisable entries of ``graph.graph``.
 - Edges keep their direction; one entry per node pair (parallel or opposite edges of the
   written graph are summed, which does not change any objective).
+- **Memory** (version 2; a file without memory figures is written as version 1): each node may have
+  ``"memory": [bytes per choice]`` (non-negative finite numbers, as long as ``costs``; written for every
+  node when the problem has figures) and the document a top-level ``"memory_budget"`` (bytes). They
+  read back as the ``"memory"`` node attribute and ``graph.graph["memory_budget"]``, which
+  :func:`layoutopt.solve` reads when not given ``memory``/``memory_budget``.
 
 **Integer exports** for outside solvers, written from the same instance:
 
@@ -41,7 +46,8 @@
   ``exp(-(cost - m) / T)`` per factor, with ``m`` the factor's least finite cost; 0 for
   ``+inf``; the MAP assignment is the least-cost one).
 
-Both return their scaling so solutions map back; see each function.
+Both return their scaling so solutions map back; see each function. Neither carries a memory budget:
+a problem with one is refused (the figures alone, without a budget, are left out).
 
 Example:
     >>> import tempfile, os, layoutopt
@@ -67,12 +73,15 @@ import networkx as nx
 import numpy as np
 
 from .errors import ProblemError
-from .problem import Costs, Problem
+from .problem import Costs, Problem, format_bytes
 
 __all__ = ["FORMAT", "VERSION", "read_json", "write_json", "write_uai", "write_wcsp"]
 
 FORMAT = "layoutopt-problem"
-VERSION = 1
+#: the version written for a problem with memory figures (one without is written as version 1, which
+#: readers before memory figures read too); both are read
+VERSION = 2
+_VERSIONS = (1, 2)
 _INF = "inf"
 
 
@@ -126,8 +135,9 @@ def write_json(
 
     Args:
         path: the file to write.
-        graph: a networkx graph (validated with ``costs`` as :func:`layoutopt.solve` does)
-            or a :class:`~layoutopt.Problem`.
+        graph: a networkx graph (validated with ``costs`` as :func:`layoutopt.solve` does, its
+            ``"memory"`` node attributes and ``graph.graph["memory_budget"]`` too) or a
+            :class:`~layoutopt.Problem` (with its memory figures and budget).
         costs: as for :func:`layoutopt.solve`; None with a Problem.
         metadata: a JSON object stored under ``"metadata"``; defaults to the
             JSON-serialisable entries of ``graph.graph``.
@@ -147,21 +157,25 @@ def write_json(
     node_attrs: dict[Hashable, dict] = {}
     if metadata is None:
         metadata = {}
-        if isinstance(graph, nx.Graph):
-            metadata = {str(k): v for k, v in graph.graph.items() if _jsonable(v)}
+        if isinstance(graph, nx.Graph):  # the budget has its own field
+            metadata = {str(k): v for k, v in graph.graph.items() if _jsonable(v) and k != "memory_budget"}
     if not _jsonable(metadata) or not isinstance(metadata, Mapping):
         raise ProblemError("metadata must be a JSON-serialisable mapping")
     if isinstance(graph, nx.Graph):
         for n, data in graph.nodes(data=True):
-            attrs = {str(k): v for k, v in data.items() if k not in ("choices", "cost") and _jsonable(v)}
+            attrs = {str(k): v for k, v in data.items()
+                     if k not in ("choices", "cost", "memory") and _jsonable(v)}
             if attrs:
                 node_attrs[n] = attrs
 
+    memory = problem.node_memory if problem.memory_flat is not None else None
     nodes = []
     for i, n in enumerate(problem.nodes):
         entry: dict[str, Any] = {"id": _check_id(n), "costs": _encode_costs(problem.node_costs[i])}
         if problem.labels[i] is not None:
             entry["labels"] = [_check_label(n, label) for label in problem.labels[i]]
+        if memory is not None:
+            entry["memory"] = memory[i].tolist()
         if n in node_attrs:
             entry["attrs"] = node_attrs[n]
         nodes.append(entry)
@@ -170,8 +184,10 @@ def write_json(
         oriented = problem.edge(problem.index[u], problem.index[v])  # type: ignore[attr-defined]
         edges.append({"source": _check_id(u), "target": _check_id(v),
                       "costs": [_encode_costs(row) for row in oriented]})
-    document = {"format": FORMAT, "version": VERSION, "metadata": dict(metadata),
+    document = {"format": FORMAT, "version": VERSION if memory is not None else 1, "metadata": dict(metadata),
                 "nodes": nodes, "edges": edges}
+    if problem.memory_budget is not None:
+        document["memory_budget"] = problem.memory_budget
     text = json.dumps(document, allow_nan=False, separators=(",", ":"))
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
@@ -260,7 +276,9 @@ def read_json(path: str | os.PathLike) -> tuple[nx.DiGraph, Costs]:
     """Read a JSON problem file into ``(graph, costs)`` ready for :func:`layoutopt.solve`.
 
     Labels come back as the ``"choices"`` node attribute, ``attrs`` as node attributes and
-    ``metadata`` as ``graph.graph``; costs as float64 numpy arrays.
+    ``metadata`` as ``graph.graph``; costs as float64 numpy arrays; memory figures as the ``"memory"``
+    node attribute and the budget as ``graph.graph["memory_budget"]`` (which :func:`layoutopt.solve`
+    reads).
 
     Raises:
         ProblemError: naming the file and the entry at fault (bad JSON, a missing field, a
@@ -278,7 +296,7 @@ def read_json(path: str | os.PathLike) -> tuple[nx.DiGraph, Costs]:
         layoutopt.errors.ProblemError: .../bad.json: nodes[0] (id 'a'): missing "costs"
     """
     name = os.fspath(path)
-    document = read_json_document(path, FORMAT, VERSION, "problem")
+    document = read_json_document(path, FORMAT, _VERSIONS, "problem")
     for key in ("nodes", "edges"):
         if not isinstance(document.get(key), list):
             raise ProblemError(f"{name}: \"{key}\" must be a list")
@@ -311,6 +329,14 @@ def read_json(path: str | os.PathLike) -> tuple[nx.DiGraph, Costs]:
         if not isinstance(attrs, dict):
             raise ProblemError(f"{where}: \"attrs\" must be an object")
         graph.add_node(node, **attrs)
+        if "memory" in entry:
+            try:
+                if not isinstance(entry["memory"], list):
+                    raise ValueError("must be a list")
+                graph.nodes[node]["memory"] = np.array([_decode_cost(x) for x in entry["memory"]],
+                                                       dtype=np.float64)
+            except ValueError as exc:
+                raise ProblemError(f"{where}: memory: {exc}") from None
         if "labels" in entry:
             if not isinstance(entry["labels"], list):
                 raise ProblemError(f"{where}: \"labels\" must be a list")
@@ -342,15 +368,30 @@ def read_json(path: str | os.PathLike) -> tuple[nx.DiGraph, Costs]:
             raise ProblemError(f"{where}: costs: {exc}") from None
         graph.add_edge(u, v)
         edge_costs[(u, v)] = matrix.reshape(len(rows), len(rows[0]) if rows else 0)
+    if "memory_budget" in document:
+        budget = document["memory_budget"]
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)):
+            raise ProblemError(f"{name}: \"memory_budget\" must be a number of bytes, not {budget!r}")
+        graph.graph["memory_budget"] = float(budget)
     costs = Costs(node_costs, edge_costs)
     try:
-        Problem.from_graph(graph, costs)  # the model's own checks: shapes, NaN, overflow, labels
+        Problem.from_graph(graph, costs)  # the model's own checks: shapes, NaN, overflow, labels, memory
     except ProblemError as exc:
         raise ProblemError(f"{name}: {exc}") from None
     return graph, costs
 
 
 # --- exports for outside solvers ---------------------------------------------------------------
+
+
+def _refuse_budget(problem: Problem, kind: str) -> Problem:
+    """``problem``, unless it has a memory budget, which the export could not carry (the figures alone,
+    without a budget, change nothing and are left out)."""
+    if problem.memory_budget is not None:
+        raise ProblemError(f"the {kind} export cannot carry a memory budget (a global constraint); solve it "
+                           f"here (method='toulbar2' posts it as a knapsack constraint), or export "
+                           f"problem.with_memory_budget(None)")
+    return problem
 
 
 def write_wcsp(
@@ -380,7 +421,7 @@ def write_wcsp(
     """
     from .solvers.scaling import scale_costs
 
-    problem = _as_problem(graph, costs)
+    problem = _refuse_budget(_as_problem(graph, costs), ".wcsp")
     scaled = scale_costs(problem)
     tables = [*scaled.node_costs, *scaled.edges.values()]
     upper = int(math.fsum(float(t[np.isfinite(t)].max(initial=0.0)) for t in tables)) + 1
@@ -436,7 +477,7 @@ def write_uai(
         >>> info["offset"], info["variables"]
         (2.0, [0, 1])
     """
-    problem = _as_problem(graph, costs)
+    problem = _refuse_budget(_as_problem(graph, costs), "UAI")
     factors: list[tuple[tuple[int, ...], np.ndarray]] = [
         ((i,), vec) for i, vec in enumerate(problem.node_costs)
     ]
@@ -482,6 +523,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("file", help="a JSON problem file")
     parser.add_argument("--method", default="auto", help="a method of layoutopt.methods() (default: auto)")
     parser.add_argument("--time-limit", type=float, metavar="S", help="wall-clock budget in seconds")
+    parser.add_argument("--memory-budget", type=float, metavar="BYTES",
+                        help="the most bytes the chosen choices may hold together (by the file's memory "
+                        "figures; overrides the file's own budget; inf: none)")
     parser.add_argument("--assignment", action="store_true", help="print the choice of every node")
     parser.add_argument("--output", metavar="OUT.json", help="write the solution as JSON")
     parser.set_defaults(run=_run_solve)
@@ -501,13 +545,18 @@ def _run_solve(args) -> int:
     if args.output:
         _check_writable(args.output)
     graph, costs = read_json(args.file)
-    solution = layoutopt.solve(graph, costs, method=args.method, time_limit=args.time_limit)
+    solution = layoutopt.solve(graph, costs, method=args.method, time_limit=args.time_limit,
+                               memory_budget=args.memory_budget)
     print(f"{args.file}: {graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges")
     engine = f" ({solution.stats['engine']})" if "engine" in solution.stats else ""
     print(f"method       {solution.method}{engine}")
     print(f"status       {solution.status}")
     print(f"objective    {solution.objective!r}")
     print(f"lower bound  {solution.lower_bound!r}  (gap {100 * solution.gap:.4g} %)")
+    if solution.memory is not None:
+        budget = args.memory_budget if args.memory_budget is not None else graph.graph.get("memory_budget")
+        within = "" if budget is None or math.isinf(budget) else f"  (budget {format_bytes(budget)})"
+        print(f"memory       {format_bytes(solution.memory)}{within}")
     print(f"time         {solution.solve_time * 1e3:.3f} ms")
     if solution.message:
         print(f"message      {solution.message}")
@@ -521,7 +570,7 @@ def _run_solve(args) -> int:
             "objective": _INF if math.isinf(solution.objective) else solution.objective,
             "lower_bound": _encode_costs(np.array([solution.lower_bound]))[0]
             if not math.isinf(solution.lower_bound) or solution.lower_bound > 0 else "-inf",
-            "solve_time": solution.solve_time, "message": solution.message,
+            "solve_time": solution.solve_time, "message": solution.message, "memory": solution.memory,
             "assignment": [
                 {"id": n, "choice": k, "label": solution.labels[n]} for n, k in solution.assignment.items()
             ],

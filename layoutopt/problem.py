@@ -19,7 +19,7 @@ import numpy as np
 from ._gc import paused_gc
 from .errors import ProblemError
 
-__all__ = ["MAX_COST_TOTAL", "Costs", "Problem", "evaluate", "sum_down"]
+__all__ = ["MAX_COST_TOTAL", "Costs", "Problem", "evaluate", "format_bytes", "sum_down"]
 
 
 @dataclass
@@ -302,6 +302,84 @@ class _Lazy(Mapping):
         return dict, (self._made,)
 
 
+def format_bytes(size: float) -> str:
+    """A memory figure for messages: megabytes (10**6 bytes), with the exact bytes beside them.
+
+    Example:
+        >>> format_bytes(41_234_567), format_bytes(3)
+        ('41.23 MB (41234567 bytes)', '3e-06 MB (3 bytes)')
+    """
+    exact = f"{size:.0f}" if float(size).is_integer() else f"{size:.17g}"
+    return f"{size / 1e6:.4g} MB ({exact} bytes)"
+
+
+def _as_memory(memory: Mapping | None, graph: nx.Graph, nodes: Sequence[Hashable],
+               sizes: Sequence[int]) -> np.ndarray | None:
+    """The memory figures of every choice, flat like the packed node costs (None: no figures at all).
+
+    ``memory`` is ``{"nodes": {node: [bytes per choice]}}``; None reads the ``"memory"`` node attribute
+    where a node has one. A node given no figure holds 0 bytes in every choice. Each figure is a
+    non-negative finite number; a vector has one per choice.
+    """
+    if memory is None:
+        given = {n: d["memory"] for n, d in graph.nodes(data=True) if "memory" in d}
+        if not given:
+            return None
+    else:
+        if not isinstance(memory, Mapping) or set(memory) - {"nodes"}:
+            found = sorted(map(str, memory)) if isinstance(memory, Mapping) else type(memory).__name__
+            raise ProblemError(f"memory must be a mapping {{'nodes': {{node: [bytes per choice]}}}}, "
+                               f"not {found}")
+        given = memory.get("nodes", {})
+        if not isinstance(given, Mapping):
+            raise ProblemError(f"memory 'nodes' must be a mapping from node to its bytes per choice, "
+                               f"not {type(given).__name__}")
+    index = {n: i for i, n in enumerate(nodes)}
+    for n in given:
+        if n not in index:
+            raise ProblemError(f"memory given for node {n!r}, which is not in the graph")
+    starts = np.zeros(len(sizes), dtype=np.int64)
+    if len(sizes) > 1:
+        np.cumsum(sizes[:-1], out=starts[1:])
+    flat = np.zeros(int(sum(sizes)), dtype=np.float64)
+    for n, value in given.items():
+        i = index[n]
+        dtype = getattr(value, "dtype", None)
+        if dtype is not None and dtype.kind == "c":
+            raise ProblemError(f"node {n!r}: memory is complex ({dtype}); memory figures are bytes")
+        try:
+            vec = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ProblemError(f"node {n!r}: memory is not numeric ({exc})") from None
+        if vec.shape != (sizes[i],):
+            raise ProblemError(f"node {n!r}: memory has shape {vec.shape}, expected ({sizes[i]},) "
+                               f"(one figure per choice, like its costs)")
+        if vec.size and not (vec >= 0).all():  # False for NaN too
+            what = "NaN" if np.isnan(vec).any() else "a negative figure"
+            raise ProblemError(f"node {n!r}: memory contains {what}; figures are bytes, >= 0")
+        if vec.size and not (vec < math.inf).all():
+            raise ProblemError(f"node {n!r}: memory contains inf; forbid a choice with an inf cost instead")
+        flat[starts[i]:starts[i] + sizes[i]] = vec
+    largest = np.maximum.reduceat(flat, starts) if flat.size else np.zeros(0)
+    with np.errstate(over="ignore"):
+        if not math.isfinite(float(largest.sum())) or largest.sum() > MAX_COST_TOTAL:
+            raise ProblemError(f"memory: the figures are too large (the sum of every node's largest "
+                               f"exceeds {MAX_COST_TOTAL:.3g})")
+    flat.flags.writeable = False
+    return flat
+
+
+def _as_budget(budget: Any) -> float | None:
+    """A ``memory_budget``: bytes (a non-negative number), or None (or ``inf``) for none."""
+    if budget is None:
+        return None
+    if isinstance(budget, (bool, np.bool_)) or not isinstance(budget, (int, float, np.integer, np.floating)):
+        raise ProblemError(f"memory_budget must be a number of bytes or None, not {budget!r}")
+    if not budget >= 0:  # also NaN
+        raise ProblemError(f"memory_budget must be >= 0 bytes, got {budget!r}")
+    return None if budget == math.inf else float(budget)
+
+
 @dataclass(frozen=True, eq=False)
 class Problem:
     """A validated, index-based PBQP instance: what every solver receives.
@@ -312,6 +390,11 @@ class Problem:
 
     Build one with :meth:`from_graph`; solvers use :meth:`edge`, :meth:`neighbors` and
     :meth:`evaluate`.
+
+    A problem may carry a **memory figure** per choice (``node_memory[i]``, bytes, same length as
+    ``node_costs[i]``) and a ``memory_budget``: the chosen choices' figures must then add up to at most
+    the budget (:meth:`memory_of`, :meth:`fits`). :meth:`with_memory_budget` gives the same problem
+    under another budget without validating its costs again.
 
     Example:
         >>> import networkx as nx
@@ -327,6 +410,11 @@ class Problem:
     labels: tuple[Sequence[Any] | None, ...]
     #: For messages: the original node pair of each internal edge.
     edge_names: Mapping[tuple[int, int], tuple[Hashable, Hashable]] = field(default_factory=dict)
+    #: Bytes of each choice, laid out like the packed node costs (each node's figures in turn); None
+    #: when the problem has no memory figures (every choice then holds 0 bytes).
+    memory_flat: np.ndarray | None = None
+    #: The most bytes the chosen choices may hold together; None: no budget.
+    memory_budget: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "index", {n: i for i, n in enumerate(self.nodes)})
@@ -353,14 +441,51 @@ class Problem:
     # --- construction -------------------------------------------------------------------
 
     @classmethod
-    def from_graph(cls, graph: nx.Graph, costs: Costs | Mapping | None = None) -> Problem:
-        """Validate ``graph`` and ``costs`` (see :func:`layoutopt.solve`) into a Problem.
+    def from_graph(cls, graph: nx.Graph, costs: Costs | Mapping | None = None, memory: Mapping | None = None,
+                   memory_budget: float | None = None) -> Problem:
+        """Validate ``graph``, ``costs``, ``memory`` and ``memory_budget`` (see :func:`layoutopt.solve`)
+        into a Problem.
 
         Raises:
             ProblemError: naming the node or edge at fault.
+
+        Example:
+            >>> p = Problem.from_graph(nx.path_graph(2), {"nodes": {0: [1, 2], 1: [3, 1]},
+            ...                                           "edges": {(0, 1): [[0, 5], [5, 0]]}},
+            ...                        memory={"nodes": {0: [100, 40]}}, memory_budget=50)
+            >>> p.node_memory[0].tolist(), p.node_memory[1].tolist(), p.fits([1, 0]), p.fits([0, 0])
+            ([100.0, 40.0], [0.0, 0.0], True, False)
         """
         with paused_gc():
-            return cls._validate(graph, costs)
+            problem = cls._validate(graph, costs)
+            budget = _as_budget(graph.graph.get("memory_budget") if memory_budget is None else memory_budget)
+            flat = _as_memory(memory, graph, problem.nodes, problem.sizes)
+            if flat is None and budget is not None:
+                raise ProblemError("memory_budget given without memory figures (memory={'nodes': {node: "
+                                   "[bytes per choice]}} or the nodes' 'memory' attribute)")
+            if flat is not None:
+                object.__setattr__(problem, "memory_flat", flat)
+                object.__setattr__(problem, "memory_budget", budget)
+            return problem
+
+    def with_memory_budget(self, memory_budget: float | None) -> Problem:
+        """The same problem (costs, memory figures) under another budget (None: no budget).
+
+        Example:
+            >>> p = Problem.from_graph(nx.empty_graph(2), {"nodes": {0: [1, 2], 1: [3, 1]}, "edges": {}},
+            ...                        memory={"nodes": {0: [100, 40]}})
+            >>> p.memory_budget, p.with_memory_budget(60).memory_budget
+            (None, 60.0)
+        """
+        budget = _as_budget(memory_budget)
+        if self.memory_flat is None and budget is not None:
+            raise ProblemError("memory_budget given for a problem without memory figures")
+        problem = Problem(self.nodes, self.node_costs, self.edges, self.labels, self.edge_names,
+                          self.memory_flat, budget)
+        object.__setattr__(problem, "_packed", self._packing)
+        if "_smallest" in self.__dict__:  # the least memory does not depend on the budget
+            object.__setattr__(problem, "_smallest", self.__dict__["_smallest"])
+        return problem
 
     @classmethod
     def _validate(cls, graph: nx.Graph, costs: Costs | Mapping | None) -> Problem:
@@ -525,6 +650,33 @@ class Problem:
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    @property
+    def node_memory(self) -> tuple[np.ndarray, ...]:
+        """Bytes of each choice of each node (zeros for a problem without memory figures)."""
+        packed = self._packing
+        flat = self.memory_flat if self.memory_flat is not None else np.zeros(packed.node_flat.size)
+        return tuple(flat[s:s + k] for s, k in zip(packed.node_start.tolist(), packed.node_size.tolist(),
+                                                    strict=True))
+
+    def memory_of(self, assignment: Sequence[int]) -> float:
+        """Bytes the choices of an index assignment hold together (0.0 without memory figures).
+
+        Example:
+            >>> p = Problem.from_graph(nx.empty_graph(2), {"nodes": {0: [1, 2], 1: [3, 1]}, "edges": {}},
+            ...                        memory={"nodes": {0: [100, 40], 1: [1, 2]}})
+            >>> p.memory_of([0, 1])
+            102.0
+        """
+        if self.memory_flat is None:
+            return 0.0
+        packed = self._packing
+        choice = np.asarray(assignment, dtype=np.int64)
+        return math.fsum(self.memory_flat[packed.node_start + choice].tolist())
+
+    def fits(self, assignment: Sequence[int]) -> bool:
+        """Whether an assignment keeps within the memory budget (always, without one)."""
+        return self.memory_budget is None or self.memory_of(assignment) <= self.memory_budget
 
     def neighbors(self, i: int) -> list[int]:
         """Indices of the nodes sharing an edge with node ``i``."""

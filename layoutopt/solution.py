@@ -40,6 +40,9 @@ class Solution:
         solve_time: wall time of the whole ``solve`` call, in seconds.
         message: a human-readable note (culprit of an infeasibility, a timeout...).
         stats: method-specific counters (reductions applied, nodes explored...).
+        memory: bytes the assignment's choices hold together (their memory figures), or None when the
+            problem has none. Under a ``memory_budget`` every solution that is not ``"infeasible"``
+            keeps within it, and ``lower_bound`` bounds the optimum *within the budget*.
 
     Example:
         >>> import networkx as nx, layoutopt
@@ -59,6 +62,7 @@ class Solution:
     solve_time: float = 0.0
     message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
+    memory: float | None = None
 
     @property
     def gap(self) -> float:

@@ -20,11 +20,10 @@ import layoutopt
 TVM_EXAMPLES = [
     "_tvm", "apply", "baselines", "builder", "cache", "calibrate", "check", "cli", "deploy", "extract",
     "graph", "guard", "load", "measure", "memory", "models", "normalise", "onnx_import", "ops", "origin",
-    "problem", "profile",
-    "report", "result", "runner", "stages", "timing", "tune", "worker", "kernels", "kernels.candidate",
-    "kernels.conv2d", "kernels.convolution", "kernels.dense", "kernels.family", "kernels.gemm",
-    "kernels.isa", "kernels.kernel", "kernels.module", "kernels.onnx_resize", "kernels.padded",
-    "kernels.registry",
+    "problem", "profile", "report", "result", "runner", "shuffle", "stages", "timing", "tune", "worker",
+    "kernels", "kernels.candidate", "kernels.conv2d", "kernels.convolution", "kernels.dense",
+    "kernels.family", "kernels.gemm", "kernels.isa", "kernels.kernel", "kernels.module",
+    "kernels.onnx_resize", "kernels.padded", "kernels.registry", "kernels.transcendental",
     "kernels.transform", "kernels.winograd", "kernels.workload",
 ]
 

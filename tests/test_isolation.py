@@ -83,3 +83,21 @@ def test_a_worker_that_cannot_start_says_why():
         worker.call(pid)
     assert not worker.alive
     worker.close()
+
+
+def solve_with_limit(method: str) -> str:
+    import layoutopt
+    from layoutopt.generators import generate
+
+    return layoutopt.solve(*generate("resnet", nodes=20, max_choices=3), method=method, time_limit=20).status
+
+
+def test_time_limited_cpsat_and_mip_run_in_a_worker():
+    """run_until forks a child; a worker is daemonic, and multiprocessing refused it children (the bench
+    recorded every time-limited cpsat and mip solve as an error)."""
+    worker = IsolatedWorker()
+    try:
+        for method in ("cpsat", "mip"):
+            assert worker.call(solve_with_limit, method, timeout=120) == "optimal"
+    finally:
+        worker.close()

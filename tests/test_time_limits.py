@@ -80,3 +80,27 @@ def test_greedy_repair_stops_at_the_limit():
     costs = {"nodes": {v: [0.0, 1.0] for v in cycle}, "edges": {e: differ for e in cycle.edges}}
     sol = solve_within(Problem.from_graph(cycle, costs), "greedy", 0.2, max_repair_rounds=2000)
     assert sol.status == "infeasible" and sol.lower_bound < math.inf and sol.message
+
+
+@pytest.fixture(scope="module")
+def budgeted(densenet):  # densenet: the methods warmed up
+    """The same instance with memory figures and a budget halfway between the smallest assignment's
+    memory and pbqp's unconstrained answer's: the budget binds."""
+    from layoutopt.solvers.budget import smallest_memory
+
+    graph, costs = generate("densenet", nodes=600, seed=1, regime="xhard")
+    rng = np.random.default_rng(0)
+    memory = {"nodes": {n: np.round(rng.uniform(1e5, 1e6, len(c))) for n, c in costs.nodes.items()}}
+    problem = Problem.from_graph(graph, costs, memory)
+    free = layoutopt.solve_problem(problem, "pbqp")
+    return problem.with_memory_budget(0.5 * (free.memory + smallest_memory(problem).memory))
+
+
+@pytest.mark.parametrize("method", [m for m in layoutopt.methods() if m not in ("bruteforce", "dp")])
+def test_every_method_answers_within_the_limit_under_a_budget(budgeted, method):
+    sol = solve_within(budgeted, method, 0.5)
+    if method == "greedy":  # proves nothing: no bound
+        assert sol.status == "feasible" and math.isfinite(sol.objective)
+    else:
+        check_answer(budgeted, sol)
+    assert sol.memory <= budgeted.memory_budget

@@ -41,9 +41,18 @@ from .records import FAILED, SOLVED, Record
 from .report import comparison_table, markdown, plot, write_csv, write_report
 from .runner import REPEAT_BELOW, run
 from .stats import best_known, summarize
-from .suite import SIZES, InstanceSpec, bundled_instances, file_suite, synthetic_suite
+from .suite import (
+    BUDGET_SHARES,
+    SIZES,
+    InstanceSpec,
+    budget_suite,
+    bundled_instances,
+    file_suite,
+    synthetic_suite,
+)
 
 __all__ = [
+    "BUDGET_SHARES",
     "DEFAULT_BASELINES",
     "FAILED",
     "REPEAT_BELOW",
@@ -53,6 +62,7 @@ __all__ = [
     "Record",
     "add_arguments",
     "best_known",
+    "budget_suite",
     "bundled_instances",
     "comparison_table",
     "file_suite",

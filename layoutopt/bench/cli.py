@@ -8,7 +8,7 @@ from typing import Any
 
 from .report import markdown, write_report
 from .runner import run
-from .suite import SIZES, InstanceSpec, file_suite, synthetic_suite
+from .suite import BUDGET_SHARES, SIZES, InstanceSpec, budget_suite, file_suite, synthetic_suite
 
 __all__ = ["DEFAULT_BASELINES", "add_arguments", "add_parser", "run_from_args", "suite_from_args"]
 
@@ -20,10 +20,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The harness's options, shared by ``layoutopt bench`` and ``python -m benchmarks.solvers``."""
     parser.add_argument(
         "--suite",
-        choices=("synthetic", "presets", "tiny", "files"),
+        choices=("synthetic", "presets", "tiny", "files", "budget"),
         default="synthetic",
         help="synthetic: presets + families x sizes; presets: the four real-sized ones; "
-        "tiny: a few seconds' smoke run; files: only the --instances directory",
+        "tiny: a few seconds' smoke run; files: only the --instances directory; budget: presets + "
+        "families x sizes + the --instances files, each under memory budgets (--budget-shares)",
+    )
+    parser.add_argument(
+        "--budget-shares", type=float, nargs="+", default=list(BUDGET_SHARES), metavar="S",
+        help="with --suite budget: where each budget lies, from the smallest assignment's memory (0) to "
+        "the unconstrained optimum's (1); default: %(default)s",
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), metavar="N")
     parser.add_argument("--families", nargs="+", default=["resnet", "inception", "densenet", "ssd", "random"])
@@ -51,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run solvers in this process (faster start; a crash ends the run)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--note", action="append", default=[], metavar="TEXT",
+                        help="a line for the report's header (e.g. how loaded the machine was); repeatable")
 
 
 def suite_from_args(args: argparse.Namespace) -> list[InstanceSpec]:
@@ -59,12 +67,14 @@ def suite_from_args(args: argparse.Namespace) -> list[InstanceSpec]:
         specs = synthetic_suite(sizes=[20], families=["resnet", "densenet", "random"], presets=False)
     elif args.suite == "presets":
         specs = synthetic_suite(sizes=[], regimes=args.regimes, seeds=args.seeds)
-    elif args.suite == "synthetic":
+    elif args.suite in ("synthetic", "budget"):
         specs = synthetic_suite(args.sizes, args.families, args.regimes, args.seeds)
     else:
         specs = []
     if args.instances:
         specs += file_suite(args.instances)
+    if args.suite == "budget":
+        specs = budget_suite(specs, args.budget_shares)
     return specs
 
 
@@ -85,9 +95,17 @@ def run_from_args(args: argparse.Namespace, out: Callable[[str], Any] = print) -
         isolate=not args.in_process,
         progress=not args.quiet,
     )
-    paths = write_report(
-        records, args.out, stem=args.stem, plots=not args.no_plots, time_limit=args.time_limit
-    )
+    budget = args.suite == "budget"
+    notes = list(args.note)
+    if budget:
+        notes.insert(0, "Memory budgets: synthetic figures anti-correlated with cost "
+                     "(`generators.memory_figures`), each instance's budget `memN` N % of the way from its "
+                     "smallest assignment's memory to its unconstrained optimum's "
+                     "(`generators.constrain_memory`). Gaps are to the best known objective *within the "
+                     "budget*.")
+    title = "Solver comparison under memory budgets" if budget else "Solver comparison"
+    paths = write_report(records, args.out, stem=args.stem, plots=not args.no_plots,
+                         time_limit=args.time_limit, title=title, notes=notes)
     out(
         markdown(records, time_limit=args.time_limit).split("\n## Summary per method")[0].split("\n\n", 2)[-1]
     )

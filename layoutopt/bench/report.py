@@ -34,13 +34,19 @@ def _fmt_gap(gap: float) -> str:
     return f"{100 * gap:.2f}%" if not math.isnan(gap) else "-"
 
 
-def _cell(r: Record, exact: bool, fastest: bool) -> str:
+#: an exact method's unproved answer counts as stopped by the time limit from this share of the limit on
+#: (before it, the method ended without a proof: dp's multiplier search under a memory budget)
+_STOPPED_SHARE = 0.9
+
+
+def _cell(r: Record, exact: bool, fastest: bool, time_limit: float | None = None) -> str:
     if r.status == "optimal":
         text = _fmt_time(r.wall_time)
         return f"**{text}**" if fastest else text
     if r.status == "feasible":
         gap = f"+{_fmt_gap(r.gap)}" if r.gap > 0 else "best"
-        return f"TO ({gap})" if exact else f"{_fmt_time(r.wall_time)} ({gap})"
+        stopped = exact and (time_limit is None or r.wall_time >= _STOPPED_SHARE * time_limit)
+        return f"TO ({gap})" if stopped else f"{_fmt_time(r.wall_time)} ({gap})"
     return r.status
 
 
@@ -64,9 +70,11 @@ def _baselines_run(methods: Sequence[str]) -> dict[str, str]:
 
 
 def markdown(
-    records: Sequence[Record], title: str = "Solver comparison", time_limit: float | None = None
+    records: Sequence[Record], title: str = "Solver comparison", time_limit: float | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
-    """The report as markdown: the results table, a summary per method, the targets, failures."""
+    """The report as markdown: the results table, a summary per method, the targets, failures
+    (``notes``: more lines for the header, e.g. how loaded the machine was)."""
     summary = summarize(records)
     info = stamp()
     methods = list(summary["methods"])
@@ -81,10 +89,13 @@ def markdown(
         f"- **Threads:** {info['threads']}",
         f"- **Versions:** {info['versions']}",
         f"- **Time limit:** {time_limit:g} s per solve" if time_limit else "- **Time limit:** none",
+        *(f"- {note}" for note in notes),
         "- Wall time of one `layoutopt.solve` call (validation and model building included; a "
         f"solve under {REPEAT_BELOW:g} s is repeated, 3 times by default, and its best time kept). "
         "Cells: time when proven optimal (**bold**: fastest proof); `time (+g%)` for a heuristic, `g` its "
-        "gap to the best known objective; `TO (+g%)` an exact method stopped at the limit with its "
+        "gap to the best known objective (also an exact method's answer it ended without proving, as `dp` "
+        "under a memory budget, whose multiplier search leaves a duality gap); `TO (+g%)` an exact method "
+        "stopped at the limit with its "
         "incumbent; `refused`, `error`, `crash`, `killed`: see Failures. Best known: the least objective "
         "found, `*` when some exact method proved it optimal.",
         *(f"- Baseline `{name}`: {what}." for name, what in _baselines_run(methods).items()),
@@ -101,7 +112,8 @@ def markdown(
         for m in methods:
             r = by.get((inst, m))
             cells.append(
-                "" if r is None else _cell(r, exact[m], r.status == "optimal" and r.wall_time == fastest)
+                "" if r is None else _cell(r, exact[m], r.status == "optimal" and r.wall_time == fastest,
+                                           time_limit)
             )
         known = f"{best[inst]:.7g}{'*' if proved else ''}" if inst in best else "-"
         lines.append(f"| {inst} | {row[0].nodes}/{row[0].edges} | {known} | " + " | ".join(cells) + " |")
@@ -271,13 +283,15 @@ def write_report(
     stem: str = "solvers",
     plots: bool = True,
     time_limit: float | None = None,
+    title: str = "Solver comparison",
+    notes: Sequence[str] = (),
 ) -> list[Path]:
     """Write ``<stem>.md``, ``<stem>.csv`` and (with ``plots``) ``<stem>.time.png`` and
     ``<stem>.gaps.png`` under ``out_dir``; return their paths."""
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{stem}.md", folder / f"{stem}.csv"]
-    paths[0].write_text(markdown(records, time_limit=time_limit), encoding="utf-8")
+    paths[0].write_text(markdown(records, title, time_limit, notes), encoding="utf-8")
     write_csv(records, paths[1])
     if plots:
         paths += [folder / f"{stem}.time.png", folder / f"{stem}.gaps.png"]

@@ -6,26 +6,37 @@ JSON problem file (see :mod:`layoutopt.io`), so a worker process rebuilds it fro
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SIZES", "InstanceSpec", "bundled_instances", "file_suite", "synthetic_suite"]
+__all__ = ["BUDGET_SHARES", "SIZES", "InstanceSpec", "budget_suite", "bundled_instances", "file_suite",
+           "synthetic_suite"]
 
 #: sizes of the standard synthetic suite
 SIZES = (20, 50, 100, 200, 500, 1000, 2000)
+#: where the budgets of the constrained suite lie, from the smallest assignment's memory (0) to the
+#: unconstrained optimum's (1): budgets that bind
+BUDGET_SHARES = (0.25, 0.5, 0.75)
 
 
 @dataclass(frozen=True)
 class InstanceSpec:
-    """How to build one instance: a generator call, or a JSON problem file (``path``).
+    """How to build one instance: a generator call, or a JSON problem file (``path``); with a
+    ``budget_share``, under a memory budget (:func:`layoutopt.generators.constrain_memory`: synthetic
+    figures anti-correlated with cost, the budget that share of the way from the smallest assignment's
+    memory to the unconstrained optimum's).
 
     Example:
         >>> graph, costs = InstanceSpec("resnet50", family="resnet50").load()
         >>> graph.number_of_nodes()
         71
+        >>> graph, costs = InstanceSpec("resnet50_mem50", family="resnet50", budget_share=0.5).load()
+        >>> graph.graph["memory_budget"]
+        232903898.0
     """
 
     name: str
@@ -36,18 +47,29 @@ class InstanceSpec:
     max_choices: int = 16
     path: str | None = None
     group: str = "synthetic"
+    budget_share: float | None = None
 
     def load(self):
-        """``(graph, costs)`` of the instance."""
+        """``(graph, costs)`` of the instance (the memory figures and budget, if any, in the graph)."""
         if self.path is not None:
             from ..io import read_json
 
-            return read_json(self.path)
-        from ..generators import generate
+            graph, costs = read_json(self.path)
+        else:
+            from ..generators import generate
 
-        return generate(
-            self.family, nodes=self.nodes, max_choices=self.max_choices, seed=self.seed, regime=self.regime
-        )
+            graph, costs = generate(self.family, nodes=self.nodes, max_choices=self.max_choices,
+                                    seed=self.seed, regime=self.regime)
+        if self.budget_share is not None:
+            from ..generators import constrain_memory
+
+            constrain_memory(graph, costs, self.budget_share, self.seed)
+        return graph, costs
+
+    def under_budget(self, share: float) -> InstanceSpec:
+        """This instance under a memory budget at ``share`` (named ``NAME_memPERCENT``)."""
+        return dataclasses.replace(self, name=f"{self.name}_mem{round(100 * share)}", budget_share=share,
+                                   group=f"{self.group}, budget")
 
 
 def synthetic_suite(
@@ -90,6 +112,18 @@ def synthetic_suite(
                         )
                     )
     return specs
+
+
+def budget_suite(specs: Iterable[InstanceSpec],
+                 shares: Iterable[float] = BUDGET_SHARES) -> list[InstanceSpec]:
+    """Every instance of ``specs`` under a memory budget at each of ``shares`` (see :class:`InstanceSpec`).
+
+    Example:
+        >>> [s.name for s in budget_suite(synthetic_suite(sizes=[], families=[])[:1], [0.25, 0.5])]
+        ['resnet50_mem25', 'resnet50_mem50']
+    """
+    shares = list(shares)
+    return [spec.under_budget(share) for spec in specs for share in shares]
 
 
 def file_suite(directory: str | os.PathLike, group: str = "real") -> list[InstanceSpec]:

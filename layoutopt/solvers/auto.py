@@ -31,6 +31,13 @@ The plan, in order:
    if its tables fit ``dp``'s default limit, which computes in float64; otherwise the message says
    so.
 
+5. Under a **memory budget** the PBQP reductions are not exact as they stand (a reduced node's choice
+   is fixed by its neighbours, whatever its memory), so: the problem is solved without the budget
+   first (steps 1-4); when that optimum fits, it is the answer (the budget binds nothing). Otherwise
+   its cost is a lower bound, its answer repaired to fit (:mod:`~.budget`) the incumbent, and the
+   exact engine (``toulbar2`` with its knapsack constraint, else ``cpsat`` with a linear one) solves
+   the whole problem with the budget, unreduced.
+
 ``stats["engine"]`` names what ran (``"reductions"``, ``"dp"``, ``"toulbar2"`` or
 ``"cpsat"``); ``stats`` also holds the reduction counts and the time of each phase.
 
@@ -62,10 +69,12 @@ from ..machine import usable_cores
 from ..problem import Problem
 from ..solution import OPTIMALITY_TOLERANCE
 from . import get_solver, register, registered
-from .base import Deadline, Option, Solver, SolverResult
+from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment
+from .budget import INTEGER_MEMORY_BUDGET, integer_memory, polish, repair
 from .dp import DP, OutOfTime, TableTooLarge, eliminate, elimination_order
 from .pbqp import icm
 from .reductions import Reduction, reduce
+from .toulbar2 import LARGEST_FIGURE
 
 
 def exact_engine() -> str:
@@ -78,6 +87,10 @@ def exact_engine() -> str:
 #: share of the time left that the engine gets: the expansion and the front end's recomputation of
 #: the objective run after its deadline
 ENGINE_SHARE = 0.95
+
+#: under a memory budget, the share of the time that the unconstrained solve may take (it is usually
+#: a small part of the constrained one)
+UNCONSTRAINED_SHARE = 0.5
 
 #: kernels of at least this many nodes go straight to toulbar2's second phase (TRW-S bounds)
 TRWS_KERNEL = 800
@@ -129,6 +142,8 @@ class Auto(Solver):
     }
 
     def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
+        if problem.memory_budget is not None:
+            return self._solve_within_budget(problem, deadline, options)
         start = time.perf_counter()
         reduction = reduce(problem)
         stats: dict[str, Any] = dict(reduction.stats)
@@ -161,6 +176,63 @@ class Auto(Solver):
         own = self._solve_kernel(reduction, exact_engine(), deadline, stats, start_second_search,
                                  probe=possible and not second)
         return second[0].merge(own, problem, deadline, stats) if second else own
+
+    def _solve_within_budget(self, problem: Problem, deadline: Deadline,
+                             options: Mapping[str, Any]) -> SolverResult:
+        """Under a memory budget (see the module docstring): the unconstrained optimum when it fits, else
+        the exact engine with the budget as a constraint, on the whole problem."""
+        phase = time.perf_counter()
+        free = self.solve(problem.with_memory_budget(None), deadline.share(UNCONSTRAINED_SHARE), options)
+        stats: dict[str, Any] = {
+            "unconstrained": {key: free.stats.get(key) for key in ("engine", "kernel_nodes")},
+            "unconstrained_time": time.perf_counter() - phase}
+        if free.assignment is None:  # nothing allowed, or nothing found in time
+            return SolverResult(None, "infeasible", free.lower_bound, free.message, {**free.stats, **stats})
+        if problem.fits(free.assignment):
+            stats["engine"] = free.stats.get("engine")
+            stats["budget"] = "the unconstrained optimum fits" if free.status == "optimal" else (
+                "the unconstrained answer fits")
+            return SolverResult(free.assignment, free.status, free.lower_bound, free.message,
+                                {**free.stats, **stats})
+        # The unconstrained optimum bounds the constrained one. The incumbent: its answer made to fit, or
+        # pbqp's multiplier search (a few milliseconds; on 600-node DenseNets with a budget halfway, 28 %
+        # cheaper than the repair), whichever costs less
+        repaired = np.array(free.assignment, dtype=np.int64)
+        candidates = [heuristic_assignment(problem, deadline)]
+        if repair(problem, repaired, deadline):
+            polish(problem, repaired, deadline)
+            candidates.append(repaired)
+        candidates = [x for x in candidates if x is not None]
+        incumbent = min(candidates, key=problem.evaluate) if candidates else None
+        engine = exact_engine()
+        if engine == "toulbar2" and not _exact_figures(problem, LARGEST_FIGURE) and _exact_figures(problem):
+            engine = "cpsat"  # toulbar2 would round figures of 2**31 bytes or more; CP-SAT keeps them whole
+        stats.update(engine=engine, budget=f"{engine} with the budget as a constraint")
+        solver_cls = get_solver(engine)
+        phase = time.perf_counter()
+        engine_deadline = deadline.share(ENGINE_SHARE)
+        if engine == "toulbar2":
+            result = solver_cls().solve(problem, engine_deadline, solver_cls.resolve_options(),
+                                        incumbent=incumbent)
+        else:
+            result = solver_cls().solve(problem, engine_deadline, solver_cls.resolve_options())
+        stats["engine_time"] = time.perf_counter() - phase
+        stats["engine_stats"] = result.stats
+        bounds = [b for b in (result.lower_bound, free.lower_bound) if b is not None]
+        lower = max(bounds) if bounds else None
+        if result.assignment is None:
+            if result.lower_bound == math.inf:
+                return SolverResult(None, "infeasible", math.inf, result.message, stats)
+            if incumbent is None:
+                return SolverResult(None, "infeasible", lower, result.message or
+                                    f"{engine} found no assignment within the memory budget in time", stats)
+            return SolverResult(incumbent, "feasible", lower, result.message, stats)
+        assignment = np.array(result.assignment, dtype=np.int64)
+        if incumbent is not None and problem.evaluate(incumbent) < problem.evaluate(assignment):
+            assignment = incumbent
+        if result.status != "optimal":
+            stats["polish_moves"] = polish(problem, assignment, deadline)
+        return SolverResult(assignment, result.status, lower, result.message, stats)
 
     def _solve_kernel(self, reduction: Reduction, engine: str, deadline: Deadline, stats: dict[str, Any],
                       before_second_phase: Callable[[], None], probe: bool) -> SolverResult:
@@ -202,6 +274,12 @@ class Auto(Solver):
                        f"{DP.options['max_table_size'].default:.0e} entries)")
         return SolverResult(reduction.expand(assignment), result.status, reduction.lower_bound(bound),
                             message, stats)
+
+
+def _exact_figures(problem: Problem, largest_figure: float = INTEGER_MEMORY_BUDGET) -> bool:
+    """Whether an engine taking figures up to ``largest_figure`` gets them exactly (no rounding)."""
+    memory = integer_memory(problem, largest_figure)
+    return memory is None or memory.exact
 
 
 class SecondSearch:

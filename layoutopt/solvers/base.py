@@ -12,14 +12,18 @@ fallback for the exact engines) and :func:`run_until` (an engine that does not k
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
-import multiprocessing
 import numbers
+import os
+import signal
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any, ClassVar
 
 import numpy as np
@@ -236,7 +240,8 @@ FALLBACK_GRACE = 0.05
 
 def heuristic_assignment(problem: Problem, deadline: Deadline | None = None) -> np.ndarray | None:
     """A quick allowed assignment, to warm-start the exact engines and to fall back on: ``pbqp``
-    (which cuts corners past ``deadline`` plus :data:`FALLBACK_GRACE`).
+    (which cuts corners past ``deadline`` plus :data:`FALLBACK_GRACE`); under a memory budget, its
+    Lagrangian search (:func:`.budget.lagrangian`), whose answer fits.
 
     Returns None when it finds no assignment of finite cost (or runs out of time).
 
@@ -250,11 +255,12 @@ def heuristic_assignment(problem: Problem, deadline: Deadline | None = None) -> 
     from . import get_solver
 
     pbqp = get_solver("pbqp")
-    result = pbqp().solve(problem, (deadline or Deadline(None)).later(FALLBACK_GRACE), pbqp.resolve_options())
+    deadline = (deadline or Deadline(None)).later(FALLBACK_GRACE)
+    result = pbqp().solve(problem, deadline, pbqp.resolve_options())
     if result.assignment is None:
         return None
     assignment = np.asarray(result.assignment, dtype=np.int64)
-    return assignment if math.isfinite(problem.evaluate(assignment)) else None
+    return assignment if math.isfinite(problem.evaluate(assignment)) and problem.fits(assignment) else None
 
 
 #: seconds an engine may overrun the deadline before :func:`run_until` stops it (its own limit comes first)
@@ -266,33 +272,42 @@ def run_until(run: Callable[[], Any], deadline: Deadline) -> Any | None:
 
     For engines whose own time limit is not kept: CBC and HiGHS overrun theirs by seconds (their root
     LP does not look at the clock) and pywraplp cannot interrupt them; CP-SAT loads its model before its
-    clock starts. Returns ``run()``'s value (it must pickle), or None when the child was stopped. The
-    child inherits the built model; where ``fork`` does not exist, ``run()`` runs in this process.
+    clock starts. Returns ``run()``'s value (it must pickle), or None when the child was stopped (or
+    died). The child inherits the built model; where ``fork`` does not exist, ``run()`` runs in this
+    process.
 
     Example:
         >>> run_until(lambda: 6 * 7, Deadline(5.0)), run_until(lambda: time.sleep(5), Deadline(0.1))
         (42, None)
     """
-    if "fork" not in multiprocessing.get_all_start_methods():
+    if not hasattr(os, "fork"):
         return run()
-    context = multiprocessing.get_context("fork")
-    receiver, sender = context.Pipe(duplex=False)
-
-    def child() -> None:
-        sender.send(run())
-
-    process = context.Process(target=child, daemon=True)
-    process.start()
-    sender.close()
+    # A bare fork, not multiprocessing: it works in daemonic processes too (an IsolatedWorker's, such
+    # as the bench's, which may have no multiprocessing children: cpsat and mip failed there)
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: answers through the pipe, leaves by os._exit
+        code = 1
+        try:
+            os.close(read_end)
+            with Connection(write_end, readable=False) as sender:
+                sender.send(run())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    receiver = Connection(read_end, writable=False)
     try:
         remaining = deadline.remaining()
         if receiver.poll(None if remaining is None else remaining + OVERRUN):
             return receiver.recv()
         return None
-    except EOFError:  # the child died without an answer
+    except (EOFError, OSError):  # the child died without an answer
         return None
     finally:
-        if process.is_alive():
-            process.kill()
-        process.join()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
         receiver.close()

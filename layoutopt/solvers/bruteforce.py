@@ -20,7 +20,8 @@ MAX_ASSIGNMENTS = 10**6
 class BruteForce(Solver):
     """Exhaustive search over the full cost tensor (numpy broadcasting).
 
-    Refuses problems with more than ``10**6`` assignments. Under a time limit it adds the cost
+    Refuses problems with more than ``10**6`` assignments; under a memory budget the assignments over
+    it are masked out (exact). Under a time limit it adds the cost
     tables one by one; if the time runs out first, it returns the best assignment of the tables
     added so far with a certified bound (their minimum plus the least entry of every other table).
 
@@ -76,11 +77,32 @@ class BruteForce(Solver):
                 break
             total = total + expand(values, axes)
             added += 1
+        if problem.memory_budget is not None:  # the assignments over the budget are out
+            memory = np.zeros(shape)
+            for i, vector in enumerate(problem.node_memory):
+                if i in axis:
+                    memory = memory + expand(vector, [axis[i]])
+            fixed = math.fsum(float(vector[0]) for i, vector in enumerate(problem.node_memory)
+                              if i not in axis)
+            # the tensor's float sums may round either way: a margin of their rounding keeps every
+            # assignment within the budget by its exact sum (Problem.fits); those over it are dropped below
+            largest = math.fsum(float(vector.max()) for vector in problem.node_memory)
+            margin = len(problem) * 2.0**-50 * largest
+            total = np.where(memory + fixed <= problem.memory_budget + margin, total, math.inf)
+
+        def unravel(flat: int) -> np.ndarray:
+            assignment = np.zeros(len(problem), dtype=np.int64)
+            for a, k in enumerate(np.unravel_index(flat, shape) if shape else ()):
+                assignment[free[a]] = k
+            return assignment
+
         flat = int(np.argmin(total)) if total.size else 0
+        assignment = unravel(flat)
+        while total.size and total.flat[flat] < math.inf and not problem.fits(assignment):
+            total.flat[flat] = math.inf  # within the budget by the tensor's float sum, not by the exact one
+            flat = int(np.argmin(total))
+            assignment = unravel(flat)
         best = float(total.flat[flat]) if total.size else 0.0
-        assignment = np.zeros(len(problem), dtype=np.int64)
-        for a, k in enumerate(np.unravel_index(flat, shape) if shape else ()):
-            assignment[free[a]] = k
         stats = {"assignments": count, "tables_added": added, "tables": len(tables)}
         rest = [float(values.min()) for _, values in tables[added:]]
         bound = sum_down([best, *constants, *rest])
@@ -89,5 +111,6 @@ class BruteForce(Solver):
                                 f"time limit reached after adding {added} of {len(tables)} cost tables; "
                                 "lower_bound is their minimum plus the least entry of the others", stats)
         if not math.isfinite(bound):
-            return SolverResult(None, "infeasible", math.inf, "every assignment costs inf", stats)
+            what = "costs inf" if problem.memory_budget is None else "costs inf or is over the memory budget"
+            return SolverResult(None, "infeasible", math.inf, f"every assignment {what}", stats)
         return SolverResult(assignment, "optimal", bound, stats=stats)

@@ -6,7 +6,8 @@ they are shifted, scaled by a power of two and rounded (:mod:`~layoutopt.solvers
 ``pbqp`` incumbent pruning entries when the costs span too many orders of magnitude), and the bound
 reported is certified for the original float costs (the scaled bound minus the largest possible
 rounding error). Under a time limit the model build stops at the deadline too, and the ``pbqp``
-assignment is returned with the trivial bound.
+assignment is returned with the trivial bound. A memory budget is one more linear constraint over the
+choice literals (integer figures, :func:`~.budget.integer_memory`), so it is solved exactly.
 
 Parameters: CP-SAT's default portfolio stalls on 2 cores (its only full-problem worker's LP misses
 the exactly-one constraints presolve creates, and the bound never closes on the ResNet-50 and
@@ -37,6 +38,7 @@ from .base import (
     heuristic_assignment,
     run_until,
 )
+from .budget import integer_memory, repair
 from .marginal import marginal_model
 from .scaling import scale_costs
 
@@ -126,6 +128,15 @@ class CpSat(Solver):
             linear.domain.extend([0, 0])
             if count % _CHECK_EVERY == 0 and deadline.expired():
                 return out_of_time()
+        memory = integer_memory(problem)
+        if memory is not None:  # the budget: sum of the chosen literals' figures <= budget
+            figures = memory.of_literals(problem, encoding.literal_node, encoding.literal_choice)
+            used = np.flatnonzero(figures)
+            linear = proto.constraints.add().linear
+            linear.vars.extend(used.tolist())
+            linear.coeffs.extend(figures[used].astype(np.int64).tolist())
+            linear.domain.extend([-(2**62), memory.budget])
+            stats["memory_exponent"] = memory.exponent
         costs = np.concatenate([encoding.literal_cost, encoding.pair_cost]).astype(np.int64)
         used = np.flatnonzero(costs)
         proto.objective.vars.extend(used.tolist())
@@ -169,8 +180,9 @@ class CpSat(Solver):
         stats["cpsat_status"] = status
 
         if status == "INFEASIBLE":
-            return SolverResult(None, "infeasible", math.inf,
-                                "cpsat proved that every assignment uses a forbidden (inf) entry", stats)
+            over = "" if memory is None else " or is over the memory budget"
+            proof = f"cpsat proved that every assignment uses a forbidden (inf) entry{over}"
+            return SolverResult(None, "infeasible", math.inf, proof, stats)
         if status == "MODEL_INVALID":  # a bug in this module, not user error
             raise InternalError(f"cpsat built an invalid model: {model.validate()}")
         lower = scaled.lower_bound(best_bound)
@@ -182,6 +194,16 @@ class CpSat(Solver):
             return SolverResult(None, "infeasible", lower,
                                 "cpsat found no allowed assignment within the time limit "
                                 "(infeasibility not proven)", stats)
+        if not problem.fits(assignment):  # figures rounded down let it over the true budget: repaired
+            assignment = np.asarray(assignment, dtype=np.int64).copy()
+            stats["memory_repaired"] = True
+            if not repair(problem, assignment, deadline):
+                assignment = incumbent
+            if assignment is None:
+                return SolverResult(None, "infeasible", lower, "cpsat's answer is over the memory budget "
+                                    "once its figures are not rounded, and no repair fits", stats)
+            return SolverResult(assignment, "feasible", lower, "cpsat's answer was over the memory budget by "
+                                "the rounding of the figures: repaired", stats)
         if status == "OPTIMAL":
             message = "" if not scaled.rounding_error else (
                 f"optimal for the integer-rounded costs; lower_bound accounts for their rounding "

@@ -35,6 +35,7 @@ from ..errors import ProblemError
 from ..problem import Problem, sum_down
 from . import get_solver, register
 from .base import Deadline, Option, Solver, SolverResult
+from .budget import lagrangian
 from .reductions import reduce
 
 __all__ = ["DP", "OutOfTime", "TableTooLarge", "eliminate", "elimination_order"]
@@ -191,12 +192,30 @@ def eliminate(problem: Problem, order: list[int], deadline: Deadline | None = No
     return choices, constant
 
 
+def _exact(problem: Problem, max_table_size: float, deadline: Deadline) -> tuple[list[int] | None, float]:
+    """The optimum of ``problem`` (reductions, then elimination) and its value: the inner engine of the
+    Lagrangian search under a memory budget. ``(None, bound so far)`` when the deadline stops it."""
+    reduction = reduce(problem)
+    if reduction.infeasible is not None:
+        return None, math.inf
+    order, _ = elimination_order(reduction.kernel, max_table_size)
+    try:
+        choices, value = eliminate(reduction.kernel, order, deadline)
+    except OutOfTime as stop:
+        return None, reduction.lower_bound(stop.lower_bound)
+    if choices is None:
+        return None, math.inf
+    return reduction.expand(choices), reduction.lower_bound(value)
+
+
 @register
 class DP(Solver):
     """Exact: PBQP reductions, then variable elimination of the kernel (see the module docstring).
 
     Under a time limit, when the elimination cannot finish in time, it returns ``greedy``'s
-    assignment with the bound the elimination had proved.
+    assignment with the bound the elimination had proved. Under a memory budget it runs the Lagrangian
+    multiplier search (:func:`~.budget.lagrangian`) with itself as the exact inner engine: the best
+    assignment within the budget it meets and the best dual bound, ``"optimal"`` only when they meet.
     """
 
     name = "dp"
@@ -208,6 +227,9 @@ class DP(Solver):
     }
 
     def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
+        if problem.memory_budget is not None:
+            return lagrangian(problem, lambda priced, until: _exact(priced, options["max_table_size"], until),
+                              deadline, "dp")
         reduction = reduce(problem)
         stats: dict[str, Any] = dict(reduction.stats)
         if reduction.infeasible is not None:

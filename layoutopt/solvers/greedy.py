@@ -21,6 +21,7 @@ import numpy as np
 from ..problem import Problem
 from . import register
 from .base import Deadline, Option, Solver, SolverResult
+from .budget import repair
 
 
 def local_costs(problem: Problem, i: int, assignment: np.ndarray) -> np.ndarray:
@@ -34,7 +35,9 @@ def local_costs(problem: Problem, i: int, assignment: np.ndarray) -> np.ndarray:
 @register
 class Greedy(Solver):
     """Per-node argmin, then repair: while a node sits on a forbidden entry, move it to its
-    locally cheapest choice (at most ``max_repair_rounds`` sweeps, and no sweep after the time limit)."""
+    locally cheapest choice (at most ``max_repair_rounds`` sweeps, and no sweep after the time limit).
+    Under a memory budget, an assignment over it is then repaired (:func:`~.budget.repair`: lighter
+    choices, the least cost per byte saved first), or none is returned."""
 
     name = "greedy"
     exact = False
@@ -62,9 +65,16 @@ class Greedy(Solver):
                     assignment[i] = best
                     repairs += 1
         feasible = np.isfinite(problem.evaluate(assignment))
+        stats = {"repairs": repairs}
+        if feasible and not problem.fits(assignment):
+            # the cheapest choices hold too much: lighter ones, the least cost per byte saved first
+            if not repair(problem, assignment, deadline):
+                return SolverResult(None, "infeasible", None, "greedy found no assignment within the "
+                                    "memory budget (not a proof)", stats)
+            stats["memory_repaired"] = True
         return SolverResult(
             assignment,
             "feasible" if feasible else "infeasible",
             message="" if feasible else "greedy repair found no allowed assignment (not a proof)",
-            stats={"repairs": repairs},
+            stats=stats,
         )

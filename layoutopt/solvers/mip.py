@@ -10,7 +10,9 @@ a power of two (exact in float64) that brings the largest possible objective to 
 (:func:`~.scaling.scale_costs` without rounding). The relative MIP gap is set to 0 (pywraplp's default
 is 1e-4). The reported bound is the MIP solver's best bound, valid up to its numerical tolerances (not
 certified like ``cpsat``'s and ``toulbar2``'s). Under a time limit the model build stops at the
-deadline too, and the ``pbqp`` warm start is returned with the trivial bound.
+deadline too, and the ``pbqp`` warm start is returned with the trivial bound. A memory budget is one
+more row (the chosen choices' figures, scaled by a power of two); an answer the solver's tolerance let
+over the true budget is repaired (:func:`~.budget.repair`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..errors import ProblemError
 from ..problem import Problem
 from . import register
 from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment, run_until
+from .budget import integer_memory, repair
 from .marginal import marginal_model
 from .scaling import scale_costs
 
@@ -147,6 +150,16 @@ class Mip(Solver):
                         return False
             return True
 
+        if problem.memory_budget is not None and integer_memory(problem) is not None:
+            # the budget, one row; figures scaled by a power of two (exact) that brings the budget (or the
+            # largest figure) near the objective's magnitude, where the solver's absolute tolerances are
+            # negligible and no coefficient reaches its infinity
+            exponent = 20 - math.frexp(max(problem.memory_budget, float(problem.memory_flat.max())))[1]
+            figures = np.ldexp(problem.memory_flat[problem._packing.node_start[encoding.literal_node]
+                                                   + encoding.literal_choice], exponent)
+            row = solver.Constraint(-solver.infinity(), math.ldexp(problem.memory_budget, exponent))
+            for t in np.flatnonzero(figures).tolist():
+                row.SetCoefficient(x[t], float(figures[t]))
         one_choice = ((1.0, [(x[t], 1.0) for t in literals]) for literals in encoding.node_literals)
         marginals = ((0.0, [(x[literal], -1.0), *((y[p], 1.0) for p in pairs)])
                      for literal, pairs in encoding.marginals)
@@ -195,8 +208,9 @@ class Mip(Solver):
         distrusted = status == pywraplp.Solver.INFEASIBLE and (
             hint is not None or (backend == "cbc" and remaining is not None))
         if status == pywraplp.Solver.INFEASIBLE and not distrusted:
+            over = "" if problem.memory_budget is None else " or is over the memory budget"
             return SolverResult(None, "infeasible", math.inf, f"mip ({backend}) proved that every "
-                                "assignment uses a forbidden (inf) entry", stats)
+                                f"assignment uses a forbidden (inf) entry{over}", stats)
         if distrusted:
             # Not a proof: CBC reports INFEASIBLE when its time limit stops it before a first solution
             # (seen in the test suite on a busy machine), and no backend may deny the warm start.
@@ -217,6 +231,16 @@ class Mip(Solver):
             return SolverResult(None, "infeasible", None,
                                 f"mip ({backend}) found no allowed assignment (infeasibility not proven)",
                                 stats)
+        if not problem.fits(assignment):  # over the budget within the solver's tolerance: repaired
+            assignment = np.asarray(assignment, dtype=np.int64).copy()
+            stats["memory_repaired"] = True
+            if not repair(problem, assignment, deadline):
+                assignment = hint
+            if assignment is None:
+                return SolverResult(None, "infeasible", None, f"mip ({backend})'s answer is over the memory "
+                                    "budget beyond its tolerance, and no repair fits", stats)
+            status = pywraplp.Solver.FEASIBLE
+            message = f"mip ({backend})'s answer was over the memory budget within its tolerance: repaired"
         value = problem.evaluate(assignment)
         # the MIP's bound is only as good as its tolerances: never above the incumbent it proved
         lower = min(lower, value)

@@ -43,6 +43,7 @@ import numpy as np
 from ..problem import Problem
 from . import register
 from .base import Deadline, Option, Solver, SolverResult
+from .budget import lagrangian
 from .dp import TableTooLarge, eliminate, elimination_order
 from .reductions import Infeasible, WorkingGraph
 
@@ -153,12 +154,34 @@ def feasible_assignment(problem: Problem, deadline: Deadline) -> tuple[list[int]
     return None, status == cp_model.INFEASIBLE
 
 
+def _priced_pbqp(problem: Problem, deadline: Deadline) -> tuple[np.ndarray | None, float]:
+    """pbqp's answer on ``problem`` and a certified bound on its optimum: the answer's own cost when no
+    RN step was needed (then it is optimal), else the sum of the least costs. The inner engine of the
+    Lagrangian search under a memory budget."""
+    choices, counts, infeasible = run_pbqp(problem, deadline=deadline)
+    if choices is None and infeasible is None:
+        choices, counts, infeasible = run_pbqp(problem, prune=True, deadline=deadline)
+    if infeasible is not None:
+        return None, math.inf
+    if choices is None:
+        return None, problem.trivial_lower_bound()
+    assignment = np.array(choices, dtype=np.int64)
+    value = problem.evaluate(assignment)
+    if not math.isfinite(value):
+        return None, problem.trivial_lower_bound()
+    return assignment, value if counts["RN"] == 0 else problem.trivial_lower_bound()
+
+
 @register
 class PBQP(Solver):
     """PBQP reductions with the most-certain-node / locally-minimal RN rule (see the module docstring).
 
     Options:
         polish: run an ICM local search after the reductions when RN was used.
+
+    Under a memory budget: the Lagrangian multiplier search (:func:`~.budget.lagrangian`) with pbqp as
+    the inner engine, its answer polished within the budget; the bound is the dual one where pbqp's
+    answers were exact (no RN), else built on the sum of the least costs.
     """
 
     name = "pbqp"
@@ -168,6 +191,8 @@ class PBQP(Solver):
     }
 
     def solve(self, problem: Problem, deadline: Deadline, options: Mapping[str, Any]) -> SolverResult:
+        if problem.memory_budget is not None:
+            return lagrangian(problem, _priced_pbqp, deadline, "pbqp")
         choices, counts, infeasible = run_pbqp(problem, deadline=deadline)
         if choices is None and infeasible is None:  # RN hit a dead end: retry with pruning
             choices, counts, infeasible = run_pbqp(problem, prune=True, deadline=deadline)

@@ -6,7 +6,9 @@ integer costs: they are shifted, scaled by a power of two and rounded (:mod:`~la
 with the ``pbqp`` incumbent pruning entries when the costs span too many orders of magnitude) and
 passed with ``resolution=0``; the bound reported is certified for the original float costs. Cost
 tables are posted in bulk, one numpy array per table shape, so the build stays a small part of a
-solve (``auto`` runs this back-end on the kernel left by the PBQP reductions).
+solve (``auto`` runs this back-end on the kernel left by the PBQP reductions). A memory budget is
+toulbar2's knapsack global constraint over the choices' integer figures (:func:`~.budget.integer_memory`),
+so it is solved exactly.
 
 Pitfalls handled here (measured, see the project's solver notes):
 
@@ -37,6 +39,7 @@ from ..errors import ProblemError
 from ..problem import Problem
 from . import register
 from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment
+from .budget import IntegerMemory, integer_memory, repair
 from .scaling import scale_costs
 
 __all__ = ["SEARCH_OPTIONS", "Toulbar2"]
@@ -146,6 +149,37 @@ def _positive_or_none(name: str, value: Any) -> float | None:
     return float(value)
 
 
+#: toulbar2 1.4's knapsack constraint loses figures (and a budget) of 2**31 and more: measured, an
+#: assignment over the budget came back; below, none did. Larger figures are scaled down (rounded down)
+LARGEST_FIGURE = 2**30
+
+
+def _post_budget(wcsp, problem: Problem, memory: IntegerMemory) -> None:
+    """Post the memory budget as toulbar2's knapsack constraint: ``sum(-figure) >= -budget`` over the
+    choices with a figure. ``CFN.AddGeneralizedLinearConstraint`` posts the same, but builds its
+    parameters in time quadratic in the number of choices (a scan of every tuple per variable): seconds
+    at 2000 nodes, so the parameter text is written here, in its format."""
+    packed = problem._packing
+    scope, parts = [], [str(-memory.budget)]
+    spans = zip(packed.node_start.tolist(), packed.node_size.tolist(), strict=True)
+    for i, (start, size) in enumerate(spans):
+        figures = memory.flat[start:start + size]
+        used = np.flatnonzero(figures)
+        if not used.size:
+            continue
+        scope.append(i)
+        pairs = np.empty(2 * used.size, dtype=np.int64)
+        pairs[0::2], pairs[1::2] = used, -figures[used].astype(np.int64)
+        parts.append(f"{used.size} {' '.join(map(str, pairs.tolist()))}")
+    if scope:
+        wcsp.postKnapsackConstraint(scope, " ".join(parts), kp=True)
+
+
+def _proof(problem: Problem) -> str:
+    over = "" if problem.memory_budget is None else " or is over the memory budget"
+    return f"toulbar2 proved that every assignment uses a forbidden (inf) entry{over}"
+
+
 @register
 class Toulbar2(Solver):
     """Exact branch-and-bound with soft arc consistency bounds (toulbar2's HBFS), via pytoulbar2.
@@ -205,9 +239,12 @@ class Toulbar2(Solver):
                 wcsp.postUnaryVecConstraints(np.array(nodes, dtype=np.int64), costs)
             for edges, costs in scaled.edge_tables:
                 wcsp.postMultBinaryVecConstraints(np.array(edges, dtype=np.int64), costs)
+            memory = integer_memory(problem, LARGEST_FIGURE)
+            if memory is not None:
+                _post_budget(wcsp, problem, memory)
+                stats["memory_exponent"] = memory.exponent
         except pytoulbar2.pytb2.Contradiction:  # propagation while posting emptied a domain
-            return SolverResult(None, "infeasible", math.inf,
-                                "toulbar2 proved that every assignment uses a forbidden (inf) entry", stats)
+            return SolverResult(None, "infeasible", math.inf, _proof(problem), stats)
         if (fallback and incumbent is None and limit is not None
                 and problem.entries * BUILD_SECONDS_PER_ENTRY > FALLBACK_SHARE * limit):
             # The fallback costs about what the build did: made now, so that nothing runs after the
@@ -244,12 +281,24 @@ class Toulbar2(Solver):
         else:  # the build used up the time: no search at all
             solution, timed_out = None, True
 
+        if solution is not None and not problem.fits(solution[0]):
+            # the figures rounded down let it over the true budget: repaired (the bound stands)
+            assignment = np.asarray(solution[0], dtype=np.int64).copy()
+            stats["memory_repaired"] = True
+            if not repair(problem, assignment, deadline):
+                assignment = incumbent
+            lower = max(scaled.lower_bound(solution[1] if not timed_out else cfn.GetDDualBound()),
+                        problem.trivial_lower_bound())
+            if assignment is None:
+                return SolverResult(None, "infeasible", lower, "toulbar2's answer is over the memory budget "
+                                    "once its figures are not rounded, and no repair fits", stats)
+            return SolverResult(assignment, "feasible", lower, "toulbar2's answer was over the memory budget "
+                                "by the rounding of the figures: repaired", stats)
         if solution is None and not timed_out:
             if incumbent is not None:  # no assignment beats the incumbent's cost: a proof
                 stats["incumbent_proved"] = True
                 return SolverResult(incumbent, "optimal", scaled.lower_bound(incumbent_cost), proved, stats)
-            return SolverResult(None, "infeasible", math.inf,
-                                "toulbar2 proved that every assignment uses a forbidden (inf) entry", stats)
+            return SolverResult(None, "infeasible", math.inf, _proof(problem), stats)
         if timed_out:
             bound = cfn.GetDDualBound() if remaining is None or remaining > 0 else 0.0
             lower = max(scaled.lower_bound(bound), problem.trivial_lower_bound())

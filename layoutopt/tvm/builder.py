@@ -24,10 +24,11 @@ from ._tvm import first_line, import_tvm, resolve_target
 from .apply import apply_assignment
 from .graph import LayoutGraph
 from .kernels import schedule_module
-from .kernels.epilogue import sigmoid_te, softmax_te
+from .kernels.epilogue import divide_te, sigmoid_te, softmax_te
 from .kernels.module import Fallback, fallbacks
+from .kernels.transcendental import LEGALIZERS as TRANSCENDENTAL_LEGALIZERS
 from .memory import bytes_moved
-from .ops import static_shape
+from .ops import scalar_value, static_shape
 from .storage import (
     CONCAT_IN_PLACE,
     check_storage_plan,
@@ -80,6 +81,18 @@ def _legalize_softmax(bb, call):
                       primfunc_name_hint="softmax")
 
 
+def _legalize_divide(bb, call):
+    """``relax.divide`` by a scalar constant -> :func:`~layoutopt.tvm.kernels.epilogue.divide_te` (a
+    multiply by the reciprocal, as a fused ``["divide", c]`` step computes it); other divisions ->
+    TVM's legalization."""
+    tvm = import_tvm()
+    divisor = scalar_value(call.args[1])
+    data = call.args[0]
+    if divisor is None or static_shape(data) is None or static_shape(data) != static_shape(call):
+        return tvm.ir.Op.get("relax.divide").get_attr("FLegalize")(bb, call)
+    return bb.call_te(lambda x: divide_te(tvm, x, divisor), data, primfunc_name_hint="divide")
+
+
 def _legalize_concat(bb, call):
     """``relax.concat`` -> TVM's ``concatenate``, marked :data:`~layoutopt.tvm.storage.CONCAT_IN_PLACE`
     where its inputs lie one after another in its output, so that the build can let its producers
@@ -95,10 +108,13 @@ def _legalize_concat(bb, call):
     return legalized
 
 
-#: the ops this module legalizes itself, the others by TVM's legalizer
+#: the ops this module legalizes itself (exp, log, tanh, erf, GELU, softplus and small integer powers
+#: vectorised: :mod:`.kernels.transcendental`; a division by a constant as a multiply), the others by
+#: TVM's legalizer
 _LEGALIZERS = {"relax.nn.conv2d": _legalize_conv2d, "relax.sigmoid": _legalize_sigmoid,
                "relax.nn.silu": _legalize_silu, "relax.nn.softmax": _legalize_softmax,
-               "relax.concat": _legalize_concat}
+               "relax.concat": _legalize_concat, "relax.divide": _legalize_divide,
+               **TRANSCENDENTAL_LEGALIZERS}
 
 #: ops that may remain after legalization: the VM runs them itself
 _VM_OPS = frozenset({"relax.shape_of", "relax.null_value", "relax.print", "relax.assert_op",
@@ -155,8 +171,9 @@ def fold_reshapes(mod):
 
 def legalize(mod, target=None):
     """The build's first step: every Relax op becomes a TIR PrimFunc (a blocked conv2d through this
-    module's legalizer: TVM's refuses it; sigmoid, SiLU and softmax through this module's too,
-    vectorised; sort, scan and sampling ops through TVM's dispatchers).
+    module's legalizer: TVM's refuses it; sigmoid, SiLU, softmax, exp, log, tanh, erf, GELU, softplus
+    and small integer powers through this module's too, vectorised, a division by a scalar constant as
+    a multiply; sort, scan and sampling ops through TVM's dispatchers).
 
     Raises :class:`~layoutopt.ProblemError` naming an op that no legalization covers (the VM could
     not run it, and :func:`build` would fail at code generation).

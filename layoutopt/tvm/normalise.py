@@ -37,6 +37,7 @@ import numpy as np
 from ..errors import ProblemError
 from ._tvm import first_line, import_tvm
 from .ops import is_tensor_constant, static_shape
+from .shuffle import fold_channel_shuffles
 
 __all__ = ["channel_shuffles_as_take", "clip_bounds_as_ops", "fold_elementwise_constants",
            "layer_norms_as_one_op", "main_function", "prepare"]
@@ -58,7 +59,8 @@ def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
       constant arithmetic in numpy), ``FoldConstant`` and ``DeadCodeElimination``;
     * :func:`clip_bounds_as_ops` (the ONNX frontend's ``Clip`` as Relax ``maximum``/``minimum``);
     * :func:`channel_shuffles_as_take` (ShuffleNet's reshape -> transpose -> reshape as one gather of
-      channels, which follows layouts);
+      channels, which follows layouts), then :func:`~layoutopt.tvm.shuffle.fold_channel_shuffles`
+      (folded into the conv after it, or moved past the per-channel ops before it);
     * :func:`layer_norms_as_one_op` (a layer norm written out as mean, subtract, power, mean, add,
       sqrt, divide, multiply and add, as exporters write it, as one ``layer_norm``: one kernel);
     * renaming of duplicate binding names in ``main`` (``lv7``, ``lv7`` -> ``lv7``, ``lv7_1``, as
@@ -96,7 +98,7 @@ def prepare(mod, params: Mapping[str, Any] | Sequence[Any] | None = None):
     fold = tvm.transform.Sequential([relax.transform.FoldConstant(), relax.transform.DeadCodeElimination()])
     try:
         mod = clip_bounds_as_ops(fold(fold_elementwise_constants(_decompose_batch_norms(mod))))
-        mod = layer_norms_as_one_op(channel_shuffles_as_take(mod))
+        mod = layer_norms_as_one_op(fold_channel_shuffles(channel_shuffles_as_take(mod)))
     except Exception as exc:
         raise ProblemError(f"normalising the module failed: {first_line(exc)}") from None
     return _unique_names(mod)

@@ -55,6 +55,7 @@ __all__ = [
     "layout_carrier",
     "op_name",
     "resize_workload",
+    "scalar_value",
     "slice_ranges",
     "static_shape",
     "var_uses",
@@ -64,8 +65,8 @@ __all__ = [
 UNARY_OPS = frozenset({
     "relax.nn.relu", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.nn.leakyrelu",
     "relax.nn.prelu_scalar", "relax.sigmoid", "relax.tanh", "relax.clip", "relax.exp", "relax.sqrt",
-    "relax.rsqrt", "relax.negative", "relax.abs", "relax.square", "relax.erf", "relax.astype",
-    "relax.nn.dropout", "relax.hard_sigmoid", "relax.nn.relu6",
+    "relax.rsqrt", "relax.negative", "relax.abs", "relax.square", "relax.erf", "relax.log", "relax.astype",
+    "relax.nn.dropout", "relax.hard_sigmoid", "relax.nn.relu6", "relax.nn.softplus",
 })
 #: binary elementwise ops: layout-following with a per-channel or scalar constant operand,
 #: multi-input ops when both operands are tensors computed by the graph
@@ -150,6 +151,19 @@ def is_tensor_constant(expr) -> bool:
     tvm = import_tvm()
     return isinstance(expr, tvm.ir.expr.Constant) and isinstance(expr.ty, tvm.relax.TensorType)
 
+
+
+def scalar_value(expr) -> float | None:
+    """The number a one-element Relax tensor constant holds (``R.const(6.0)``), else None.
+
+    Example:
+        >>> from tvm import relax
+        >>> scalar_value(relax.const(np.float32(6.0))), scalar_value(relax.const(np.ones(2, "float32")))
+        (6.0, None)
+    """
+    if not is_tensor_constant(expr) or int(np.prod(expr.value.shape, dtype=np.int64)) != 1:
+        return None
+    return float(expr.value.numpy().reshape(-1)[0])
 
 def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None = None,
                    source: Callable[[Any], Hashable] | None = None):
@@ -430,13 +444,14 @@ def dense_workload(call) -> dict[str, Any]:
 #: (:mod:`layoutopt.tvm.kernels.epilogue`)
 EPILOGUE_UNARY = {
     "relax.nn.relu": "relu", "relax.sigmoid": "sigmoid", "relax.tanh": "tanh", "relax.erf": "erf",
-    "relax.exp": "exp", "relax.nn.gelu": "gelu", "relax.nn.gelu_tanh": "gelu_tanh", "relax.nn.silu": "silu",
+    "relax.exp": "exp", "relax.log": "log", "relax.nn.gelu": "gelu", "relax.nn.gelu_tanh": "gelu_tanh",
+    "relax.nn.silu": "silu",
 }
 #: Relax binary ops a fused epilogue may hold (with a scalar, a per-channel constant, a residual or an
 #: earlier value of the chain), by their epilogue step
 EPILOGUE_BINARY = {
     "relax.add": "add", "relax.subtract": "subtract", "relax.multiply": "multiply", "relax.divide": "divide",
-    "relax.maximum": "maximum", "relax.minimum": "minimum",
+    "relax.maximum": "maximum", "relax.minimum": "minimum", "relax.power": "power",
 }
 #: the binary steps whose operands may come in either order
 _COMMUTATIVE = ("add", "multiply", "maximum", "minimum")
@@ -496,8 +511,8 @@ def epilogue_step(call, op: str | None, values: Sequence, is_data: Callable[[Any
     if earlier is not None:
         return [name, f"@{earlier}"], [last, earlier]
     if is_tensor_constant(other):
-        if int(np.prod(other.value.shape, dtype=np.int64)) == 1:
-            return [name, float(other.value.numpy().reshape(-1)[0])], [last]
+        if (value := scalar_value(other)) is not None:
+            return [name, value], [last]
         if not per_channel(other, shape[1]):
             return None
         return {"add": "bias", "multiply": "scale"}.get(name, [name, "channel"]), [last]
@@ -577,8 +592,11 @@ class EpilogueChains:
         self.member[var] = conv
 
     def binding(self, var, call, op: str | None) -> None:
-        """``var = call``: a step of the chain whose running value it reads first, if it is one."""
-        for arg in call.args:
+        """``var = call``: a step of the chain whose running value it reads first, if it is one; of the
+        running values it reads, one read nowhere else first (``add(shortcut, y)``: the shortcut is read
+        by the next conv too, so ``FuseOps`` fuses the add into ``y``'s kernel, whatever the order)."""
+        args = sorted(call.args, key=lambda arg: self.uses.get(arg, 0) != 1)
+        for arg in args:
             conv = self.member.get(arg)
             if conv is None or not self.chains[conv].values[-1].same_as(arg):
                 continue

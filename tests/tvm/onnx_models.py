@@ -339,3 +339,71 @@ def issue45_onnx(path: Path, seed: int = 0) -> Path:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
     return path
+
+
+#: the activations :func:`activation_onnx` writes, as ONNX exporters write them: name -> opset
+ACTIVATIONS = {"gelu": 13, "gelu_tanh": 13, "mish": 18, "softplus": 13, "silu": 13}
+
+
+def _activation_nodes(name: str, x: str, out: str, inits: list) -> list:
+    """Nodes computing activation ``name`` of ``x`` into ``out``, each constant an initializer."""
+    import math
+
+    from onnx import helper, numpy_helper
+
+    def const(value: float) -> str:
+        key = f"{out}_k{len(inits)}"
+        inits.append(numpy_helper.from_array(np.array(value, "float32"), key))
+        return key
+
+    def node(op, inputs, suffix):
+        result = f"{out}_{suffix}" if suffix else out
+        return helper.make_node(op, inputs, [result], name=f"{out}_{suffix or op}")
+
+    if name == "gelu":  # torch.onnx's exact GELU: x * 0.5 * (1 + erf(x / sqrt 2)), as written
+        return [node("Div", [x, const(math.sqrt(2.0))], "div"), node("Erf", [f"{out}_div"], "erf"),
+                node("Add", [f"{out}_erf", const(1.0)], "add"), node("Mul", [x, f"{out}_add"], "mul"),
+                node("Mul", [f"{out}_mul", const(0.5)], "")]
+    if name == "gelu_tanh":  # 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), Pow included
+        return [node("Pow", [x, const(3.0)], "cube"), node("Mul", [f"{out}_cube", const(0.044715)], "scaled"),
+                node("Add", [x, f"{out}_scaled"], "inner"),
+                node("Mul", [f"{out}_inner", const(math.sqrt(2.0 / math.pi))], "arg"),
+                node("Tanh", [f"{out}_arg"], "tanh"), node("Add", [f"{out}_tanh", const(1.0)], "add"),
+                node("Mul", [x, f"{out}_add"], "mul"), node("Mul", [f"{out}_mul", const(0.5)], "")]
+    if name == "mish":
+        return [node("Mish", [x], "")]
+    if name == "softplus":
+        return [node("Softplus", [x], "")]
+    if name == "silu":
+        return [node("Sigmoid", [x], "sigmoid"), node("Mul", [x, f"{out}_sigmoid"], "")]
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def activation_onnx(path: Path, activation: str, channels: int = 16, size: int = 12, seed: int = 0) -> Path:
+    """A 3x3 conv (3 -> ``channels``), then two 1x1 convs of its output, each followed by ``activation``
+    (one of :data:`ACTIVATIONS`, written node by node as exporters write it), the sum of the two, and
+    the activation of the sum: fused conv epilogues, one of them two activations long."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal(shape) * scale).astype("float32"), key)
+             for key, shape, scale in [("w1", (channels, 3, 3, 3), 0.5), ("b1", (channels,), 0.5),
+                                       ("w2", (channels, channels, 1, 1), 0.3), ("b2", (channels,), 0.5),
+                                       ("w3", (channels, channels, 1, 1), 0.3), ("b3", (channels,), 0.5)]]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, size, size])
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             *_activation_nodes(activation, "c1", "a1", inits),
+             helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], name="conv2"),
+             *_activation_nodes(activation, "c2", "a2", inits),
+             helper.make_node("Conv", ["a1", "w3", "b3"], ["c3"], name="conv3"),
+             *_activation_nodes(activation, "c3", "a3", inits),
+             helper.make_node("Add", ["a2", "a3"], ["s"], name="sum"),
+             *_activation_nodes(activation, "s", "y", inits)]
+    model = helper.make_model(helper.make_graph(nodes, activation, [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", ACTIVATIONS[activation])])
+    model.ir_version = 8  # readable by the ONNX Runtime the dev extra installs
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("tvm")  # the tvm extra; CI installs it
 
-from onnx_models import mobile_fpn_onnx, mobilenet_v3_block_onnx  # tests/tvm is on sys.path
+from onnx_models import activation_onnx, mobile_fpn_onnx, mobilenet_v3_block_onnx  # tests/tvm is on sys.path
 
 from layoutopt import ProblemError
 from layoutopt.tvm import builder, extract_layout_graph, load_model, prepare, resolve_target
@@ -125,11 +125,27 @@ def test_a_winograd_conv_followed_by_gelu_builds_and_computes_what_tvm_computes(
     assert relative_error(run(built, inputs), run(tvm.compile(mod, target=target), inputs)) < 1e-4
 
 
-@pytest.mark.parametrize("model", [mobile_fpn_onnx, mobilenet_v3_block_onnx],
-                         ids=["mobile_fpn", "mobilenet_v3"])
+def _activation_model(name: str):
+    """``activation_onnx`` for one activation, as a writer of ``path`` alone, named for its file."""
+    def write(path):
+        return activation_onnx(path, name, size=16)
+
+    write.__name__ = f"{name}_onnx"
+    return write
+
+
+GELU = ["bias", ["divide", 1.4142135381698608], "erf", ["add", 1.0], ["multiply", "@1"], ["multiply", 0.5]]
+MISH = ["bias", "exp", ["add", 1.0], "log", "tanh", ["multiply", "@1"]]
+
+
+@pytest.mark.parametrize("model, expected", [
+    (mobile_fpn_onnx, [HARD_SWISH, RELU6]), (mobilenet_v3_block_onnx, [HARD_SWISH, RELU6]),
+    (_activation_model("gelu"), [GELU]), (_activation_model("mish"), [MISH]),
+], ids=["mobile_fpn", "mobilenet_v3", "gelu", "mish"])
 @pytest.mark.parametrize("layout, prefer", [("NCHW8c", ()), ("NCHW16c", ("winograd", "gemm"))],
                          ids=["8c", "16c"])
-def test_every_fused_conv_of_a_build_runs_a_kernel_that_was_measured(model, layout, prefer, monkeypatch):
+def test_every_fused_conv_of_a_build_runs_a_kernel_that_was_measured(model, expected, layout, prefer,
+                                                                     monkeypatch):
     tvm = import_tvm()
     target = resolve_target(None)
     graph = extract_layout_graph(_model(model), prepared=True)
@@ -161,7 +177,7 @@ def test_every_fused_conv_of_a_build_runs_a_kernel_that_was_measured(model, layo
         checked.append(workload.get("epilogue", []))
     # every conv of the graph was built as one of these fused kernels, none left in TVM's own NCHW conv
     assert len(checked) == len(convs)
-    assert HARD_SWISH in checked and RELU6 in checked
+    assert all(epilogue in checked for epilogue in expected)
 
 
 def _model(write):

@@ -92,7 +92,11 @@ from .workload import (
 #: 11: on AVX2, 1x1 GEMM tiles of 2 pixels or more on odd widths too, a row's last tile partial.
 #: 12: injective loops (epilogues after the tile, padded outputs' unpack, the build's elementwise ops)
 #: vectorised in pieces of up to 64 lanes (:func:`.common.vector_lanes`), not one vector per row.
-SCHEDULE_VERSION = 12
+#: 13: exp, log, tanh, erf (GELU), softplus and small integer powers vectorised as the sigmoid is
+#: (:mod:`.transcendental`), fused or not, not one libm call per element; the sigmoid's exp over the
+#: whole float32 range; an epilogue the register tile does not finish runs in one pass after the
+#: kernel (:func:`.common.schedule_epilogue`), not one pass per step.
+SCHEDULE_VERSION = 13
 
 #: dense weight blocks (the packed output-feature block is the vector width)
 DEFAULT_DENSE_BLOCKS = dense.DEFAULT_BLOCKS

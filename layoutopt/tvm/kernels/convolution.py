@@ -165,10 +165,26 @@ def block_pairs(workload: dict[str, Any], blocks: Iterable[int]) -> list[tuple[i
     """(input block, output block) pairs of a conv2d among the dividing ``blocks`` (see
     :func:`~.workload.channel_blocks`), output blocks of 8 or more: the kernels vectorised along the
     output block leave most of an AVX register idle with a 4-lane one
-    (:func:`~.workload.vector_out_blocks`)."""
+    (:func:`~.workload.vector_out_blocks`). A grouped conv's blocks, from ``blocks`` only, divide its
+    channels per group (each block then lies in one group); where no block of 8 or more divides its
+    outputs per group (ShuffleNet v1's bottlenecks: 12 or 20), the narrower ones do.
+
+    Example:
+        >>> grouped = {"data": [1, 60, 8, 8], "kernel": [240, 20, 1, 1], "groups": 3}
+        >>> block_pairs(grouped, [4, 8, 16])
+        [(4, 8), (4, 16)]
+        >>> block_pairs({**grouped, "data": [1, 240, 8, 8], "kernel": [60, 80, 1, 1]}, [4, 8, 16])
+        [(4, 4), (8, 4), (16, 4)]
+    """
     blocks = list(blocks)
-    outs = vector_out_blocks(workload["kernel"][0], blocks)
-    return [(ib, ob) for ib in channel_blocks(workload["data"][1], blocks) for ob in outs]
+    groups = workload.get("groups", 1)
+    if groups == 1:
+        return [(ib, ob) for ib in channel_blocks(workload["data"][1], blocks)
+                for ob in vector_out_blocks(workload["kernel"][0], blocks)]
+    ins, outs = ([b for b in channel_blocks(c // groups, blocks) if b in blocks]
+                 for c in (workload["data"][1], workload["kernel"][0]))
+    outs = vector_out_blocks(workload["kernel"][0] // groups, outs) or outs
+    return [(ib, ob) for ib in ins for ob in outs]
 
 
 def checked_orders(orders: Iterable[str], known: Sequence[str], family: str) -> list[str]:
@@ -192,8 +208,10 @@ def check_blocked(workload: dict[str, Any], candidate: dict[str, Any], what: str
     in_block, out_block = layout_block(candidate["in"]), layout_block(candidate["out"])
     if in_block is None or out_block is None:
         raise ProblemError(f"{what}: the kernel takes blocked layouts NCHW<b>c in and out")
-    check_divides(in_block, workload["data"][1], f"{what} input")
-    check_divides(out_block, workload["kernel"][0], f"{what} output")
+    groups = workload.get("groups", 1)
+    per_group = f", in each of its {groups} groups" if groups > 1 else ""
+    check_divides(in_block, workload["data"][1] // groups, f"{what} input{per_group}")
+    check_divides(out_block, workload["kernel"][0] // groups, f"{what} output{per_group}")
     if candidate.get("order", orders[0]) not in orders:
         raise ProblemError(f"{what}: 'order' must be one of {tuple(orders)}")
     unknown = sorted(set(candidate) - {"in", "out", "order", *knobs})

@@ -9,7 +9,8 @@ workload is a cost-cache key). A step is:
   decomposed: subtract the mean, divide by the deviation);
 - ``"add"``: ``+`` a tensor of the output's shape, an operand (the residual add);
 - a unary op (:data:`UNARY_STEPS`): ``"relu"``, ``"sigmoid"``, ``"tanh"``, ``"erf"``, ``"exp"``,
-  ``"gelu"``, ``"gelu_tanh"``, ``"silu"``;
+  ``"log"``, ``"gelu"``, ``"gelu_tanh"``, ``"silu"`` (the transcendental ones vectorised:
+  :mod:`.transcendental`);
 - ``["clip", lo, hi]`` and ``["leaky_relu", alpha]``;
 - ``["broadcast_multiply", H, W]``: a ``(N, O, H, W)`` feature map (an operand) times the running
   value, ``(N, O, 1, 1)``, which it broadcasts to: the kernel's output is then that map's shape (a
@@ -30,6 +31,10 @@ hard-swish                     ``["add", 3.0], ["clip", 0.0, 6.0], ["divide", 6.
 SiLU (``x * sigmoid(x)``)      ``"sigmoid", ["multiply", "@1"]``
 GELU (erf form)                ``["divide", 1.4142135], "erf", ["add", 1.0], ["multiply", "@1"],
                                ["multiply", 0.5]``
+GELU (tanh form)               ``["power", 3.0], ["multiply", 0.044715], ["add", "@1"],
+                               ["multiply", 0.7978846], "tanh", ["add", 1.0], ["multiply", "@1"],
+                               ["multiply", 0.5]``
+Mish (ONNX's, as TVM imports)  ``"exp", ["add", 1.0], "log", "tanh", ["multiply", "@1"]``
 leaky ReLU                     ``["leaky_relu", 0.1]``
 ============================== =============================================================
 
@@ -55,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ProblemError
+from . import transcendental
 
 __all__ = ["BINARY_STEPS", "BROADCAST_MULTIPLY", "CHANNEL", "EPILOGUE_STEPS", "OPERAND_STEPS", "UNARY_STEPS",
            "apply_numpy", "apply_te", "epilogue_shapes", "step_name", "takes_operand", "validate_epilogue"]
@@ -65,9 +71,9 @@ OPERAND_STEPS = ("bias", "scale", "add")
 #: the value of a binary step by a per-channel operand (``"bias"`` and ``"scale"`` for add and multiply)
 CHANNEL = "channel"
 #: unary steps, written as their name alone
-UNARY_STEPS = ("relu", "sigmoid", "tanh", "erf", "exp", "gelu", "gelu_tanh", "silu")
+UNARY_STEPS = ("relu", "sigmoid", "tanh", "erf", "exp", "log", "gelu", "gelu_tanh", "silu")
 #: binary steps with a scalar or an earlier value of the chain: ``[op, value]``
-BINARY_STEPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
+BINARY_STEPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")
 #: the names of every step an epilogue may hold (a step's name: :func:`step_name`)
 EPILOGUE_STEPS = tuple(dict.fromkeys((*OPERAND_STEPS, *UNARY_STEPS, *BINARY_STEPS, "clip", "leaky_relu",
                                       "broadcast_multiply")))
@@ -198,12 +204,13 @@ _NUMPY_UNARY = {
     "tanh": np.tanh,
     "erf": _erf,
     "exp": np.exp,
+    "log": np.log,
     "gelu": lambda x: x * (0.5 + _erf(x * math.sqrt(0.5)) * 0.5),
     "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * x * (1 + 0.044715 * x * x))),
     "silu": lambda x: x * _sigmoid(x),
 }
 _NUMPY_BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
-                 "maximum": np.maximum, "minimum": np.minimum}
+                 "maximum": np.maximum, "minimum": np.minimum, "power": np.power}
 
 
 def apply_numpy(steps: Sequence[Any], out: np.ndarray, operands: Sequence[np.ndarray]) -> np.ndarray:
@@ -235,45 +242,6 @@ def apply_numpy(steps: Sequence[Any], out: np.ndarray, operands: Sequence[np.nda
     return values[-1]
 
 
-#: Cephes' float32 ``exp``: the input clamp, ln 2 in two parts (Cody-Waite), the polynomial's
-#: coefficients (highest degree first)
-_EXP_CLAMP = 88.3762626647949
-_LN2_HIGH, _LN2_LOW = 0.693359375, -2.12194440e-4
-_EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-                   5.0000001201e-1)
-
-
-def _exp_float32(tirx: Any, value: Any) -> Any:
-    """``exp(value)`` as a float32 TIR expression that vectorises (no libm call): range reduction by
-    ln 2, a polynomial, the power of two built in the exponent bits. Each intermediate is bound once
-    (``Let``), so that the expression grows linearly when it is inlined into a chain."""
-    f32 = "float32"
-    clamped, power, rest = tirx.Var("clamped", f32), tirx.Var("power", f32), tirx.Var("rest", f32)
-    polynomial = tirx.const(_EXP_POLYNOMIAL[0], f32)
-    for coefficient in _EXP_POLYNOMIAL[1:]:
-        polynomial = polynomial * rest + tirx.const(coefficient, f32)
-    mantissa = polynomial * rest * rest + rest + tirx.const(1.0, f32)
-    exponent = tirx.reinterpret(f32, tirx.shift_left(tirx.Cast("int32", power) + 127, 23))
-    body = tirx.Let(rest, clamped - power * tirx.const(_LN2_HIGH, f32) - power * tirx.const(_LN2_LOW, f32),
-                    mantissa * exponent)
-    body = tirx.Let(power, tirx.floor(clamped * tirx.const(1.4426950408889634, f32) + tirx.const(0.5, f32)),
-                    body)
-    bound = tirx.const(_EXP_CLAMP, f32)
-    return tirx.Let(clamped, tirx.max(tirx.min(value, bound), -bound), body)
-
-
-def _pointwise_te(tvm: Any, x: Any, scalar: Any, name: str) -> Any:
-    """``scalar(v)`` of each element ``v`` of ``x``, the element bound once (``Let``): inlining ``x``'s
-    expression into it copies it once, however often ``scalar`` uses ``v``."""
-    tirx = tvm.tirx
-
-    def element(*index):
-        value = tirx.Var("value", x.dtype)
-        return tirx.Let(value, x(*index), scalar(value))
-
-    return tvm.te.compute(x.shape, element, name=name, tag="elemwise")
-
-
 def sigmoid_te(tvm: Any, x: Any, times_input: bool = False) -> Any:
     """``1 / (1 + exp(-x))`` (``x * sigmoid(x)``, SiLU, with ``times_input``), vectorisable: what the
     build computes for ``relax.sigmoid`` and ``relax.nn.silu`` (:func:`layoutopt.tvm.builder.legalize`)
@@ -281,13 +249,12 @@ def sigmoid_te(tvm: Any, x: Any, times_input: bool = False) -> Any:
 
     TOPI's own sigmoid lowers to one call of libm's ``expf`` per element, which LLVM cannot vectorise:
     a SiLU after a 1x1 conv of 96 channels at 112x112 took 2.9 ms on znver3 beside the conv's 0.41 ms,
-    and 0.99 ms with a vectorised ``exp`` (Cephes' float32 polynomial, within 2e-7 of the truth on its
-    clamped range of +-88.4; beyond it the sigmoid is 0 or 1 in float32 anyway). Its intermediates are
-    bound once (``Let``): with TOPI's ``fast_exp``, whose body reads its input several times, three
-    sigmoids chained in one conv's epilogue took 6 s to build and four ran out of time. Bound once,
-    the TIR grows linearly, but compiling still grows with the chain: 3, 4 and 5 sigmoids chained in
-    one function compiled in 0.05, 0.5 and 16 s (znver3). A CNN has one per conv (a SiLU, a gate).
-    Other dtypes than float32 keep TOPI's sigmoid.
+    and 0.99 ms with a vectorised ``exp`` (now :func:`.transcendental.sigmoid`: within 3 ulp over the
+    whole float32 range). Its intermediates are bound once (``Let``): with TOPI's ``fast_exp``, whose
+    body reads its input several times, three sigmoids chained in one conv's epilogue took 6 s to
+    build and four ran out of time. Bound once, the TIR grows linearly; TVM's simplifier still
+    substitutes the bound values, so the schedules never inline two such functions into one
+    expression (:func:`.common.nested_bindings`). Other dtypes than float32 keep TOPI's sigmoid.
 
     Example:
         >>> import tvm
@@ -298,14 +265,11 @@ def sigmoid_te(tvm: Any, x: Any, times_input: bool = False) -> Any:
     if str(x.dtype) != "float32":
         gate = tvm.topi.sigmoid(x)
         return tvm.topi.multiply(x, gate) if times_input else gate
-    tirx = tvm.tirx
-    one = tirx.const(1.0, "float32")
 
-    def sigmoid(value):
-        gate = one / (one + _exp_float32(tirx, -value))
-        return value * gate if times_input else gate
+    def gate(value):
+        return value * transcendental.sigmoid(value) if times_input else transcendental.sigmoid(value)
 
-    return _pointwise_te(tvm, x, sigmoid, "T_silu" if times_input else "T_sigmoid")
+    return transcendental.pointwise_te(tvm, x, gate, "T_silu" if times_input else "T_sigmoid")
 
 
 def softmax_te(tvm: Any, x: Any, axis: int = -1) -> Any:
@@ -322,7 +286,7 @@ def softmax_te(tvm: Any, x: Any, axis: int = -1) -> Any:
     """
     if str(x.dtype) != "float32":
         return tvm.topi.nn.softmax(x, axis=axis)
-    te, tirx = tvm.te, tvm.tirx
+    te = tvm.te
     axis = axis % len(x.shape)
     reduced = [d for i, d in enumerate(x.shape) if i != axis]
 
@@ -334,33 +298,45 @@ def softmax_te(tvm: Any, x: Any, axis: int = -1) -> Any:
 
     k = te.reduce_axis((0, x.shape[axis]), name="k")
     largest = te.compute(reduced, lambda *i: te.max(x(*across(i, k)), axis=k), name="T_softmax_maxelem")
-    exp = te.compute(x.shape, lambda *i: _exp_float32(tirx, x(*i) - largest(*without_axis(i))),
+    exp = te.compute(x.shape, lambda *i: transcendental.exp(x(*i) - largest(*without_axis(i))),
                      name="T_softmax_exp")
     k = te.reduce_axis((0, x.shape[axis]), name="k")
     total = te.compute(reduced, lambda *i: te.sum(exp(*across(i, k)), axis=k), name="T_softmax_expsum")
     return te.compute(x.shape, lambda *i: exp(*i) / total(*without_axis(i)), name="T_softmax_norm")
 
 
-def _te_unary(tvm, name: str, x):
-    """The TE of a unary step: Relax's legalization of its op (``relax.transform.legalize_ops``), but
-    for the sigmoid (:func:`sigmoid_te`)."""
-    topi, tirx = tvm.topi, tvm.tirx
-    dtype = x.dtype
-    if name == "relu":
-        return topi.nn.relu(x)
-    if name == "sigmoid":
-        return sigmoid_te(tvm, x)
-    if name in ("tanh", "erf", "exp"):
-        return getattr(topi, name)(x)
-    if name == "silu":
-        return sigmoid_te(tvm, x, times_input=True)
+def divide_te(tvm: Any, x: Any, divisor: float) -> Any:
+    """``x / divisor`` for a constant ``divisor``, as the build computes ``relax.divide`` by a scalar
+    constant (:func:`layoutopt.tvm.builder.legalize`): ``x`` times the float32 reciprocal, one multiply
+    instead of a division (at most 1 ulp apart). Exact GELU as exporters write it divides by sqrt 2:
+    a vector division per 16 outputs, as costly as several FMAs. Zero, a divisor whose reciprocal is
+    no normal float32, and other dtypes than float32 keep TOPI's division.
 
+    Example:
+        >>> import tvm
+        >>> x = tvm.te.placeholder((4,), name="x")
+        >>> divide_te(tvm, x, 4.0).op.name
+        'T_divide'
+    """
+    limits = np.finfo(np.float32)
+    if str(x.dtype) != "float32" or divisor == 0 or not limits.tiny <= abs(1.0 / divisor) <= limits.max:
+        return tvm.topi.divide(x, tvm.tirx.const(divisor, x.dtype))
+    factor = tvm.tirx.const(1.0 / divisor, "float32")
+    return tvm.te.compute(x.shape, lambda *i: x(*i) * factor, name="T_divide", tag="elemwise")
+
+
+def _te_unary(tvm, name: str, x):
+    """The TE of a unary step: what the build legalizes its op to (:mod:`.transcendental`'s vectorised
+    functions, TOPI's ReLU)."""
+    if name == "relu":
+        return tvm.topi.nn.relu(x)
+    if name in ("sigmoid", "silu"):
+        return sigmoid_te(tvm, x, times_input=name == "silu")
     if name == "gelu":
-        erf = topi.erf(x * tirx.const(0.5**0.5, dtype))
-        return x * (tirx.const(0.5, dtype) + erf * tirx.const(0.5, dtype))
-    # gelu_tanh
-    inner = tirx.const(math.sqrt(2.0 / math.pi), dtype) * x * (1 + tirx.const(0.044715, dtype) * x * x)
-    return tirx.const(0.5, dtype) * x * (tirx.const(1.0, dtype) + topi.tanh(inner))
+        return transcendental.gelu_te(tvm, x)
+    if name == "gelu_tanh":
+        return transcendental.gelu_tanh_te(tvm, x)
+    return transcendental.unary_te(tvm, name, x)
 
 
 def apply_te(tvm: Any, steps: Sequence[Any], out: Any, operands: Sequence[Any]) -> Any:
@@ -394,6 +370,10 @@ def apply_te(tvm: Any, steps: Sequence[Any], out: Any, operands: Sequence[Any]) 
             x = topi.nn.leaky_relu(x, step[1])
         elif name == BROADCAST_MULTIPLY:
             x = topi.multiply(next(remaining), x)
+        elif name == "power" and not isinstance(step[1], str):
+            x = transcendental.power_te(tvm, x, step[1])
+        elif name == "divide" and not isinstance(step[1], str):
+            x = divide_te(tvm, x, step[1])
         else:
             value = step[1]
             other = next(remaining) if value == CHANNEL else \

@@ -24,6 +24,11 @@ output map has a run of 8 pixels that tiles it (:func:`~.isa.pixel_tiles`: 28x28
 or 7x7). On ShuffleNetV2's 1x1 58->58 at 28x28 (znver3, 2 threads, warm) it ran 0.072 ms where the
 direct NCHW kernel ran 0.33.
 
+Grouped 1x1 convs (ShuffleNet v1's, groups of 3 or 8) run the same GEMM per group: blocked where the
+blocks divide the channels per group (each output block then reads its own group's input blocks, a
+register tile never spans two groups), and in NCHW (each output channel reads its group's input
+channels: any channel count). ``benchmarks/results/shufflenet.md`` has them on ShuffleNet v1.
+
 Example:
     >>> wl = {"op": "conv2d", "data": [1, 64, 56, 56], "kernel": [256, 64, 1, 1], "strides": [1, 1],
     ...       "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
@@ -47,6 +52,7 @@ from .._tvm import import_tvm
 from .common import (
     CANDIDATE_ANNOTATION,
     annotated_candidate,
+    annotated_workload,
     block_names,
     kernel_annotations,
     register_tile_output,
@@ -54,7 +60,7 @@ from .common import (
 )
 from .convolution import LOOP_ORDERS, BlockedConv2dAlgorithm, blocked_weight
 from .isa import gemm_register_tile, pixel_register_tile, pixel_tiles
-from .workload import DEFAULT_BLOCKS, NCHW, conv2d_output_shape, layout_block
+from .workload import DEFAULT_BLOCKS, NCHW, conv2d_output_shape, is_depthwise, layout_block, validate_workload
 
 __all__ = ["ALGORITHM", "FAMILY", "MAIN_BLOCKS", "NCHW_CANDIDATE", "ORDERS", "Gemm", "schedule_gemm",
            "schedule_gemm_nchw", "weight_transform"]
@@ -89,15 +95,28 @@ class Gemm(BlockedConv2dAlgorithm):
     algorithm = ALGORITHM
     main_blocks = MAIN_BLOCKS
     orders = ORDERS
-    requirement = "the GEMM kernel needs a 1x1, unpadded conv2d with groups 1"
+    requirement = "the GEMM kernel needs a 1x1, unpadded conv2d, not depthwise"
 
     def fits(self, workload: dict[str, Any]) -> bool:
         """A 1x1 unpadded kernel, any stride (``FAMILY.applies(wl)``: see the module's example)."""
         return workload["kernel"][2:] == [1, 1] and not any(workload["padding"])
 
+    def applies(self, workload: dict[str, Any]) -> bool:
+        """A 1x1 unpadded conv2d, ungrouped or grouped but not depthwise (one GEMM per group).
+
+        Example:
+            >>> wl = {"op": "conv2d", "data": [1, 60, 28, 28], "kernel": [240, 20, 1, 1], "strides": [1, 1],
+            ...       "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 3, "dtype": "float32"}
+            >>> FAMILY.applies(wl), FAMILY.applies({**wl, "kernel": [60, 1, 1, 1], "groups": 60})
+            (True, False)
+        """
+        workload = validate_workload(workload)
+        return workload["op"] == "conv2d" and not is_depthwise(workload) and self.fits(workload)
+
     def fits_nchw(self, workload: dict[str, Any]) -> bool:
-        """Does the NCHW kernel (vectorised along the pixels) compute this conv: an ungrouped 1x1,
-        unpadded, stride-1 conv whose output map some :func:`~.isa.pixel_tiles` tile covers?
+        """Does the NCHW kernel (vectorised along the pixels) compute this conv: a 1x1, unpadded,
+        stride-1 conv (grouped or not, not depthwise) whose output map some :func:`~.isa.pixel_tiles`
+        tile covers?
 
         Example:
             >>> wl = {"op": "conv2d", "data": [1, 58, 28, 28], "kernel": [58, 58, 1, 1], "strides": [1, 1],
@@ -141,12 +160,13 @@ class Gemm(BlockedConv2dAlgorithm):
         if candidate != NCHW_CANDIDATE:
             raise ProblemError(f"{what}: the NCHW GEMM is {NCHW_CANDIDATE} (no other keys)")
         if not self.fits_nchw(workload):
-            raise ProblemError(f"{what}: the NCHW GEMM needs a 1x1, unpadded, stride-1 conv2d with groups 1 "
-                               "whose output map a whole number of 8-pixel vectors tiles (part of a row, "
-                               "or whole rows)")
+            raise ProblemError(f"{what}: the NCHW GEMM needs a 1x1, unpadded, stride-1 conv2d, not "
+                               "depthwise, whose output map a whole number of 8-pixel vectors tiles (part "
+                               "of a row, or whole rows)")
 
     def weight_shape(self, workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
-        """``(O/ob, I, ob)``: :func:`weight_transform`'s output; OIHW for the NCHW kernel."""
+        """``(O/ob, I, ob)``: :func:`weight_transform`'s output (I: the input channels per group); OIHW
+        for the NCHW kernel."""
         if _is_nchw(candidate):
             return tuple(workload["kernel"])
         out_block = layout_block(candidate["out"])
@@ -168,11 +188,18 @@ class Gemm(BlockedConv2dAlgorithm):
         te = tvm.te
         data, weight = inputs[:2]
         self.validate_candidate(workload, candidate)
+        groups = workload["groups"]
+        out_channels = workload["kernel"][0]
         if _is_nchw(candidate):
-            c = te.reduce_axis((0, workload["kernel"][1]), name="c")
+            per_group = workload["kernel"][1]
+            c = te.reduce_axis((0, per_group), name="c")
+
+            def first_channel(k):  # of output channel k's group
+                return 0 if groups == 1 else k // (out_channels // groups) * per_group
+
             return te.compute(
                 conv2d_output_shape(workload),
-                lambda n, k, y, x: te.sum(data[n, c, y, x] * weight[k, c, 0, 0], axis=c),
+                lambda n, k, y, x: te.sum(data[n, first_channel(k) + c, y, x] * weight[k, c, 0, 0], axis=c),
                 name=MAIN_BLOCKS[1],
                 attrs=kernel_annotations(workload, candidate),
             )
@@ -181,10 +208,15 @@ class Gemm(BlockedConv2dAlgorithm):
         batch, _, out_h, out_w = conv2d_output_shape(workload)
         stride_h, stride_w = workload["strides"]
         c = te.reduce_axis((0, channels), name="c")
+
+        def first_block(ko):  # the first input block of output block ko's group
+            return 0 if groups == 1 else ko // (out_outer // groups) * (channels // in_block)
+
         return te.compute(
             (batch, out_outer, out_h, out_w, out_block),
             lambda n, ko, y, x, ki: te.sum(
-                data[n, c // in_block, y * stride_h, x * stride_w, c % in_block] * weight[ko, c, ki], axis=c
+                data[n, first_block(ko) + c // in_block, y * stride_h, x * stride_w, c % in_block]
+                * weight[ko, c, ki], axis=c
             ),
             name=MAIN_BLOCKS[0],
             attrs=kernel_annotations(workload, candidate),
@@ -219,8 +251,11 @@ def schedule_gemm(sch, conv, target: Any, finish: Callable[[Any, list[str]], Non
     _, out_outer, out_h, out_w, out_block = (int(d) for d in sch.get(conv).writes[0].source.shape)
     in_block = next(int(r.source.shape[4]) for r in sch.get(conv).reads if len(r.source.shape) == 5)
     n, ko, y, x, ki, c = sch.get_loops(conv)
-    rows, columns, blocks = gemm_register_tile(out_h, out_w, out_outer, out_block, target,
-                                               partial_blocks=True, in_channels=int(sch.get(c).extent))
+    # a grouped GEMM's tile takes blocks of one group (they share its input broadcasts): a count
+    # dividing the group's
+    groups = int((annotated_workload(sch, conv) or {}).get("groups", 1))
+    rows, columns, blocks = gemm_register_tile(out_h, out_w, out_outer // groups, out_block, target,
+                                               partial_blocks=groups == 1, in_channels=int(sch.get(c).extent))
     koo, koi = sch.split(ko, [None, blocks])
     yo, yi = sch.split(y, [None, rows])
     xo, xi = sch.split(x, [None, columns])

@@ -35,7 +35,14 @@ from typing import Any
 
 from ...errors import ProblemError
 from .._tvm import first_line, import_tvm, resolve_target
-from .common import SCHEDULED_ATTR, block_names, is_spatial, parallel_over, parallel_vectorize
+from .common import (
+    SCHEDULED_ATTR,
+    block_names,
+    is_spatial,
+    nested_bindings,
+    parallel_over,
+    parallel_vectorize,
+)
 from .family import KernelFamily
 from .isa import vector_registers
 from .registry import FAMILIES
@@ -124,7 +131,10 @@ def _scheduled(func, target: Any, strict: bool):
         logger.warning("layoutopt: left %s unscheduled: %s", where, first_line(exc))
         return Fallback(str(where), f"unscheduled ({first_line(exc)})")
     parallel = any(inst.kind.name == "Parallel" for inst in sch.trace.insts)
-    return sch.mod["main"].with_attr(SCHEDULED_ATTR, True), parallel
+    # an elementwise block inlined where it is read twice (GELU reads its input twice) copies the
+    # variables its expression binds (``Let``: the vectorised exp, erf...): each copy gets its own
+    ssa = tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": sch.mod["main"]}))["main"]
+    return ssa.with_attr(SCHEDULED_ATTR, True), parallel
 
 
 def schedule_generic(sch, names: Sequence[str]) -> None:
@@ -157,7 +167,7 @@ def schedule_concat(sch, names: Sequence[str]) -> Any:
     (``benchmarks/results/e2e-notes.md``, eighth pass, has the times before and after).
     """
     concats = [name for name in names if name.startswith("T_concat")]
-    if len(concats) != 1:
+    if len(concats) != 1 or nested_bindings(sch, names):
         return None
     scheduled = sch.copy()  # a shape this rule cannot take shows up as a schedule error on the copy
     try:

@@ -53,6 +53,7 @@ from .common import (
     block_names,
     is_elementwise_after,
     kernel_annotations,
+    nested_bindings,
     schedule_epilogue,
 )
 from .convolution import BlockedConv2dAlgorithm, blocked_weight
@@ -545,6 +546,8 @@ def _inline_epilogue(sch, output) -> None:
         if not is_elementwise_after(sch, name, output):
             break
         elementwise.append(name)
+    if nested_bindings(sch, elementwise):  # Mish's exp, log and tanh: one pass after the transform
+        elementwise = []
     try:
         for name in elementwise[:-1]:
             sch.compute_inline(sch.get_sblock(name))
