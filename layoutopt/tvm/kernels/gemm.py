@@ -166,16 +166,11 @@ class Gemm(BlockedConv2dAlgorithm):
             raise ProblemError(f"{what}: the NCHW GEMM needs a 1x1, unpadded, stride-1 conv2d with groups 1 "
                                "whose output map a whole number of 8-pixel vectors tiles (part of a row, "
                                "or whole rows)")
-        knobs = [key for key in NCHW_KNOBS if key in candidate]
-        if knobs:
-            _, _, out_h, out_w = conv2d_output_shape(workload)
-            check_knobs(candidate, {"lanes": PIXEL_LANES}, what)
-            if len(knobs) < len(NCHW_KNOBS):
-                raise ProblemError(f"{what}: a pixel tile names all of {list(NCHW_KNOBS)} or none")
-            tiles = pixel_tiles(out_h, out_w, candidate["lanes"], out_h * out_w)
-            if (candidate["reg_h"], candidate["reg_n"]) not in tiles:
-                raise ProblemError(f"{what}: reg_h x reg_n must be a run of whole {candidate['lanes']}-lane "
-                                   f"vectors that tiles the {out_h}x{out_w} map: one of {tiles}")
+        _, _, out_h, out_w = conv2d_output_shape(workload)
+        domain = {"reg_h": divisors(out_h), "reg_n": divisors(out_w), "lanes": PIXEL_LANES}
+        check_knobs(candidate, domain, what)
+        if all(key in candidate for key in NCHW_KNOBS):  # (a knob it omits is the target's default)
+            _check_pixel_tile(out_h, out_w, *(candidate[key] for key in NCHW_KNOBS), what)
 
     def knob_domain(self, workload: dict[str, Any], candidate: dict[str, Any]) -> dict[str, tuple]:
         """The values each knob of a blocked candidate may take on any target: ``reg_h`` dividing the
@@ -346,11 +341,11 @@ def schedule_gemm_nchw(sch, conv, target: Any, finish: Callable[[Any, list[str]]
     _, _, out_h, out_w = (int(d) for d in sch.get(conv).writes[0].source.shape)
     candidate = annotated_candidate(sch, conv) or {}
     tile_shape = pixel_register_tile(out_h, out_w, target)
-    if all(knob in candidate for knob in NCHW_KNOBS):
-        tile_shape = tuple(int(candidate[knob]) for knob in NCHW_KNOBS)
     if tile_shape is None:
         raise ProblemError(f"gemm schedule: no pixel tile covers the {out_h}x{out_w} output of {main}")
-    rows, columns, lanes = tile_shape
+    rows, columns, lanes = (int(candidate.get(knob, value)) for knob, value in zip(NCHW_KNOBS, tile_shape,
+                                                                                   strict=True))
+    _check_pixel_tile(out_h, out_w, rows, columns, lanes, f"gemm schedule of {main}")
     n, k, y, x, c = sch.get_loops(conv)
     yo, yi = sch.split(y, [None, rows])
     xo, xi = sch.split(x, [None, columns])
@@ -369,6 +364,15 @@ def schedule_gemm_nchw(sch, conv, target: Any, finish: Callable[[Any, list[str]]
     sch.vectorize(lane)
     finish(sch, epilogue)
     sch.decompose_reduction(conv, c)
+
+
+def _check_pixel_tile(out_h: int, out_w: int, rows: int, columns: int, lanes: int, what: str) -> None:
+    """ProblemError naming ``what`` unless ``rows`` x ``columns`` is a run of whole ``lanes``-wide vectors
+    that tiles the output map (:func:`~.isa.pixel_tiles`)."""
+    tiles = pixel_tiles(out_h, out_w, lanes, out_h * out_w)
+    if (rows, columns) not in tiles:
+        raise ProblemError(f"{what}: the pixel tile reg_h x reg_n = {rows} x {columns} must be a run of "
+                           f"whole {lanes}-lane vectors that tiles the {out_h}x{out_w} map: one of {tiles}")
 
 
 def _is_nchw(candidate: dict[str, Any]) -> bool:
