@@ -129,19 +129,23 @@ class ScheduleSpace:
 
     def sample(self, n: int, seed: int = 0) -> list[dict[str, Any]]:
         """The default point, then ``n - 1`` other valid points drawn at random (without repeats) from
-        ``seed``; all of them (the default first) when it holds ``n`` or fewer.
+        ``seed``, in the order drawn: a sample's first ``m`` points are the sample of ``m`` (a search
+        that grows its budget keeps what it measured); all of them (the default first) when it holds
+        ``n`` or fewer.
 
         Example:
             >>> space = ScheduleSpace.build({"a": range(10), "b": range(10)}, {"a": 0, "b": 0})
             >>> [space.sample(3, seed=1) == space.sample(3, seed=1), len(space.sample(3)), space.sample(3)[0]]
             [True, 3, {'a': 0, 'b': 0}]
+            >>> space.sample(20, seed=1)[:5] == space.sample(5, seed=1)
+            True
         """
         if int(n) != n or n < 1:
             raise ProblemError(f"schedule space sample: n must be a positive integer, got {n!r}")
         default = tuple(value for _, value in self.default_point)
         others = [i for i, point in enumerate(self.valid_points) if not _same(point, default)]
         chosen = np.random.default_rng(seed).permutation(len(others))[: int(n) - 1]
-        picked = [self.valid_points[others[i]] for i in sorted(chosen)]
+        picked = [self.valid_points[others[i]] for i in chosen]
         return [dict(zip(self.names, values, strict=True)) for values in (default, *picked)]
 
     def candidate(self, base: Mapping[str, Any], point: Mapping[str, Any]) -> dict[str, Any]:
