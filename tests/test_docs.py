@@ -23,7 +23,7 @@ TVM_EXAMPLES = [
     "report", "result", "runner", "stages", "timing", "tune", "worker", "kernels", "kernels.candidate",
     "kernels.conv2d", "kernels.convolution", "kernels.dense", "kernels.family", "kernels.gemm",
     "kernels.isa", "kernels.kernel", "kernels.module", "kernels.padded", "kernels.registry",
-    "kernels.transform", "kernels.winograd", "kernels.workload",
+    "kernels.space", "kernels.transform", "kernels.winograd", "kernels.workload",
 ]
 
 EXAMPLES = [
