@@ -69,12 +69,19 @@ class Kernel:
     base: dict[str, Any]
     fixed: bool  # the kernel b* runs (the fixed layout's, heuristic schedule)
     counts: Counter = field(default_factory=Counter)  # network -> how many of its nodes run it
+    today: list[dict[str, Any]] = field(default_factory=list)  # its candidates today (Winograd: 2 orders)
     space: Any = None
     swept: list[tuple[dict[str, Any], float]] = field(default_factory=list)  # (point, seconds) of the sweep
-    default: float = float("nan")  # seconds of the heuristic's point in the rounds
+    default: float = float("nan")  # seconds of the fastest of today's candidates in the rounds
     best: float = float("nan")  # of the best point in the rounds
     best_point: dict[str, Any] | None = None
     speedup: float = float("nan")  # median of the per-round ratios heuristic / best
+    load: float = float("nan")  # the 1-minute load average when its rounds began
+
+    @property
+    def today_points(self) -> list[dict[str, Any]]:
+        """The points of the candidates offered today (the heuristic's schedule; Winograd's two orders)."""
+        return [self.space.point(candidate) for candidate in self.today]
 
     @property
     def algorithm(self) -> str:
@@ -113,19 +120,29 @@ def network_kernels(networks: list[str], target, python: str) -> list[Kernel]:
         for node in graph.layout_nodes():
             workload = node.workload or {}
             if workload.get("op") == "conv2d":
-                chosen = node.candidates[fixed[node.name]]
+                chosen = _without_order(node.candidates[fixed[node.name]])
                 layouts = (chosen["in"], chosen["out"])
-                bases = [(c, c == chosen) for c in node.candidates if (c["in"], c["out"]) == layouts
-                         and "order" not in c and (c == chosen or c.get("algorithm") in ALGORITHMS)]
+                today = [c for c in node.candidates if (c["in"], c["out"]) == layouts
+                         and (_without_order(c) == chosen or c.get("algorithm") in ALGORITHMS)]
             elif workload.get("op") == "dense":
-                bases = [(c, False) for c in node.candidates if c.get("weight") == f"NK{lanes}n"]
+                chosen, today = None, [c for c in node.candidates if c.get("weight") == f"NK{lanes}n"]
             else:
                 continue
-            for base, is_fixed in bases:
+            counted = set()
+            for candidate in today:  # a base candidate per kernel, and its candidates of other orders
+                base = _without_order(candidate)
                 key = json.dumps([workload, base], sort_keys=True)
-                kernel = found.setdefault(key, Kernel(workload, dict(base), is_fixed))
-                kernel.counts[network] += 1
+                kernel = found.setdefault(key, Kernel(workload, base, base == chosen))
+                if candidate not in kernel.today:
+                    kernel.today.append(dict(candidate))
+                if key not in counted:
+                    kernel.counts[network] += 1
+                    counted.add(key)
     return list(found.values())
+
+
+def _without_order(candidate: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in candidate.items() if key != "order"}
 
 
 def sweep(kernels: list[Kernel], target, args) -> None:
@@ -137,6 +154,7 @@ def sweep(kernels: list[Kernel], target, args) -> None:
     for kernel in kernels:
         kernel.space = family(kernel.workload, kernel.base).space(kernel.workload, kernel.base, target)
         points = kernel.space.points() if args.full else kernel.space.sample(args.sample, seed=args.seed)
+        points += [point for point in kernel.today_points if point not in points]
         for point in points:
             tasks.append((kernel.workload, kernel.space.candidate(kernel.base, point)))
             owners.append((kernel, point))
@@ -148,31 +166,35 @@ def sweep(kernels: list[Kernel], target, args) -> None:
 
 
 def retime(kernels: list[Kernel], target, args) -> None:
-    """Per workload, the heuristic's point and the sweep's ``args.finalists`` fastest others of each of
-    its kernels, timed in interleaved rounds; each kernel's best and speed-up."""
+    """Per workload, today's candidates of each of its kernels (the heuristic's point; Winograd's in
+    both orders) and the sweep's ``args.finalists`` fastest other points, timed in interleaved rounds;
+    each kernel's heuristic (the fastest of today's candidates), best and speed-up."""
     by_workload: dict[str, list[Kernel]] = defaultdict(list)
     for kernel in kernels:
         by_workload[json.dumps(kernel.workload, sort_keys=True)].append(kernel)
     for index, group in enumerate(by_workload.values()):
         compiled, points = {}, {}
         for k, kernel in enumerate(group):
-            default = kernel.space.default()
+            today = kernel.today_points
             ranked = sorted((cost, i) for i, (point, cost) in enumerate(kernel.swept)
-                            if point != default and cost < float("inf"))
-            chosen = [default] + [kernel.swept[i][0] for _, i in ranked[: args.finalists]]
-            for j, point in enumerate(chosen):
+                            if point not in today and cost < float("inf"))
+            for j, point in enumerate(today + [kernel.swept[i][0] for _, i in ranked[: args.finalists]]):
                 points[k, j] = point
                 compiled[k, j] = compiled_kernel(kernel.workload, kernel.space.candidate(kernel.base, point),
                                                  target)
+        load = os.getloadavg()[0]
         samples = cold_rounds(compiled, args.rounds)
         for k, kernel in enumerate(group):
             mine = {j: samples[k, j] for (kk, j) in samples if kk == k}
+            heuristic = min(range(len(kernel.today)), key=lambda j: statistics.median(mine[j]))
             best = min(mine, key=lambda j: statistics.median(mine[j]))
-            kernel.default, kernel.best = (statistics.median(mine[j]) for j in (0, best))
-            kernel.best_point = points[k, best]
-            kernel.speedup = statistics.median(d / b for d, b in zip(mine[0], mine[best], strict=True))
+            kernel.default, kernel.best = (statistics.median(mine[j]) for j in (heuristic, best))
+            kernel.best_point, kernel.load = points[k, best], load
+            ratios = [h / b for h, b in zip(mine[heuristic], mine[best], strict=True)]
+            kernel.speedup = statistics.median(ratios)
         done = ", ".join(f"{kernel.kind} {kernel.speedup:.2f}x" for kernel in group)
-        print(f"re-timed workload {index + 1}/{len(by_workload)}: {done}", file=sys.stderr, flush=True)
+        print(f"re-timed workload {index + 1}/{len(by_workload)} (load {load:.1f}): {done}",
+              file=sys.stderr, flush=True)
 
 
 def changed(kernel: Kernel) -> str:
@@ -181,7 +203,8 @@ def changed(kernel: Kernel) -> str:
         return "-"
     default = kernel.space.default()
     differing = {k: v for k, v in kernel.best_point.items() if v != default[k]}
-    return ", ".join(f"{k}={v}" for k, v in differing.items()) or "default"
+    text = ", ".join(f"{k}={v}" for k, v in differing.items()) or "default"
+    return text + (" (today's)" if differing and kernel.best_point in kernel.today_points else "")
 
 
 def layer_name(workload: dict[str, Any]) -> str:
@@ -195,7 +218,7 @@ def layer_name(workload: dict[str, Any]) -> str:
 def network_table(network: str, kernels: list[Kernel], peak: float) -> list[str]:
     lines = [f"### {network}", "",
              "| layer | runs | kernel | space | swept | heuristic µs | GFLOP/s | best point | best µs "
-             "| heuristic / best | best % of peak |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| heuristic / best | best % of peak | load |", "|---" * 12 + "|"]
     for kernel in kernels:
         if not kernel.counts[network]:
             continue
@@ -205,7 +228,7 @@ def network_table(network: str, kernels: list[Kernel], peak: float) -> list[str]
         lines.append(f"| {layer_name(kernel.workload)} | {kernel.counts[network]} | {kernel.kind}{mark} "
                      f"| {kernel.space.size} | {len(kernel.swept)} | {kernel.default * 1e6:.1f} "
                      f"| {flops / kernel.default / 1e9:.1f} | {changed(kernel)} | {kernel.best * 1e6:.1f} "
-                     f"| {kernel.speedup:.2f}x | {100 * best_gflops / peak:.0f}% |")
+                     f"| {kernel.speedup:.2f}x | {100 * best_gflops / peak:.0f}% | {kernel.load:.1f} |")
     return [*lines, ""]
 
 
@@ -254,20 +277,21 @@ def winners(kernels: list[Kernel], threshold: float) -> list[str]:
 
 
 def budget_curve(kernels: list[Kernel], budgets: tuple[int, ...]) -> list[str]:
-    """Per family: what a random search of ``n`` points per kernel finds, read off the sweep (the
-    sample is drawn in a random order, the heuristic's point first: its first ``n`` points are a
-    sample of ``n``): the geometric mean over kernels of heuristic / fastest of the first ``n``, in the
-    sweep's own times (one timing each: the fastest of many noisy times is optimistic)."""
+    """Per family: what a random search of ``n`` points per kernel keeps of the re-timed gains. The
+    sample is drawn in a random order, the heuristic's point first, so its first ``n`` points are a
+    sample of ``n``: a kernel keeps its speed-up where its best point is among them, else counts 1.00
+    (a lower bound: another of the ``n`` may beat the heuristic too). Geometric mean over the kernels."""
     largest = max(len(k.swept) for k in kernels)
     shown = [n for n in budgets if n < largest] + [largest]
     lines = ["| family | kernels | " + " | ".join(f"{n} points" for n in shown) + " |",
              "|---|---|" + "---|" * len(shown)]
     for algorithm in dict.fromkeys(k.algorithm for k in kernels):
-        mine = [k for k in kernels if k.algorithm == algorithm and k.swept[0][1] < float("inf")]
+        mine = [k for k in kernels if k.algorithm == algorithm]
+        found = [next(i for i, (point, _) in enumerate(k.swept) if point == k.best_point) for k in mine]
         cells = []
         for n in shown:
-            gains = [k.swept[0][1] / min(cost for _, cost in k.swept[:n]) for k in mine]
-            cells.append(f"{statistics.geometric_mean(gains):.3f}x")
+            kept = [max(1.0, k.speedup) if at < n else 1.0 for k, at in zip(mine, found, strict=True)]
+            cells.append(f"{statistics.geometric_mean(kept):.3f}x")
         lines.append(f"| {algorithm} | {len(mine)} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
@@ -276,7 +300,7 @@ def write_csv(kernels: list[Kernel], path: Path, peak: float) -> None:
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["layer", "kernel", "b*", "runs", "space", "swept", "heuristic_s", "best_s",
-                         "speedup", "best_point", "best_gflops", "best_peak_share", "workload",
+                         "speedup", "best_point", "best_gflops", "best_peak_share", "load", "workload",
                          "base_candidate"])
         for kernel in kernels:
             flops = workload_flops(kernel.workload)
@@ -284,7 +308,8 @@ def write_csv(kernels: list[Kernel], path: Path, peak: float) -> None:
                              json.dumps(dict(kernel.counts)), kernel.space.size, len(kernel.swept),
                              f"{kernel.default:.4g}", f"{kernel.best:.4g}", f"{kernel.speedup:.4f}",
                              json.dumps(kernel.best_point), f"{flops / kernel.best / 1e9:.2f}",
-                             f"{flops / kernel.best / 1e9 / peak:.3f}", json.dumps(kernel.workload),
+                             f"{flops / kernel.best / 1e9 / peak:.3f}", f"{kernel.load:.2f}",
+                             json.dumps(kernel.workload),
                              json.dumps(kernel.base)])
     with open(path.with_suffix(".points.csv"), "w", newline="") as handle:
         writer = csv.writer(handle)
@@ -354,8 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         f"heuristic's point and the sweep's {args.finalists} fastest others of every kernel of a workload "
         f"re-timed cold in {args.rounds} interleaved rounds: *heuristic / best* is the median of the "
         "per-round ratios, 1.00x where no point beat the heuristic's (its best point is then `default`). "
-        "Times are the rounds' medians; GFLOP/s counts the layer's multiply-adds twice. (b*) marks the "
-        "kernel b* runs.",
+        "Times are the rounds' medians; GFLOP/s counts the layer's multiply-adds twice. *heuristic*: the "
+        "fastest of the kernel's candidates today (the heuristic's schedule; Winograd's in both of its "
+        "orders, which are candidates already); *load*: the 1-minute load average as its rounds began. "
+        "(b*) marks the kernel b* runs.",
         "",
         "## Per network: the kernels summed, each workload as often as the network runs it", "",
         "| network | kernels | b*'s kernels, heuristic ms | searched ms | gain | fastest kernel per layer, "
@@ -368,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         "Layout transforms and the other ops are not counted.", "",
         "## Which knob values win", "",
         *winners(kernels, args.threshold),
-        "## What a random search finds with n points per kernel (sweep times)", "",
+        "## What a random search of n points per kernel keeps of the gains (re-timed speed-ups)", "",
         *budget_curve(kernels, BUDGETS),
         "## Per layer", "",
     ]
