@@ -379,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         f"heuristic's point and the sweep's {args.finalists} fastest others of every kernel of a workload "
         f"re-timed cold in {args.rounds} interleaved rounds: *heuristic / best* is the median of the "
         "per-round ratios, 1.00x where no point beat the heuristic's (its best point is then `default`). "
-        "Times are the rounds' medians; GFLOP/s counts the layer's multiply-adds twice. *heuristic*: the "
+        "Times are the rounds' medians; GFLOP/s counts the layer's multiply-adds twice (a direct conv's: "
+        "Winograd does 2.25x (F2) to 4x (F4) fewer, so its share of peak may pass 100%). *heuristic*: the "
         "fastest of the kernel's candidates today (the heuristic's schedule; Winograd's in both of its "
         "orders, which are candidates already); *load*: the 1-minute load average as its rounds began. "
         "(b*) marks the kernel b* runs.",
