@@ -100,22 +100,32 @@ def fma_peak_gflops(threads: int = 2, isa: str | None = None) -> float:
     return float(out.split()[0])
 
 
+def workload_flops(workload: dict | None) -> float:
+    """fp32 operations of one conv2d or dense workload (multiply and add counted apart), 0 for another op.
+
+    Example:
+        >>> workload_flops({"op": "dense", "data": [1, 2048], "weight": [1000, 2048]})
+        4096000.0
+    """
+    from layoutopt.tvm.kernels import conv2d_output_shape
+
+    workload = workload or {}
+    if workload.get("op") == "conv2d":
+        n, o, oh, ow = conv2d_output_shape(workload)
+        _, per_group, kh, kw = workload["kernel"]
+        return 2.0 * n * o * oh * ow * per_group * kh * kw
+    if workload.get("op") == "dense":
+        (m, k), (features, _) = workload["data"], workload["weight"]
+        return 2.0 * m * features * k
+    return 0.0
+
+
 def network_flops(network: str) -> float:
     """fp32 operations of the network's conv2d and dense layers (multiply and add counted apart)."""
     from layoutopt.tvm import extract_layout_graph
-    from layoutopt.tvm.kernels import conv2d_output_shape
 
-    total = 0.0
-    for node in extract_layout_graph(load_network(network)).layout_nodes():
-        workload = node.workload
-        if workload.get("op") == "conv2d":
-            n, o, oh, ow = conv2d_output_shape(workload)
-            _, per_group, kh, kw = workload["kernel"]
-            total += 2.0 * n * o * oh * ow * per_group * kh * kw
-        elif workload.get("op") == "dense":
-            (m, k), (features, _) = workload["data"], workload["weight"]
-            total += 2.0 * m * features * k
-    return total
+    return sum(workload_flops(node.workload)
+               for node in extract_layout_graph(load_network(network)).layout_nodes())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ TVM_EXAMPLES = [
     "problem", "profile", "report", "result", "runner", "shuffle", "stages", "timing", "tune", "worker",
     "kernels", "kernels.candidate", "kernels.conv2d", "kernels.convolution", "kernels.dense",
     "kernels.family", "kernels.gemm", "kernels.isa", "kernels.kernel", "kernels.module",
-    "kernels.onnx_resize", "kernels.padded", "kernels.registry", "kernels.transcendental",
+    "kernels.onnx_resize", "kernels.padded", "kernels.registry", "kernels.space", "kernels.transcendental",
     "kernels.transform", "kernels.winograd", "kernels.workload",
 ]
 

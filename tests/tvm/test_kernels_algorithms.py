@@ -72,7 +72,8 @@ def test_winograd_rejects_bad_candidates():
     unblocked = {"in": "NCHW", "out": "NCHW", "algorithm": "winograd", "tile": 2}
     for bad, message in [(winograd(16, 16, 7), "tile"), (unblocked, "blocked"),
                          (winograd(32, 16, 2), "divide"), (winograd(16, 16, 2, order="zigzag"), "order"),
-                         (winograd(16, 16, 2, reg_n=4), "unknown keys")]:
+                         (winograd(16, 16, 2, unroll_kw=1), "unknown keys"),
+                         (winograd(16, 16, 2, reg_n=3), "reg_n=3")]:  # its register tile: 4 tiles a row
         with pytest.raises(ProblemError, match=message):
             WINOGRAD.validate_candidate(wl, bad)
     strided = kernels.validate_workload(conv([1, 16, 8, 8], [16, 16, 3, 3], strides=(2, 2)))

@@ -4,8 +4,8 @@ The package is laid out by job:
 
 - :mod:`.workload`: the plain-data schema (workloads, layouts, packing) with no TVM import;
   :mod:`.candidate`: the :class:`Candidate` record of a candidate dict, and its label;
-- :mod:`.family`: the :class:`KernelFamily` interface (candidates, numpy reference, compute,
-  schedule, packing, fused epilogue) that every kernel family implements, one module each:
+- :mod:`.family`: the :class:`KernelFamily` interface (candidates, schedule space, numpy reference,
+  compute, schedule, packing, fused epilogue) that every kernel family implements, one module each:
   :mod:`.conv2d` (direct: NCHW, NCHWc), :mod:`.depthwise` (depthwise NCHWc,
   ``"algorithm": "depthwise"``), :mod:`.winograd` (Winograd F(m x m, 3x3)
   conv2d, ``"algorithm": "winograd"``), :mod:`.gemm` (1x1 conv2d as a packed GEMM,
@@ -13,6 +13,8 @@ The package is laid out by job:
   families share :mod:`.convolution`, and :mod:`.padded` runs a blocked conv2d family on padded
   output channels (``"oc_block"``) where no block divides them; :mod:`.epilogue`: the elementwise
   steps fused after a kernel (bias, activations, residual add), their TE and numpy reference;
+- :mod:`.space`: :class:`ScheduleSpace`, the knobs a family's schedule takes for one workload and
+  target, the values worth searching and the heuristic's point (:meth:`KernelFamily.space`);
 - :mod:`.registry`: :data:`FAMILIES` maps ``(op, algorithm)`` to the families (a new family is one
   line there), and the candidates of a workload over them;
 - :mod:`.isa`: what the *target* CPU offers (vector width, registers, register tiles);
@@ -59,6 +61,7 @@ from .registry import (
     validate_candidate,
     with_loop_order,
 )
+from .space import ScheduleSpace
 from .workload import (
     DEFAULT_BLOCKS,
     EPILOGUE_STEPS,
@@ -120,6 +123,7 @@ __all__ = [
     "Kernel",
     "KernelFamily",
     "ScheduleModule",
+    "ScheduleSpace",
     "build_kernel",
     "candidates",
     "channel_blocks",

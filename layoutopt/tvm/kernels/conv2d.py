@@ -39,6 +39,7 @@ from .common import (
 )
 from .convolution import LOOP_ORDERS, Conv2dFamily, checked_orders
 from .isa import register_tile, vector_registers
+from .space import ScheduleSpace, check_knobs, divisors, even_splits, registers_hold
 from .workload import (
     DEFAULT_BLOCKS,
     NCHW,
@@ -55,23 +56,38 @@ __all__ = [
     "FAMILY",
     "MAIN_BLOCKS",
     "ORDERS",
+    "REDUCTIONS",
     "SCHEDULE_KNOBS",
     "DirectConv2d",
     "pack_kernel",
 ]
 
-#: Knobs of a blocked conv2d candidate that change its schedule, not its layouts. ``order``: the
-#: parallel loop nest runs over output-channel chunks, then rows (``"oc"``, AutoTVM's, the default),
-#: or rows, then chunks (``"rows"``). Chunks outside re-read the whole input once per chunk; rows
-#: outside keep one input row (all channels) in cache while every chunk uses it. Neither wins
-#: everywhere: on SSD's 128x128 maps a 1x1 256->64 conv at 16c ran 6.94 ms chunks-outside and 3.26
-#: ms rows-outside, and a 1x1 128->512 at 64x64 3.22 vs 3.42 ms. But which wins depends on how much
-#: of the shared L3 the other tenants leave: on a shared VM the two passes of one measurement
-#: flipped it, and whole networks built with the faster order per kernel were no faster (SSD 257 vs
-#: 259 ms, ResNet-50 40.0 vs 39.3 ms); so it is a candidate only when asked for (``orders=``), as it
-#: doubles the blocked convs to measure. ``reg_n``: the register tile width (default
-#: :func:`~layoutopt.tvm.kernels.isa.register_tile`).
-SCHEDULE_KNOBS = ("order", "reg_n")
+#: Knobs of a blocked conv2d candidate that change its schedule, not its layouts (its :meth:`space
+#: <DirectConv2d.space>`, in this order):
+#:
+#: - ``reg_n``: the register tile's width in output columns (default
+#:   :func:`~layoutopt.tvm.kernels.isa.register_tile`);
+#: - ``oc_tile``: output-channel blocks in the register tile (default 1): ``reg_n x oc_tile`` vectors
+#:   accumulate, and each input value, broadcast once, feeds ``oc_tile`` FMAs (AutoTVM's NCHWc
+#:   template had one block; MLAS's NCHWc kernel several);
+#: - ``reduction``: the reduction's outermost loop (convs with a kernel window above 1x1):
+#:   ``"ic"`` (default, AutoTVM's: input-channel chunks outside the kernel window, each chunk's
+#:   input rows read for every tap) or ``"kernel"`` (the window outside the chunks);
+#: - ``unroll_kw``: 1 puts the kernel-width loop inside the input-channel block and unrolls it
+#:   (AutoTVM's ``unroll_kw``: the taps of one row share the input values of neighbouring columns);
+#:   kernels at least 2 wide; default 0;
+#: - ``order``: the parallel loop nest runs over output-channel chunks, then rows (``"oc"``,
+#:   AutoTVM's, the default), or rows, then chunks (``"rows"``). Chunks outside re-read the whole
+#:   input once per chunk; rows outside keep one input row (all channels) in cache while every chunk
+#:   uses it. Neither wins everywhere: on SSD's 128x128 maps a 1x1 256->64 conv at 16c ran 6.94 ms
+#:   chunks-outside and 3.26 ms rows-outside, and a 1x1 128->512 at 64x64 3.22 vs 3.42 ms. But which
+#:   wins depends on how much of the shared L3 the other tenants leave: on a shared VM the two passes
+#:   of one measurement flipped it, and whole networks built with the faster order per kernel were no
+#:   faster (SSD 257 vs 259 ms, ResNet-50 40.0 vs 39.3 ms); so it is a candidate only when asked for
+#:   (``orders=``), as it doubles the blocked convs to measure.
+SCHEDULE_KNOBS = ("reg_n", "oc_tile", "reduction", "unroll_kw", "order")
+#: values of the ``reduction`` knob, the default first
+REDUCTIONS = ("ic", "kernel")
 #: values of the ``order`` knob, the default first
 ORDERS = LOOP_ORDERS
 #: the loop orders of blocked conv2d candidates unless asked for others
@@ -167,7 +183,8 @@ def schedule_nchwc(func, target):
     """AutoTVM's ``schedule_conv_NCHWc_cpu_common``: a ``[reg_n x oc_block]`` register tile accumulated
     over (ic outer, kh, kw, ic inner), parallel over (n, oc outer, oh) (or (n, oh, oc outer): the
     ``order`` knob), the oc block vectorised, and the fused epilogue (bias, relu, residual add)
-    finished in the tile when the output block is one vector wide.
+    finished in the tile when the output block is one vector wide. The candidate's knobs
+    (:data:`SCHEDULE_KNOBS`) reshape the tile and the reduction's loops.
 
     With wider output blocks (4 zmm per column at 64c) the epilogue's operands spill the
     accumulators: a fused 64c residual block measured slower in the tile than with its epilogue run
@@ -180,32 +197,46 @@ def schedule_nchwc(func, target):
     # the packed kernel (O/ob, I/ib, KH, KW, ib, ob) gives the blocks, whoever wrote the compute
     *_, in_block, out_block = _read_shape(sch, conv, 6)
     out_width = _write_shape(sch, conv)[3]
-    reg_n = int(knobs.get("reg_n") or register_tile(out_width, out_block, target))
-    rows_outer = knobs.get("order") == "rows"
+    tile = {**_DEFAULT_KNOBS, **{k: v for k, v in knobs.items() if k in SCHEDULE_KNOBS}}
+    tile["reg_n"] = int(knobs.get("reg_n") or register_tile(out_width, out_block, target))
     try:
-        _schedule_nchwc(sch, in_block, reg_n, out_block <= vector_registers(target)[0], rows_outer)
+        _schedule_nchwc(sch, in_block, tile, out_block <= vector_registers(target)[0])
     except tvm.s_tir.ScheduleError:  # the epilogue does not fit in the tile: run it after the conv
         sch = tvm.s_tir.Schedule(func)
-        _schedule_nchwc(sch, in_block, reg_n, False, rows_outer)
+        _schedule_nchwc(sch, in_block, tile, False)
     return sch
 
 
-def _schedule_nchwc(sch, in_block: int, reg_n: int, fuse_epilogue: bool, rows_outer: bool) -> None:
+#: the knobs' values where a candidate sets none (``reg_n``'s: :func:`~.isa.register_tile`)
+_DEFAULT_KNOBS = {"oc_tile": 1, "reduction": REDUCTIONS[0], "unroll_kw": 0, "order": ORDERS[0]}
+
+
+def _schedule_nchwc(sch, in_block: int, tile: dict[str, Any], fuse_epilogue: bool) -> None:
     names = block_names(sch)
     conv = sch.get_sblock("conv2d_NCHWc")
     if "data_pad" in names:
         parallel_vectorize(sch, sch.get_sblock("data_pad"))
     n, occ, oh, ow, ocb, ic, kh, kw = sch.get_loops(conv)
-    owo, owi = sch.split(ow, [None, reg_n])
+    owo, owi = sch.split(ow, [None, tile["reg_n"]])
     ico, ici = sch.split(ic, [None, in_block])
-    outer = (n, oh, occ) if rows_outer else (n, occ, oh)
-    sch.reorder(*outer, owo, ico, kh, kw, ici, owi, ocb)
+    blocks = []  # the tile's loop over output-channel blocks, when it has several
+    if tile["oc_tile"] > 1:
+        occ, occi = sch.split(occ, [None, tile["oc_tile"]])
+        blocks = [occi]
+    outer = (n, oh, occ) if tile["order"] == "rows" else (n, occ, oh)
+    reduction = [kh, kw, ico, ici] if tile["reduction"] == "kernel" else [ico, kh, kw, ici]
+    if tile["unroll_kw"]:
+        reduction = [loop for loop in reduction if loop != kw] + [kw]
+    # each input value is broadcast once per column, then multiplied by every block's weights
+    sch.reorder(*outer, owo, *reduction, owi, *blocks, ocb)
     epilogue = [name for name in names if name not in ("conv2d_NCHWc", "data_pad")]
-    tile, epilogue = register_tile_output(sch, conv, epilogue, fuse_epilogue)
-    finish_register_tile(sch, tile, owo, outer, ocb, owi)
+    written, epilogue = register_tile_output(sch, conv, epilogue, fuse_epilogue)
+    finish_register_tile(sch, written, owo, outer, ocb, owi)
+    for loop in blocks + ([kw] if tile["unroll_kw"] else []):
+        sch.unroll(loop)
     schedule_epilogue(sch, epilogue, set())
     # must come last: before parallel/vectorize it breaks the "compact dataflow" check
-    sch.decompose_reduction(conv, ico)
+    sch.decompose_reduction(conv, reduction[0])
 
 
 def schedule_nchw(func, target=None):
@@ -308,17 +339,64 @@ class DirectConv2d(Conv2dFamily):
         check_divides(out_block, workload["kernel"][0] // groups, f"{what} output{per_group}")
         if (in_block is None) != (out_block is None):
             raise ProblemError(f"{what}: in and out must both be blocked or both be NCHW")
-        reg_n = candidate.get("reg_n", 1)
-        if int(reg_n) != reg_n or reg_n < 1:
-            raise ProblemError(f"{what}: reg_n must be a positive integer")
-        order = candidate.get("order", ORDERS[0])
-        if order not in ORDERS:
-            raise ProblemError(f"{what}: order must be one of {ORDERS}")
-        if order != ORDERS[0] and in_block is None:
-            raise ProblemError(f"{what}: only a blocked conv2d has a loop order to choose")
+        knobs = sorted(set(candidate) & set(SCHEDULE_KNOBS))
+        if knobs and in_block is None:
+            raise ProblemError(f"{what}: only a blocked conv2d has schedule knobs ({knobs})")
         unknown = sorted(set(candidate) - {"in", "out", *SCHEDULE_KNOBS})
         if unknown:
             raise ProblemError(f"{what}: unknown keys {unknown} (knobs: {list(SCHEDULE_KNOBS)})")
+        if in_block is not None:
+            check_knobs(candidate, self.knob_domain(workload, candidate), what)
+
+    def knob_domain(self, workload: dict[str, Any], candidate: dict[str, Any]) -> dict[str, tuple]:
+        """The values each knob of a blocked candidate may take on any target (:func:`~.space.check_knobs`):
+        ``reg_n`` up to the output width, ``oc_tile`` dividing the output chunks (of a group), the
+        ``reduction`` and ``unroll_kw`` where the kernel window has more than one tap (and column)."""
+        out_block = layout_block(candidate["out"])
+        out_width = conv2d_output_shape(workload)[3]
+        chunks = workload["kernel"][0] // workload["groups"] // out_block
+        kernel_h, kernel_w = workload["kernel"][2:]
+        domain: dict[str, tuple] = {"reg_n": tuple(range(1, out_width + 1)), "oc_tile": divisors(chunks)}
+        if kernel_h * kernel_w > 1:
+            domain["reduction"] = REDUCTIONS
+        if kernel_w > 1:
+            domain["unroll_kw"] = (0, 1)
+        domain["order"] = ORDERS
+        return domain
+
+    def space(self, workload: dict[str, Any], candidate: dict[str, Any], target: Any = None) -> ScheduleSpace:
+        """The blocked kernel's knobs (:data:`SCHEDULE_KNOBS`) on ``target``; NCHW has none.
+
+        ``reg_n`` takes the widths that split the row evenly (:func:`~.space.even_splits`), ``oc_tile``
+        the divisors of the output chunks, such that the ``reg_n x oc_tile`` accumulators fit the
+        target's registers beside ``oc_tile`` weight vectors and a broadcast input, and number at least
+        4 (fewer leave the FMA pipes idle), or as many as the heuristic's.
+
+        Example:
+            >>> wl = {"op": "conv2d", "data": [1, 64, 7, 7], "kernel": [64, 64, 3, 3], "strides": [1, 1],
+            ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+            >>> avx512 = {"kind": "llvm", "mcpu": "znver4"}
+            >>> space = FAMILY.space(wl, {"in": "NCHW16c", "out": "NCHW16c"}, avx512)
+            >>> space.names, space.default()["reg_n"], dict(space.knobs)["oc_tile"], space.size
+            (('reg_n', 'oc_tile', 'reduction', 'unroll_kw', 'order'), 7, (1, 2, 4), 80)
+        """
+        out_block = layout_block(candidate["out"])
+        if layout_block(candidate["in"]) is None:
+            return ScheduleSpace()
+        domain = self.knob_domain(workload, candidate)
+        lanes, registers = vector_registers(target)
+        per_column = -(-out_block // lanes)
+        out_width = conv2d_output_shape(workload)[3]
+        default = {name: _DEFAULT_KNOBS.get(name) for name in domain}
+        default["reg_n"] = register_tile(out_width, out_block, target)
+        fewest = min(4, default["reg_n"] * per_column)
+
+        def fits(point: dict[str, Any]) -> bool:
+            accumulators = point["reg_n"] * point["oc_tile"] * per_column
+            return accumulators >= fewest and registers_hold(accumulators, point["oc_tile"] * per_column + 1,
+                                                             registers)
+
+        return ScheduleSpace.build({**domain, "reg_n": even_splits(out_width)}, default, fits)
 
     def weight_shape(self, workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
         """OIHW for NCHW; ``(O/ob, I/ib, KH, KW, ib, ob)`` blocked (:func:`pack_kernel`; I: channels per

@@ -30,6 +30,7 @@ from ...errors import ProblemError
 from .candidate import algorithm_of
 from .epilogue import apply_numpy
 from .family import KernelFamily
+from .space import check_knobs
 from .workload import (
     EPILOGUE_STEPS,
     NCHW,
@@ -243,6 +244,12 @@ class BlockedConv2dAlgorithm(Conv2dFamily):
     def check_options(self, candidate: dict[str, Any], what: str) -> None:
         """ProblemError unless the candidate's own :attr:`options` are valid (by default: none to check)."""
 
+    def knob_domain(self, workload: dict[str, Any], candidate: dict[str, Any]) -> dict[str, tuple]:
+        """The values each schedule knob of a (blocked, checked) candidate may take on any target,
+        which :meth:`validate_candidate` holds it to (:func:`~.space.check_knobs`); by default the
+        ``order``'s."""
+        return {"order": self.orders}
+
     def blocked_candidates(self, workload: dict[str, Any], blocks: Iterable[int], orders: Iterable[str],
                            variants: Sequence[dict[str, Any]] = ({},), padded: bool = False
                            ) -> list[dict[str, Any]]:
@@ -270,3 +277,4 @@ class BlockedConv2dAlgorithm(Conv2dFamily):
             raise ProblemError(f"{what}: 'algorithm' must be {self.algorithm!r}")
         self.check_options(candidate, what)
         check_blocked(workload, candidate, what, self.orders, {"algorithm", *self.options})
+        check_knobs(candidate, self.knob_domain(workload, candidate), what)

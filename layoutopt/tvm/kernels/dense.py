@@ -21,12 +21,19 @@ import numpy as np
 
 from ...errors import ProblemError
 from .._tvm import import_tvm
-from .common import CANDIDATE_ANNOTATION, block_names, inline_into_last, register_tile_output
+from .common import (
+    CANDIDATE_ANNOTATION,
+    annotated_candidate,
+    block_names,
+    inline_into_last,
+    register_tile_output,
+)
 from .family import KernelFamily
-from .isa import gemm_register_tile
+from .isa import gemm_register_tile, gemm_tile_fits, vector_registers
+from .space import ScheduleSpace, check_knobs, divisors
 from .workload import dense_weight_block
 
-__all__ = ["DEFAULT_BLOCKS", "FAMILY", "MAIN_BLOCKS", "Dense"]
+__all__ = ["DEFAULT_BLOCKS", "FAMILY", "MAIN_BLOCKS", "SCHEDULE_KNOBS", "Dense"]
 
 #: dense weight blocks (the packed output-feature block is the vector width)
 DEFAULT_BLOCKS = (8, 16, 32)
@@ -34,6 +41,10 @@ DEFAULT_BLOCKS = (8, 16, 32)
 MAIN_BLOCKS = ("T_matmul_NT", "T_dense_pack")
 #: the packed kernel's copy of its output without the padded features (a block that does not divide N)
 UNPAD_BLOCK = "T_dense_unpad"
+#: the schedule knobs of a packed candidate (its :meth:`space <Dense.space>`): the register tile's
+#: rows of the data (``reg_n``: a 1x1 conv's pixels) and feature blocks (``oc_tile``), default
+#: :func:`~.isa.gemm_register_tile`'s
+SCHEDULE_KNOBS = ("reg_n", "oc_tile")
 
 
 class Dense(KernelFamily):
@@ -54,11 +65,50 @@ class Dense(KernelFamily):
 
     def validate_candidate(self, workload: dict[str, Any], candidate: dict[str, Any]) -> None:
         """Raise ProblemError unless ``candidate`` is a valid dense kernel of the (validated) ``workload``."""
+        what = f"dense candidate {candidate!r}"
         try:
-            dense_weight_block(candidate.get("weight", "NK"))
+            block = dense_weight_block(candidate.get("weight", "NK"))
         except ProblemError:
-            raise ProblemError(f"dense candidate {candidate!r}: weight layout must be 'NK' or 'NK<b>n'") \
-                from None
+            raise ProblemError(f"{what}: weight layout must be 'NK' or 'NK<b>n'") from None
+        knobs = sorted(set(candidate) & set(SCHEDULE_KNOBS))
+        if knobs and block is None:
+            raise ProblemError(f"{what}: only a packed weight's kernel has schedule knobs ({knobs})")
+        if block is not None:
+            check_knobs(candidate, self.knob_domain(workload, candidate), what)
+
+    def knob_domain(self, workload: dict[str, Any], candidate: dict[str, Any]) -> dict[str, tuple]:
+        """The values each knob of a packed candidate may take on any target: ``reg_n`` up to the rows,
+        ``oc_tile`` up to the feature blocks (a last tile may be partial)."""
+        block = dense_weight_block(candidate["weight"])
+        return {"reg_n": tuple(range(1, workload["data"][0] + 1)),
+                "oc_tile": tuple(range(1, -(-workload["weight"][0] // block) + 1))}
+
+    def space(self, workload: dict[str, Any], candidate: dict[str, Any], target: Any = None) -> ScheduleSpace:
+        """A packed kernel's knobs on ``target``: tiles of rows and feature blocks dividing them, of 4
+        accumulators or more (or the heuristic's count) that :func:`~.isa.gemm_tile_fits` the
+        target's registers; the plain ``NK`` kernel has none.
+
+        Example:
+            >>> wl = {"op": "dense", "data": [1, 2048], "weight": [1000, 2048], "dtype": "float32"}
+            >>> space = FAMILY.space(wl, {"in": "NC", "out": "NC", "weight": "NK16n"},
+            ...                      {"kind": "llvm", "mcpu": "znver4"})
+            >>> space.default(), dict(space.knobs)["oc_tile"]      # 1000 features: 63 blocks of 16
+            ({'reg_n': 1, 'oc_tile': 21}, (7, 9, 21))
+        """
+        block = dense_weight_block(candidate.get("weight", "NK"))
+        if block is None:
+            return ScheduleSpace()
+        rows, blocks = workload["data"][0], -(-workload["weight"][0] // block)
+        per_block = -(-block // vector_registers(target)[0])
+        _, tile_rows, tile_blocks = gemm_register_tile(1, rows, blocks, block, target)
+        fewest = min(4, tile_rows * tile_blocks * per_block)
+
+        def fits(point: dict[str, Any]) -> bool:
+            return (point["reg_n"] * point["oc_tile"] * per_block >= fewest
+                    and gemm_tile_fits(point["reg_n"], point["oc_tile"], block, target))
+
+        return ScheduleSpace.build({"reg_n": divisors(rows), "oc_tile": divisors(blocks)},
+                                   {"reg_n": tile_rows, "oc_tile": tile_blocks}, fits)
 
     def pack_weight(self, workload: dict[str, Any], candidate: dict[str, Any],
                     weight: np.ndarray) -> np.ndarray:
@@ -152,6 +202,8 @@ class Dense(KernelFamily):
         rows, features = (int(d) for d in sch.get(dense).writes[0].source.shape)
         block = next(int(r.source.shape[2]) for r in sch.get(dense).reads if len(r.source.shape) == 3)
         _, tile_rows, tile_blocks = gemm_register_tile(1, rows, features // block, block, target)
+        knobs = annotated_candidate(sch, dense) or {}
+        tile_rows, tile_blocks = int(knobs.get("reg_n", tile_rows)), int(knobs.get("oc_tile", tile_blocks))
         io, ii = sch.split(i, [None, tile_rows])
         jo, jb, ji = sch.split(j, [None, tile_blocks, block])
         # blocks outer, rows inner, as the 1x1 GEMM's tile (whose register count the rule makes)

@@ -48,7 +48,8 @@ from .common import (
     schedule_epilogue,
 )
 from .convolution import LOOP_ORDERS, Conv2dFamily, checked_orders
-from .isa import depthwise_register_tile
+from .isa import depthwise_register_tile, vector_registers
+from .space import ScheduleSpace, check_knobs, divisors, registers_hold
 from .workload import (
     DEFAULT_BLOCKS,
     channel_blocks,
@@ -64,12 +65,16 @@ __all__ = ["FAMILY", "MAIN_BLOCK", "MIN_PARALLEL_CHUNKS", "ORDERS", "SCHEDULE_KN
 
 #: the name of the kernel's main block
 MAIN_BLOCK = "depthwise_conv2d_NCHWc"
-#: candidate keys that change the schedule, not the layouts: the register tile's width in columns, and
+#: candidate keys that change the schedule, not the layouts (its :meth:`space <DepthwiseConv2d.space>`,
+#: in this order): ``reg_n``, the register tile's width in columns (default
+#: :func:`~.isa.depthwise_register_tile`); ``oc_tile``, the channel blocks in the tile (default 1:
+#: more give the FMAs of a narrow map independent accumulators, though no load is shared between
+#: blocks); ``row_chunk``, the output rows per parallel work item (default :func:`row_chunk`); and
 #: the parallel loop ``order`` (the direct family's :data:`~.conv2d.ORDERS`): over channel blocks, then
 #: chunks of rows (``"oc"``, the default), or rows first (``"rows"``: each thread writes the rows a
 #: kernel split by rows, such as a 1x1 conv in its ``"rows"`` order, reads next, and reads the rows it
 #: wrote; see :func:`~.registry.with_loop_order`)
-SCHEDULE_KNOBS = ("reg_n", "order")
+SCHEDULE_KNOBS = ("reg_n", "oc_tile", "row_chunk", "order")
 #: values of the ``order`` knob, the default first
 ORDERS = LOOP_ORDERS
 #: the fewest parallel work items (channel block x chunk of rows) :func:`row_chunk` leaves, where the
@@ -163,13 +168,18 @@ def schedule_depthwise(func, target):
     n, occ, oh, ow, ocb, ry, rx = sch.get_loops(conv)
     kernel_w = int(sch.get(rx).extent)
     reg_n = int(knobs.get("reg_n") or depthwise_register_tile(width, block, kernel_w, target))
-    oho, ohi = sch.split(oh, [None, row_chunk(batch * chunks, height)])
+    oho, ohi = sch.split(oh, [None, int(knobs.get("row_chunk") or row_chunk(batch * chunks, height))])
     owo, owi = sch.split(ow, [None, reg_n])
+    blocks = []  # the tile's loop over channel blocks, when it has several
+    if knobs.get("oc_tile", 1) > 1:
+        occ, occi = sch.split(occ, [None, int(knobs["oc_tile"])])
+        blocks = [occi]
     outer = (n, oho, occ) if knobs.get("order", ORDERS[0]) == "rows" else (n, occ, oho)
-    sch.reorder(*outer, ohi, owo, ry, rx, owi, ocb)
+    sch.reorder(*outer, ohi, owo, ry, rx, *blocks, owi, ocb)
     tile, epilogue = register_tile_output(sch, conv, [name for name in names if name != MAIN_BLOCK])
     finish_register_tile(sch, tile, owo, outer, ocb, owi)
-    sch.unroll(rx)
+    for loop in (rx, *blocks):
+        sch.unroll(loop)
     schedule_epilogue(sch, epilogue, set())
     sch.decompose_reduction(conv, ry)
     return sch
@@ -220,14 +230,52 @@ class DepthwiseConv2d(Conv2dFamily):
         if block is None or candidate["out"] != candidate["in"]:
             raise ProblemError(f"{what}: in and out must be the same blocked layout NCHW<b>c")
         check_divides(block, workload["data"][1], what)
-        reg_n = candidate.get("reg_n", 1)
-        if isinstance(reg_n, bool) or not isinstance(reg_n, int) or reg_n < 1:
-            raise ProblemError(f"{what}: reg_n must be a positive integer")
-        if candidate.get("order", ORDERS[0]) not in ORDERS:
-            raise ProblemError(f"{what}: 'order' must be one of {ORDERS}")
         unknown = sorted(set(candidate) - {"in", "out", "algorithm", *SCHEDULE_KNOBS})
         if unknown:
             raise ProblemError(f"{what}: unknown keys {unknown} (knobs: {list(SCHEDULE_KNOBS)})")
+        check_knobs(candidate, self.knob_domain(workload, candidate), what)
+
+    def knob_domain(self, workload: dict[str, Any], candidate: dict[str, Any]) -> dict[str, tuple]:
+        """The values each knob may take on any target (:func:`~.space.check_knobs`): ``reg_n`` up to
+        the output width, ``oc_tile`` dividing the channel blocks, ``row_chunk`` dividing the output
+        rows, ``order`` among :data:`ORDERS`."""
+        _, channels, out_h, out_w = conv2d_output_shape(workload)
+        return {"reg_n": tuple(range(1, out_w + 1)),
+                "oc_tile": divisors(channels // layout_block(candidate["out"])),
+                "row_chunk": divisors(out_h), "order": ORDERS}
+
+    def space(self, workload: dict[str, Any], candidate: dict[str, Any], target: Any = None) -> ScheduleSpace:
+        """Its knobs (:data:`SCHEDULE_KNOBS`) on ``target``: tile widths dividing the output width (a
+        partial tile, its columns predicated, ran 2-4x slower: :func:`~.isa.depthwise_register_tile`) of
+        4 accumulators or more (or the heuristic's count), ``oc_tile`` blocks whose accumulators and
+        kernel-row weights fit the registers; rows per work item that leave 8 work items or more
+        (or the heuristic's count).
+
+        Example:
+            >>> wl = {"op": "conv2d", "data": [1, 960, 7, 7], "kernel": [960, 1, 3, 3], "strides": [1, 1],
+            ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 960, "dtype": "float32"}
+            >>> space = FAMILY.space(wl, {"in": "NCHW16c", "out": "NCHW16c", "algorithm": "depthwise"},
+            ...                      {"kind": "llvm", "mcpu": "znver4"})
+            >>> space.default(), dict(space.knobs)["oc_tile"], space.size
+            ({'reg_n': 7, 'oc_tile': 1, 'row_chunk': 1, 'order': 'oc'}, (1, 2, 3, 4, 5, 6), 24)
+        """
+        domain = self.knob_domain(workload, candidate)
+        lanes, registers = vector_registers(target)
+        block = layout_block(candidate["out"])
+        per_column = -(-block // lanes)
+        batch, channels, out_h, out_w = conv2d_output_shape(workload)
+        kernel_w = workload["kernel"][3]
+        default = {"reg_n": depthwise_register_tile(out_w, block, kernel_w, target), "oc_tile": 1,
+                   "row_chunk": row_chunk(batch * channels // block, out_h), "order": ORDERS[0]}
+        fewest = min(4, default["reg_n"] * per_column)
+
+        def fits(point: dict[str, Any]) -> bool:
+            accumulators = point["reg_n"] * point["oc_tile"] * per_column
+            items = batch * channels // block // point["oc_tile"] * (out_h // point["row_chunk"])
+            return (accumulators >= fewest and items >= 8
+                    and registers_hold(accumulators, point["oc_tile"] * kernel_w * per_column + 1, registers))
+
+        return ScheduleSpace.build({**domain, "reg_n": divisors(out_w)}, default, fits)
 
     def weight_shape(self, workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
         """``(C/b, KH, KW, b)``: one vector of ``b`` filters per tap."""

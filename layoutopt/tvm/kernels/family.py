@@ -5,6 +5,8 @@ candidates' ``"algorithm"`` key, absent for ``"direct"``). It offers, for a work
 :meth:`~KernelFamily.applies` to:
 
 - its :meth:`~KernelFamily.candidates` and :meth:`~KernelFamily.validate_candidate`;
+- its schedule :meth:`~KernelFamily.space` (:mod:`.space`): the knobs a search may set on a candidate,
+  the heuristic's values their default;
 - a numpy :meth:`~KernelFamily.reference` over the logical inputs (:meth:`~KernelFamily.logical_shapes`);
 - the TE compute: :meth:`~KernelFamily.placeholders` in the candidate's layouts, then
   :meth:`~KernelFamily.compute`; :meth:`~KernelFamily.output` adds the fused epilogue;
@@ -43,6 +45,7 @@ import numpy as np
 from ...errors import ProblemError
 from .candidate import DIRECT
 from .epilogue import apply_te, step_name, takes_operand
+from .space import ScheduleSpace
 
 __all__ = ["KernelFamily"]
 
@@ -89,6 +92,20 @@ class KernelFamily(ABC):
     @abstractmethod
     def validate_candidate(self, workload: dict[str, Any], candidate: dict[str, Any]) -> None:
         """Raise ProblemError unless ``candidate`` is one of its kernels for ``workload``."""
+
+    def space(self, workload: dict[str, Any], candidate: dict[str, Any], target: Any = None) -> ScheduleSpace:
+        """The schedule space of ``candidate``'s kernel for ``workload`` compiled for ``target`` (None:
+        the target in scope, else this host): its knobs, the values worth searching on that target
+        (the target's registers decide), and the heuristic's point, the kernel ``candidate`` builds
+        without knob keys (its own knob keys, if any, are ignored). By default the empty space: no
+        knobs, one point.
+
+        Example:
+            >>> from layoutopt.tvm.kernels import FAMILIES
+            >>> FAMILIES["layout_transform", "direct"].space({}, {}).points()
+            [{}]
+        """
+        return ScheduleSpace()
 
     @abstractmethod
     def logical_shapes(self, workload: dict[str, Any]) -> list[list[int]]:

@@ -59,11 +59,20 @@ from .common import (
     schedule_epilogue,
 )
 from .convolution import LOOP_ORDERS, BlockedConv2dAlgorithm, blocked_weight
-from .isa import gemm_register_tile, pixel_register_tile, pixel_tiles
+from .isa import (
+    MAX_ACCUMULATORS,
+    MIN_PIXEL_LANES,
+    gemm_register_tile,
+    gemm_tile_fits,
+    pixel_register_tile,
+    pixel_tiles,
+    vector_registers,
+)
+from .space import ScheduleSpace, check_knobs, divisors, even_splits
 from .workload import DEFAULT_BLOCKS, NCHW, conv2d_output_shape, is_depthwise, layout_block, validate_workload
 
-__all__ = ["ALGORITHM", "FAMILY", "MAIN_BLOCKS", "NCHW_CANDIDATE", "ORDERS", "Gemm", "schedule_gemm",
-           "schedule_gemm_nchw", "weight_transform"]
+__all__ = ["ALGORITHM", "FAMILY", "MAIN_BLOCKS", "NCHW_CANDIDATE", "NCHW_KNOBS", "ORDERS", "SCHEDULE_KNOBS",
+           "Gemm", "schedule_gemm", "schedule_gemm_nchw", "weight_transform"]
 
 #: the candidates' ``"algorithm"`` value
 ALGORITHM = "gemm"
@@ -75,6 +84,15 @@ NCHW_CANDIDATE = {"in": NCHW, "out": NCHW, "algorithm": ALGORITHM}
 #: values of the ``"order"`` schedule knob, the default first: the parallel loops run over
 #: output-channel blocks, then pixel tiles (``"oc"``), or pixel tiles, then channel blocks (``"rows"``)
 ORDERS = LOOP_ORDERS
+#: the schedule knobs of a blocked candidate (its :meth:`space <Gemm.space>`, in this order): the
+#: register tile's rows, columns and output-channel blocks (default :func:`~.isa.gemm_register_tile`),
+#: then ``order``. The NCHW kernel's: :data:`NCHW_KNOBS`.
+SCHEDULE_KNOBS = ("reg_h", "reg_n", "oc_tile", "order")
+#: the schedule knobs of the NCHW candidate: its pixel tile's rows and columns and the vector's lanes
+#: (default :func:`~.isa.pixel_register_tile`)
+NCHW_KNOBS = ("reg_h", "reg_n", "lanes")
+#: the vector widths (floats) the NCHW kernel may run its pixels in
+PIXEL_LANES = (4, 8, 16)
 
 
 def weight_transform(kernel_oihw: np.ndarray, candidate: dict[str, Any]) -> np.ndarray:
@@ -95,6 +113,7 @@ class Gemm(BlockedConv2dAlgorithm):
     algorithm = ALGORITHM
     main_blocks = MAIN_BLOCKS
     orders = ORDERS
+    options = SCHEDULE_KNOBS[:-1]
     requirement = "the GEMM kernel needs a 1x1, unpadded conv2d, not depthwise"
 
     def fits(self, workload: dict[str, Any]) -> bool:
@@ -153,16 +172,86 @@ class Gemm(BlockedConv2dAlgorithm):
 
     def validate_candidate(self, workload: dict[str, Any], candidate: dict[str, Any]) -> None:
         """ProblemError unless ``candidate`` is one of its blocked kernels of ``workload``, or its NCHW
-        kernel (:data:`NCHW_CANDIDATE`, exactly) where it :meth:`fits_nchw`."""
+        kernel (:data:`NCHW_CANDIDATE`, with a pixel tile's :data:`NCHW_KNOBS` or none) where it
+        :meth:`fits_nchw`."""
         if not _is_nchw(candidate):
             return super().validate_candidate(workload, candidate)
         what = f"{self.algorithm} candidate {candidate!r} of {workload!r}"
-        if candidate != NCHW_CANDIDATE:
-            raise ProblemError(f"{what}: the NCHW GEMM is {NCHW_CANDIDATE} (no other keys)")
+        plain = {key: value for key, value in candidate.items() if key not in NCHW_KNOBS}
+        if plain != NCHW_CANDIDATE:
+            raise ProblemError(f"{what}: the NCHW GEMM is {NCHW_CANDIDATE} (no other keys than its knobs "
+                               f"{list(NCHW_KNOBS)})")
         if not self.fits_nchw(workload):
             raise ProblemError(f"{what}: the NCHW GEMM needs a 1x1, unpadded, stride-1 conv2d, not "
                                "depthwise, whose output map a whole number of 8-pixel vectors tiles (part "
                                "of a row, or whole rows)")
+        _, _, out_h, out_w = conv2d_output_shape(workload)
+        domain = {"reg_h": divisors(out_h), "reg_n": divisors(out_w), "lanes": PIXEL_LANES}
+        check_knobs(candidate, domain, what)
+        if all(key in candidate for key in NCHW_KNOBS):  # (a knob it omits is the target's default)
+            _check_pixel_tile(out_h, out_w, *(candidate[key] for key in NCHW_KNOBS), what)
+
+    def knob_domain(self, workload: dict[str, Any], candidate: dict[str, Any]) -> dict[str, tuple]:
+        """The values each knob of a blocked candidate may take on any target: ``reg_h`` dividing the
+        output rows, ``reg_n`` up to the output width, ``oc_tile`` up to the output blocks (a last tile
+        may be partial, of columns and of blocks), ``order`` among :data:`ORDERS`."""
+        _, out_channels, out_h, out_w = conv2d_output_shape(workload)
+        out_outer = out_channels // layout_block(candidate["out"]) // workload["groups"]
+        # a grouped GEMM's tile takes whole blocks of one group: a count dividing the group's
+        tiles = tuple(range(1, out_outer + 1)) if workload["groups"] == 1 else divisors(out_outer)
+        return {"reg_h": divisors(out_h), "reg_n": tuple(range(1, out_w + 1)), "oc_tile": tiles,
+                "order": ORDERS}
+
+    def space(self, workload: dict[str, Any], candidate: dict[str, Any], target: Any = None) -> ScheduleSpace:
+        """Its knobs on ``target``. Blocked (:data:`SCHEDULE_KNOBS`): columns splitting the row evenly
+        (:func:`~.space.even_splits`), several rows only with whole rows, block counts splitting the
+        output blocks evenly, a partial last tile of columns or of blocks but not both (those ran
+        0.3-0.6x: :func:`~.isa.gemm_register_tile`), 4 accumulators or more (or the heuristic's count)
+        that :func:`~.isa.gemm_tile_fits` the target's registers. NCHW (:data:`NCHW_KNOBS`): every
+        :func:`~.isa.pixel_tiles` tile in vectors of the target's width or 8, its accumulators beside a
+        broadcast weight and a load.
+
+        Example:
+            >>> wl = {"op": "conv2d", "data": [1, 1024, 14, 14], "kernel": [256, 1024, 1, 1],
+            ...       "strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1}
+            >>> space = FAMILY.space(wl, {"in": "NCHW16c", "out": "NCHW16c", "algorithm": "gemm"},
+            ...                      {"kind": "llvm", "mcpu": "znver4"})
+            >>> space.default(), space.size
+            ({'reg_h': 1, 'reg_n': 7, 'oc_tile': 2, 'order': 'oc'}, 50)
+        """
+        _, out_channels, out_h, out_w = conv2d_output_shape(workload)
+        lanes, registers = vector_registers(target)
+        if _is_nchw(candidate):
+            rows, columns, vector = pixel_register_tile(out_h, out_w, target)
+            most = min(MAX_ACCUMULATORS, registers - 2)
+            tiles = {(r, c, width): None for width in dict.fromkeys((lanes, MIN_PIXEL_LANES))
+                     for r, c in pixel_tiles(out_h, out_w, width, most)}
+            return ScheduleSpace.build({"reg_h": sorted({r for r, _, _ in tiles}),
+                                        "reg_n": sorted({c for _, c, _ in tiles}),
+                                        "lanes": sorted({w for _, _, w in tiles})},
+                                       {"reg_h": rows, "reg_n": columns, "lanes": vector},
+                                       lambda p: (p["reg_h"], p["reg_n"], p["lanes"]) in tiles)
+        out_block = layout_block(candidate["out"])
+        groups = workload["groups"]
+        out_outer = out_channels // out_block // groups  # (a grouped GEMM tiles one group's blocks)
+        per_block = -(-out_block // lanes)
+        rows, columns, blocks = gemm_register_tile(out_h, out_w, out_outer, out_block, target,
+                                                   partial_blocks=groups == 1,
+                                                   in_channels=workload["kernel"][1])
+        fewest = min(4, rows * columns * blocks * per_block)
+
+        def fits(point: dict[str, Any]) -> bool:
+            pixels = point["reg_h"] * point["reg_n"]
+            partial = bool(out_w % point["reg_n"]), bool(out_outer % point["oc_tile"])
+            return ((point["reg_h"] == 1 or point["reg_n"] == out_w) and not all(partial)
+                    and pixels * point["oc_tile"] * per_block >= fewest
+                    and gemm_tile_fits(pixels, point["oc_tile"], out_block, target))
+
+        return ScheduleSpace.build({"reg_h": divisors(out_h), "reg_n": even_splits(out_w),
+                                    "oc_tile": even_splits(out_outer) if groups == 1 else divisors(out_outer),
+                                    "order": ORDERS},
+                                   {"reg_h": rows, "reg_n": columns, "oc_tile": blocks, "order": ORDERS[0]},
+                                   fits)
 
     def weight_shape(self, workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
         """``(O/ob, I, ob)``: :func:`weight_transform`'s output (I: the input channels per group); OIHW
@@ -256,6 +345,8 @@ def schedule_gemm(sch, conv, target: Any, finish: Callable[[Any, list[str]], Non
     groups = int((annotated_workload(sch, conv) or {}).get("groups", 1))
     rows, columns, blocks = gemm_register_tile(out_h, out_w, out_outer // groups, out_block, target,
                                                partial_blocks=groups == 1, in_channels=int(sch.get(c).extent))
+    rows, columns, blocks = (int(candidate.get("reg_h", rows)), int(candidate.get("reg_n", columns)),
+                             int(candidate.get("oc_tile", blocks)))
     koo, koi = sch.split(ko, [None, blocks])
     yo, yi = sch.split(y, [None, rows])
     xo, xi = sch.split(x, [None, columns])
@@ -288,10 +379,13 @@ def schedule_gemm_nchw(sch, conv, target: Any, finish: Callable[[Any, list[str]]
     """
     main = sch.get(conv).name_hint
     _, _, out_h, out_w = (int(d) for d in sch.get(conv).writes[0].source.shape)
+    candidate = annotated_candidate(sch, conv) or {}
     tile_shape = pixel_register_tile(out_h, out_w, target)
     if tile_shape is None:
         raise ProblemError(f"gemm schedule: no pixel tile covers the {out_h}x{out_w} output of {main}")
-    rows, columns, lanes = tile_shape
+    rows, columns, lanes = (int(candidate.get(knob, value)) for knob, value in zip(NCHW_KNOBS, tile_shape,
+                                                                                   strict=True))
+    _check_pixel_tile(out_h, out_w, rows, columns, lanes, f"gemm schedule of {main}")
     n, k, y, x, c = sch.get_loops(conv)
     yo, yi = sch.split(y, [None, rows])
     xo, xi = sch.split(x, [None, columns])
@@ -310,6 +404,15 @@ def schedule_gemm_nchw(sch, conv, target: Any, finish: Callable[[Any, list[str]]
     sch.vectorize(lane)
     finish(sch, epilogue)
     sch.decompose_reduction(conv, c)
+
+
+def _check_pixel_tile(out_h: int, out_w: int, rows: int, columns: int, lanes: int, what: str) -> None:
+    """ProblemError naming ``what`` unless ``rows`` x ``columns`` is a run of whole ``lanes``-wide vectors
+    that tiles the output map (:func:`~.isa.pixel_tiles`)."""
+    tiles = pixel_tiles(out_h, out_w, lanes, out_h * out_w)
+    if (rows, columns) not in tiles:
+        raise ProblemError(f"{what}: the pixel tile reg_h x reg_n = {rows} x {columns} must be a run of "
+                           f"whole {lanes}-lane vectors that tiles the {out_h}x{out_w} map: one of {tiles}")
 
 
 def _is_nchw(candidate: dict[str, Any]) -> bool:

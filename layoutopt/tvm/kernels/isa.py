@@ -17,8 +17,8 @@ from typing import Any
 
 from .._tvm import import_tvm, resolve_target
 
-__all__ = ["depthwise_register_tile", "gemm_register_tile", "isa_name", "pixel_register_tile", "pixel_tiles",
-           "register_tile", "vector_registers"]
+__all__ = ["depthwise_register_tile", "gemm_register_tile", "gemm_tile_fits", "isa_name",
+           "pixel_register_tile", "pixel_tiles", "register_tile", "vector_registers"]
 
 
 def _target(target: Any):
@@ -291,6 +291,24 @@ def _held(pixels: int, blocks: int, per_block: int, broadcasts_live: bool) -> in
     without, one block's weight vectors and each pixel's broadcast, live across the blocks (one at a
     time in a one-block tile: each is used once)."""
     return per_block + (pixels if blocks > 1 else 1) if broadcasts_live else 0
+
+
+def gemm_tile_fits(pixels: int, blocks: int, out_block: int, target: Any = None) -> bool:
+    """Does a GEMM register tile of ``pixels`` x ``blocks`` output blocks (of ``out_block`` channels)
+    hold its accumulators in the target's vector registers, beside one block's weight vectors and,
+    on a 16-register file (AVX2: no broadcast memory operand), the broadcast inputs LLVM keeps live
+    (one per pixel across several blocks, as :func:`gemm_register_tile` counts them)? What a search
+    over GEMM tiles (:meth:`.gemm.Gemm.space`) may try: fitting, not the rule's preference.
+
+    Example:
+        >>> avx512, avx2 = {"kind": "llvm", "mcpu": "znver4"}, {"kind": "llvm", "mcpu": "znver3"}
+        >>> gemm_tile_fits(7, 4, 16, avx512), gemm_tile_fits(7, 5, 16, avx512), gemm_tile_fits(2, 6, 8, avx2)
+        (True, False, True)
+    """
+    lanes, registers = vector_registers(target)
+    per_block = -(-out_block // lanes)
+    held = _held(pixels, blocks, per_block, broadcasts_live=True) if registers < 32 else per_block
+    return pixels * blocks * per_block + held <= registers
 
 
 #: the narrowest vector a pixel-vectorised kernel uses (an AVX2 register; AVX-512 uses it too where

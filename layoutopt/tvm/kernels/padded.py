@@ -34,6 +34,7 @@ import numpy as np
 
 from ...errors import ProblemError
 from .convolution import Conv2dFamily
+from .space import ScheduleSpace
 from .workload import NCHW, PADDED_BLOCKS, conv2d_output_shape, padded_pairs
 
 __all__ = ["PADDED_BLOCKS", "UNPACK_BLOCK", "PaddedKernels", "blocked_equivalent", "padded_pairs"]
@@ -107,6 +108,10 @@ class PaddedKernels(Conv2dFamily):
             raise ProblemError(f"{what}: block {block} divides the {workload['kernel'][0]} output channels, "
                                f"so nothing needs padding: use 'out': 'NCHW{block}c'")
         self.inner.validate_candidate(*blocked_equivalent(workload, candidate))
+
+    def space(self, workload: dict[str, Any], candidate: dict[str, Any], target: Any = None) -> ScheduleSpace:
+        """The inner family's space on the padded filters."""
+        return self.inner.space(*blocked_equivalent(workload, candidate), target)
 
     def weight_shape(self, workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
         """The inner kernel's weight shape on the padded filters."""

@@ -57,7 +57,8 @@ from .common import (
     schedule_epilogue,
 )
 from .convolution import BlockedConv2dAlgorithm, blocked_weight
-from .isa import gemm_register_tile, vector_registers
+from .isa import gemm_register_tile, gemm_tile_fits, vector_registers
+from .space import ScheduleSpace, divisors
 from .workload import (
     DEFAULT_BLOCKS,
     conv2d_output_shape,
@@ -70,6 +71,7 @@ __all__ = [
     "FAMILY",
     "MAIN_BLOCKS",
     "ORDERS",
+    "SCHEDULE_KNOBS",
     "Winograd",
     "transform_matrices",
     "weight_transform",
@@ -86,6 +88,11 @@ DEFAULT_TILES = (2, 4)
 #: tiles). Neither wins everywhere: on 56x56 maps with 64 channels "tiles" ran 1.2x faster, on
 #: 28x28 and smaller "positions" 1.1-1.3x (F(4x4), one thread, AVX-512)
 ORDERS = ("positions", "tiles")
+#: the knobs of a candidate that change its schedule (its :meth:`space <Winograd.space>`, in this
+#: order): the GEMMs' register tile of ``reg_h`` rows x ``reg_n`` columns of tiles x ``oc_tile`` output
+#: blocks (default :func:`~.isa.gemm_register_tile`: how many tiles each weight vector is loaded
+#: for), then ``order``. (The tile size ``"tile"`` is the algorithm's: it changes the numbers.)
+SCHEDULE_KNOBS = ("reg_h", "reg_n", "oc_tile", "order")
 #: the most transformed input a group of the ``"tiles"`` order holds (see :func:`group_rows`): half of
 #: the smallest L2 of the x86 CPUs in use (512 KB, AMD Zen 3), for it to stay there while the whole
 #: transformed weight streams past it
@@ -282,7 +289,7 @@ class Winograd(BlockedConv2dAlgorithm):
     algorithm = ALGORITHM
     main_blocks = MAIN_BLOCKS
     orders = ORDERS
-    options = ("tile",)
+    options = ("tile", *SCHEDULE_KNOBS[:-1])
     requirement = "Winograd needs a 3x3 conv2d with stride 1, dilation 1, groups 1"
 
     def fits(self, workload: dict[str, Any]) -> bool:
@@ -309,6 +316,44 @@ class Winograd(BlockedConv2dAlgorithm):
         """The ``"tile"`` must be an output tile size 2-6."""
         if candidate.get("tile") not in (2, 3, 4, 5, 6):
             raise ProblemError(f"{what}: 'tile' must be an output tile size 2-6")
+
+    def knob_domain(self, workload: dict[str, Any], candidate: dict[str, Any]) -> dict[str, tuple]:
+        """The values each knob may take on any target: register tiles dividing the rows and columns of
+        tiles (:func:`_tiles`) and the output blocks, ``order`` among :data:`ORDERS`."""
+        tiles_h, tiles_w = _tiles(workload, int(candidate["tile"]))
+        out_outer = workload["kernel"][0] // layout_block(candidate["out"])
+        return {"reg_h": divisors(tiles_h), "reg_n": divisors(tiles_w), "oc_tile": divisors(out_outer),
+                "order": ORDERS}
+
+    def space(self, workload: dict[str, Any], candidate: dict[str, Any], target: Any = None) -> ScheduleSpace:
+        """Its knobs (:data:`SCHEDULE_KNOBS`) on ``target``: register tiles of the :meth:`knob_domain`,
+        several rows of tiles only with whole rows, of 4 accumulators or more (or the heuristic's
+        count) that :func:`~.isa.gemm_tile_fits` the target's registers; both orders.
+
+        Example:
+            >>> wl = {"op": "conv2d", "data": [1, 256, 14, 14], "kernel": [256, 256, 3, 3], "strides": [1, 1],
+            ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+            >>> candidate = {"in": "NCHW16c", "out": "NCHW16c", "algorithm": "winograd", "tile": 4}
+            >>> space = FAMILY.space(wl, candidate, {"kind": "llvm", "mcpu": "znver4"})
+            >>> space.default(), space.size
+            ({'reg_h': 4, 'reg_n': 4, 'oc_tile': 1, 'order': 'positions'}, 24)
+        """
+        domain = self.knob_domain(workload, candidate)
+        tiles_h, tiles_w = _tiles(workload, int(candidate["tile"]))
+        out_block = layout_block(candidate["out"])
+        out_outer = workload["kernel"][0] // out_block
+        per_block = -(-out_block // vector_registers(target)[0])
+        rows, columns, blocks = gemm_register_tile(tiles_h, tiles_w, out_outer, out_block, target)
+        fewest = min(4, rows * columns * blocks * per_block)
+
+        def fits(point: dict[str, Any]) -> bool:
+            pixels = point["reg_h"] * point["reg_n"]
+            return ((point["reg_h"] == 1 or point["reg_n"] == tiles_w)
+                    and pixels * point["oc_tile"] * per_block >= fewest
+                    and gemm_tile_fits(pixels, point["oc_tile"], out_block, target))
+
+        return ScheduleSpace.build(domain, {"reg_h": rows, "reg_n": columns, "oc_tile": blocks,
+                                            "order": ORDERS[0]}, fits)
 
     def weight_shape(self, workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:
         """``(O/ob, alpha, alpha, I, ob)``: :func:`weight_transform`'s output."""
@@ -362,7 +407,10 @@ class Winograd(BlockedConv2dAlgorithm):
         out_block = int(sch.get(stages[_OUTPUT]).writes[0].source.shape[4])
         gemm_shape = sch.get(stages[_GEMM]).writes[0].source.shape
         _, _, _, tiles_h, tiles_w, out_channels = (int(d) for d in gemm_shape)
-        register_tile = gemm_register_tile(tiles_h, tiles_w, out_channels // out_block, out_block, target)
+        out_outer = out_channels // out_block
+        rows, columns, blocks = gemm_register_tile(tiles_h, tiles_w, out_outer, out_block, target)
+        register_tile = (int(candidate.get("reg_h", rows)), int(candidate.get("reg_n", columns)),
+                         int(candidate.get("oc_tile", blocks)))
         _inline_epilogue(sch, stages[_OUTPUT])
         if candidate.get("order", ORDERS[0]) == "tiles":
             channels = int(sch.get(stages[_INPUT]).writes[0].source.shape[5])
