@@ -230,4 +230,8 @@ def inline_into_last(sch, names: Sequence[str]) -> None:
             parallel_vectorize(sch, block)
             continue
         sch.compute_at(block, loops[-2])
-        sch.vectorize(sch.get_loops(block)[-1])
+        inner = sch.get_loops(block)
+        # a block of one value per step of loops[-2] (a squeeze-excite's per-channel gate) gets no
+        # loop of its own there: its innermost loop is the reader's, parallel, not to be vectorised
+        if len(inner) >= len(loops):
+            sch.vectorize(inner[-1])
