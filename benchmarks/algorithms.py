@@ -8,7 +8,7 @@ candidate of each family is timed again in ``--rounds`` interleaved rounds, and 
 measured on realistic data (post-ReLU activations, He-initialised weights) against a float64
 direct convolution.
 
-Layers: every distinct 3x3 stride-1 conv of ResNet-50 (:func:`layoutopt.tvm.models.resnet`, with the
+Layers: every distinct 3x3 stride-1 conv of ResNet-50 (:func:`layoutopt.tvm.frontend.models.resnet`, with the
 epilogues its build fuses) and of VGG-19 (bias + relu), and ResNet-50's 1x1 convs. Targets: the host
 CPU and an AVX2 one (``znver3``: its code runs on an AVX-512 host too).
 
@@ -231,13 +231,14 @@ def measure_layer(workload: dict[str, Any], target, blocks: Sequence[int],
 
 
 def network_errors(depth: int = 50, tiles: Sequence[int] = TILES, target=None) -> list[dict[str, Any]]:
-    """Whole-network error of each algorithm: ResNet-``depth`` (:func:`layoutopt.tvm.models.resnet`,
+    """Whole-network error of each algorithm: ResNet-``depth`` (:func:`layoutopt.tvm.frontend.models.resnet`,
     He-initialised) built with every 3x3 stride-1 conv as Winograd F(m x m) (and every 1x1 conv as a
     GEMM; the rest direct NCHW16c), against TVM's default build of the untouched model, as
     :func:`layoutopt.tvm.tune_and_build` checks a build (max |out - ref| / max |ref|, seeded input)."""
     from layoutopt.tvm import apply_layouts, build, extract_layout_graph, models
+    from layoutopt.tvm.evaluate.check import relative_error
+    from layoutopt.tvm.evaluate.timing import random_inputs, run
     from layoutopt.tvm.kernels import gemm, winograd
-    from layoutopt.tvm.timing import random_inputs, relative_error, run
 
     mod = models.resnet(depth=depth)
     inputs = random_inputs(mod)

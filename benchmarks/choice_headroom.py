@@ -35,7 +35,7 @@ from benchmarks import append_section
 from benchmarks.real_models import MODELS, fetch, timing_cells
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
-#: the fixed layouts b* picks from (layoutopt.tvm.baselines.BEST_FIXED), as layouts
+#: the fixed layouts b* picks from (layoutopt.tvm.building.baselines.BEST_FIXED), as layouts
 FIXED = {"nchw8c": "NCHW8c", "nchw16c": "NCHW16c"}
 #: the models of real_models.py this benchmark takes by default: the mobile backbones
 MOBILE = ("mobilenet_v2", "mobilenet_v3_large", "shufflenet_v2_x1_0", "efficientnet_b0", "regnet_y_400mf",
@@ -55,9 +55,9 @@ def headroom(mod, cache: str | Path | None, time_limit: float = 60.0, candidates
     """
     from layoutopt import Problem, solve_problem
     from layoutopt.tvm import resolve_target
-    from layoutopt.tvm.baselines import fixed_layout_assignment
-    from layoutopt.tvm.runner import LocalRunner
-    from layoutopt.tvm.stages import TuneOptions, extract, measure
+    from layoutopt.tvm.building.baselines import fixed_layout_assignment
+    from layoutopt.tvm.measure.runner import LocalRunner
+    from layoutopt.tvm.tune.stages import TuneOptions, extract, measure
 
     options = TuneOptions(cache=cache, check=False, guard=False, baselines=(), candidates=candidates)
     measured = measure(extract(mod, resolve_target("llvm"), LocalRunner(), options), options)

@@ -31,9 +31,9 @@ import json, os, random, sys
 if __name__ == "__main__":
     import layoutopt
     from layoutopt.tvm import extract_layout_graph, models, prepare
-    from layoutopt.tvm.cache import task_key
-    from layoutopt.tvm.measure import Measurer
-    from layoutopt.tvm.problem import kernel_tasks, transform_tasks
+    from layoutopt.tvm.measure.cache import task_key
+    from layoutopt.tvm.measure.measure import Measurer
+    from layoutopt.tvm.measure.problem import kernel_tasks, transform_tasks
     graph = extract_layout_graph(prepare(models.resnet(depth=50)), None, prepared=True)
     tasks = list({task_key(w, c): (w, c) for w, c in kernel_tasks(graph) + transform_tasks(graph)}.values())
     sample = random.Random(int(sys.argv[2])).sample(tasks, int(sys.argv[1]))

@@ -1,9 +1,11 @@
 """Does a change keep layoutopt's behaviour? Two revisions, one shared cost cache, the same answers.
 
 Runs two git revisions of layoutopt (each ``git archive``-d into a temporary tree and run in a fresh
-process with it first on ``sys.path``) on the embedded model (:func:`layoutopt.tvm.models.default_model`)
-and ResNet-18 (:func:`layoutopt.tvm.models.resnet`), through the stages ``tune_and_build`` chains
-(:mod:`layoutopt.tvm.stages`: extract, measure, solve with ``dp``) and :func:`layoutopt.tvm.build_problem`,
+process with it first on ``sys.path``) on the embedded model
+(:func:`layoutopt.tvm.frontend.models.default_model`)
+and ResNet-18 (:func:`layoutopt.tvm.frontend.models.resnet`), through the stages ``tune_and_build`` chains
+(:mod:`layoutopt.tvm.tune.stages`: extract, measure, solve with ``dp``) and
+:func:`layoutopt.tvm.build_problem`,
 each run reading a copy of ONE cost cache filled beforehand (by the first revision, once: a rerun with
 the same cache measures nothing). Nothing is timed in the comparison, so both revisions must find:
 
@@ -55,11 +57,11 @@ if __name__ == "__main__":
     import numpy as np
     import layoutopt
     from layoutopt.tvm import build_problem, models, resolve_target, stages
-    from layoutopt.tvm.apply import apply_assignment
-    from layoutopt.tvm.cache import CostCache, task_key
-    from layoutopt.tvm.measure import Measurer
-    from layoutopt.tvm.problem import kernel_tasks, transform_tasks
-    from layoutopt.tvm.runner import LocalRunner
+    from layoutopt.tvm.building.apply import apply_assignment
+    from layoutopt.tvm.measure.cache import CostCache, task_key
+    from layoutopt.tvm.measure.measure import Measurer
+    from layoutopt.tvm.measure.problem import kernel_tasks, transform_tasks
+    from layoutopt.tvm.measure.runner import LocalRunner
 
     class Asked(dict):  # the cache's records, remembering every key looked up
         asked = []

@@ -6,7 +6,8 @@ The recogniser (``ch_PP-OCRv4_rec_infer.onnx`` of rapidocr-onnxruntime, at 48x32
 block of 8, 16 or 32 divides: before the packed weights were padded, the plain ``NK`` weight was its
 only candidate. For each distinct dense workload of the model (and MobileNetV2's 1280 -> 1000 GEMV),
 every candidate (``NK`` and ``NK{b}n``, :meth:`layoutopt.tvm.kernels.dense.Dense.candidates`) is built,
-checked against numpy and timed cold (weights and output flushed, :class:`layoutopt.tvm.runner.LocalRunner`)
+checked against numpy and timed cold (weights and output flushed,
+:class:`layoutopt.tvm.measure.runner.LocalRunner`)
 in interleaved rounds: each round times every kernel once, so that interference on a shared machine
 hits all alike. Each kernel's time is its best round (a round: the median of 10 cold runs). Writes
 ``benchmarks/results/dense.md``.

@@ -92,7 +92,7 @@ def cold_rounds(kernels: dict, rounds: int, between=None) -> dict:
     time per round. ``between(round_index)`` runs after each round (another engine's runs)."""
     import tvm
 
-    from layoutopt.tvm.runner import LocalRunner
+    from layoutopt.tvm.measure.runner import LocalRunner
 
     runner = LocalRunner(repeat=1, cold_runs=10)
     samples: dict = {key: [] for key in kernels}

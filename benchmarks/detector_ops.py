@@ -12,7 +12,7 @@ resizes following the blocked layout. Both at one fixed layout everywhere (``NCH
 The "before" builds are made by a child process running the revision's ``layoutopt`` (``git
 archive``), the "after" ones here; every build is exported as a library and loaded as a user loads
 it. Then, in this process, the calls of every build are timed inside the running network
-(:func:`layoutopt.tvm.profile.profile_builds`: interleaved rounds, each call's fastest run), and ONNX
+(:func:`layoutopt.tvm.evaluate.profile.profile_builds`: interleaved rounds, each call's fastest run), and ONNX
 Runtime's per-node times are read from its own profile (:func:`benchmarks.ort_layers.node_times`).
 Last, the libraries, ONNX Runtime and OpenVINO are timed whole, side by side in interleaved rounds
 (:func:`benchmarks.runtimes.time_side_by_side`).
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from layoutopt.tvm import import_tvm
-    from layoutopt.tvm.profile import profile_builds
+    from layoutopt.tvm.evaluate.profile import profile_builds
 
     if not args.before:
         parser.error("--before REV is required")

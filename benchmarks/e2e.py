@@ -8,7 +8,7 @@ Per network, in one child process, side by side:
   channels), and (b*) the faster of the two as measured: the best single fixed layout on the host;
 * (c) TVM, each op's fastest kernel ignoring transforms (greedy / "history best");
 * (d0) TVM, kernels chosen by layoutopt on the kernels' isolated measurements, and (d) after
-  in-network calibration (``layoutopt.tvm.calibrate``; (d0) appears when the two differ); (b)-(d)
+  in-network calibration (``layoutopt.tvm.evaluate.calibrate``; (d0) appears when the two differ); (b)-(d)
   fuse each conv's elementwise epilogue into it;
 * (e) PyTorch eager on the CPU (``OMP_WAIT_POLICY=PASSIVE``; without it OpenMP spinning breaks on
   2-vCPU VMs);
@@ -124,10 +124,10 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
 
     from layoutopt.machine import stamp
     from layoutopt.tvm import load_model, resolve_target, tune_and_build
-    from layoutopt.tvm.baselines import COMPOSITES
+    from layoutopt.tvm.building.baselines import COMPOSITES
+    from layoutopt.tvm.evaluate.timing import Ratio, random_inputs, time_builds
     from layoutopt.tvm.kernels.isa import isa_name
-    from layoutopt.tvm.report import write_report
-    from layoutopt.tvm.timing import Ratio, random_inputs, time_builds
+    from layoutopt.tvm.tune.report import write_report
 
     size = input_shape(network)[-1]
     threads = int(os.environ["TVM_NUM_THREADS"])  # the count actually set, for TVM, PyTorch and ORT alike
@@ -173,7 +173,7 @@ def run_network(network: str, args: argparse.Namespace) -> dict:
         row[f"{variant.name}_transforms"] = variant.transforms
         if variant.in_network is not None:  # predicted vs in-network for what the problem models
             row[f"{variant.name}_in_network"] = variant.in_network
-    # where each build's time goes, every call timed in the network (layoutopt.tvm.profile)
+    # where each build's time goes, every call timed in the network (layoutopt.tvm.evaluate.profile)
     row["breakdown"] = {variant.name: [dataclasses.asdict(c) for c in variant.breakdown]
                         for variant in result.variants() if variant.breakdown}
     row["layers"] = [dataclasses.asdict(layer) for layer in result.layers]
@@ -388,7 +388,7 @@ def _breakdown_table(rows: list[dict]) -> list[str]:
     profiled = [row for row in rows if (row.get("breakdown") or {}).get("layoutopt")]
     if not profiled:
         return []
-    from layoutopt.tvm.profile import OTHER
+    from layoutopt.tvm.evaluate.profile import OTHER
 
     outside = ("pool", "concat", OTHER, "vm builtins")
     lines = [

@@ -78,7 +78,7 @@ def build(candidates: list[dict], target, with_libm: bool) -> dict:
 
 
 def write_table(samples: dict, out: Path, stamp: str, loads: tuple[float, float], rounds: int) -> None:
-    from layoutopt.tvm.timing import Ratio
+    from layoutopt.tvm.evaluate.timing import Ratio
 
     lines = [
         "# Transcendental epilogues of a 1x1 conv: vectorised, against the bias alone", "",

@@ -50,7 +50,7 @@ def grouped_layers(path: Path) -> list[dict]:
 def time_layers(path: Path, rounds: int, blocks: list[int], target, directory: str) -> list[dict]:
     import onnxruntime as ort
 
-    from layoutopt.tvm.graph import Choice
+    from layoutopt.tvm.graph.graph import Choice
     from layoutopt.tvm.kernels import conv2d_candidates
 
     layers = grouped_layers(path)

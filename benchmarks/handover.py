@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from layoutopt.machine import stamp_line
     from layoutopt.tvm import LocalRunner, load_solution, resolve_target
     from layoutopt.tvm.kernels import LOOP_ORDERS, build_kernel, with_loop_order
-    from layoutopt.tvm.worker import WorkerState
+    from layoutopt.tvm.measure.worker import WorkerState
 
     record = load_solution(args.solution)
     layers = {layer.layer: layer for layer in record.layers}

@@ -39,7 +39,7 @@ from benchmarks import append_section
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
 
-from layoutopt.tvm.timing import Ratio
+from layoutopt.tvm.evaluate.timing import Ratio
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -113,10 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from layoutopt.machine import stamp_line
     from layoutopt.tvm import LocalRunner, load_solution, resolve_target
+    from layoutopt.tvm.evaluate.profile import KernelShapes, call_category, layer_calls, profile_calls
+    from layoutopt.tvm.evaluate.timing import time_builds
     from layoutopt.tvm.kernels import build_kernel
-    from layoutopt.tvm.profile import KernelShapes, call_category, layer_calls, profile_calls
-    from layoutopt.tvm.timing import time_builds
-    from layoutopt.tvm.worker import WorkerState
+    from layoutopt.tvm.measure.worker import WorkerState
 
     record = load_solution(args.solution)
     target = resolve_target(record.target)

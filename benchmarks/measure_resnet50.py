@@ -1,12 +1,12 @@
 """How long it takes to measure ResNet-50's layout problem, from an empty cost cache and from a full one.
 
-Builds ResNet-50 in Relax with seeded random weights (:func:`layoutopt.tvm.models.resnet`, the real
+Builds ResNet-50 in Relax with seeded random weights (:func:`layoutopt.tvm.frontend.models.resnet`, the real
 shapes: 1x3x224x224, 53 conv2d; no download, no torch), then:
 
 1. extracts the layout graph and counts nodes, edges, choices and distinct measurements;
 2. with ``--compare-with REV``, measures it from an empty cache with layoutopt as it was at git
    revision REV (``git archive``, run in a subprocess), for a before/after figure on one machine;
-3. measures the extracted graph (:func:`layoutopt.tvm.problem.measure_graph`) with an empty cache
+3. measures the extracted graph (:func:`layoutopt.tvm.measure.problem.measure_graph`) with an empty cache
    (every kernel candidate and every layout transform is built, checked against numpy and timed) -
    target <= 10 minutes on 2 cores;
 4. runs :func:`layoutopt.tvm.build_problem` (extraction and measurement) with the now full cache, in
@@ -45,9 +45,9 @@ import numpy as np
 import layoutopt
 from layoutopt.machine import stamp
 from layoutopt.tvm import build_problem, extract_layout_graph, models, prepare
-from layoutopt.tvm.baselines import fixed_layout_assignment
-from layoutopt.tvm.cache import CostCache, CostContext, record_cost, task_key
-from layoutopt.tvm.problem import kernel_tasks, measure_graph, transform_tasks
+from layoutopt.tvm.building.baselines import fixed_layout_assignment
+from layoutopt.tvm.measure.cache import CostCache, CostContext, record_cost, task_key
+from layoutopt.tvm.measure.problem import kernel_tasks, measure_graph, transform_tasks
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -106,7 +106,7 @@ def step_profile(tasks: list[tuple[dict, dict]], sample: int, seed: int = 0) -> 
     """Mean seconds per kernel of each step of measuring it, on ``sample`` tasks drawn with ``seed``."""
     from layoutopt.tvm._tvm import import_tvm, one_blas_thread, resolve_target
     from layoutopt.tvm.kernels import build_kernel, check_kernel, reference_output, validate_workload
-    from layoutopt.tvm.runner import LocalRunner
+    from layoutopt.tvm.measure.runner import LocalRunner
 
     tvm = import_tvm()
     target, runner = resolve_target(None), LocalRunner()
@@ -153,7 +153,7 @@ def library_vs_jit(tasks: list[tuple[dict, dict]], sample: int, rounds: int = 4,
     median of ``rounds`` interleaved rounds, in this process."""
     from layoutopt.tvm._tvm import import_tvm, one_blas_thread, resolve_target
     from layoutopt.tvm.kernels import build_kernel, validate_workload
-    from layoutopt.tvm.runner import LocalRunner
+    from layoutopt.tvm.measure.runner import LocalRunner
 
     tvm = import_tvm()
     target, runner = resolve_target(None), LocalRunner()

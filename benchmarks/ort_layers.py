@@ -6,8 +6,9 @@ session profiles (``SessionOptions.enable_profiling``; :func:`node_times` reads 
 when compiled with ``PERF_COUNT`` (its infer request's ``profiling_info`` with each node's shapes from
 its runtime model, which :mod:`benchmarks.runtimes` writes to a file; :func:`openvino_node_times`
 reads it). layoutopt times every call of its build inside the running
-network (:func:`layoutopt.tvm.profile.profile_calls`, matched to the solution's layers by
-:func:`layoutopt.tvm.profile.layer_calls`). The command line takes each node's median over the runs of
+network (:func:`layoutopt.tvm.evaluate.profile.profile_calls`, matched to the solution's layers by
+:func:`layoutopt.tvm.evaluate.profile.layer_calls`). The command line takes each node's median over the runs
+of
 a round, on both sides: a TVM build's fastest runs follow the host's fast spells (on a shared 2-core
 host a network's runs take 4.7 ms in one and 9 ms in the next), OpenVINO's per-node times do not (the
 sum of its nodes' fastest runs stayed at 6.3 ms while its fastest runs took 4.8), so fastest against
@@ -46,8 +47,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import append_section
+from layoutopt.tvm.evaluate.timing import Ratio
 from layoutopt.tvm.kernels.workload import conv2d_output_shape
-from layoutopt.tvm.timing import Ratio
 
 #: ONNX Runtime ops that run a convolution (``FusedConv``: with its activation or residual add); OpenVINO's
 #: are read as ``Conv`` (:func:`openvino_node_times`)
@@ -293,7 +294,8 @@ def summary_cells(records: Sequence[Mapping[str, Any]]) -> list[str]:
 def build_layers(library: str | Path, solution: str | Path, inputs: Sequence[Any],
                  runs: int = 20, statistic: Statistic = min) -> tuple[list[dict[str, Any]], float]:
     """The conv2d layers of an exported build (``library``, the ``solution`` file it was built from),
-    each with its in-network time in the running library (:func:`layoutopt.tvm.profile.profile_calls`,
+    each with its in-network time in the running library
+    (:func:`layoutopt.tvm.evaluate.profile.profile_calls`,
     the fastest of ``runs`` runs, or ``statistic`` of them), as :func:`match_convs` takes them; and the
     seconds of the build's other calls (transforms, pooling, dense, elementwise) together. The VM's
     builtins are left out: in the profile they take about the timer's own cost (a whole run takes
@@ -301,7 +303,7 @@ def build_layers(library: str | Path, solution: str | Path, inputs: Sequence[Any
     import tvm
 
     from layoutopt.tvm import load_solution
-    from layoutopt.tvm.profile import KernelShapes, call_category, layer_calls, profile_calls
+    from layoutopt.tvm.evaluate.profile import KernelShapes, call_category, layer_calls, profile_calls
 
     record = load_solution(solution)
     targets = [layer for layer in record.layers if layer.kind == "target"]
@@ -325,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from benchmarks.runtimes import ONNXRUNTIME, OPENVINO, _inputs, start_engines, wait_until_idle
     from layoutopt.machine import stamp_line
-    from layoutopt.tvm.timing import rotated
+    from layoutopt.tvm.evaluate.timing import rotated
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("onnx", type=Path, help="the original model, run by ONNX Runtime and OpenVINO")

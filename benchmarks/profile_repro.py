@@ -34,8 +34,8 @@ def main() -> None:
 
     from layoutopt.machine import stamp
     from layoutopt.tvm import load_model, tune_and_build
-    from layoutopt.tvm.profile import profile_builds
-    from layoutopt.tvm.timing import random_inputs, time_builds
+    from layoutopt.tvm.evaluate.profile import profile_builds
+    from layoutopt.tvm.evaluate.timing import random_inputs, time_builds
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(Path.home() / ".cache/layoutopt/models/resnet50_v1.onnx"))

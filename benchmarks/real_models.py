@@ -159,7 +159,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     from layoutopt.tvm import export_library, load_model, tune_and_build
     from layoutopt.tvm.kernels import SCHEDULE_VERSION
     from layoutopt.tvm.kernels.workload import DEFAULT_BLOCKS
-    from layoutopt.tvm.runner import LocalRunner
+    from layoutopt.tvm.measure.runner import LocalRunner
 
     model = MODELS[name]
     path = fetch(model, Path(args.models))
@@ -294,7 +294,7 @@ def _prediction(row: dict, build: str) -> str:
 
 def _moved(row: dict) -> str:
     """Megabytes the calls of the build handed back, and of b*, read and write per inference
-    (``layoutopt.tvm.memory.bytes_moved``; rows tuned before it was reported have none)."""
+    (``layoutopt.tvm.building.memory.bytes_moved``; rows tuned before it was reported have none)."""
     def megabytes(build: str) -> str:
         moved = row.get(f"{build}_bytes_moved")
         return "-" if moved is None else f"{moved / 1e6:.1f}"
@@ -427,9 +427,9 @@ def write_markdown(rows: list[dict], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from layoutopt.tvm.cache import TIMINGS
-    from layoutopt.tvm.stages import TUNE_LOOP_ORDERS
-    from layoutopt.tvm.storage import TUNE_STORAGE
+    from layoutopt.tvm.building.storage import TUNE_STORAGE
+    from layoutopt.tvm.measure.cache import TIMINGS
+    from layoutopt.tvm.tune.stages import TUNE_LOOP_ORDERS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cache = Path.home() / ".cache" / "layoutopt"

@@ -12,7 +12,8 @@ interleaved rounds, on what a user deploys (notes/measuring.md). This module doe
   (ONNX Runtime's) on the same input, then times ``rounds`` rounds, each engine ``runs`` runs a round
   (their median is the round's sample), the order rotated from round to round;
 * the :class:`SideBySide` it returns gives each engine's median over the rounds and, paired round by
-  round, the median of the per-round ratios with its 95 % interval (:class:`layoutopt.tvm.timing.Ratio`):
+  round, the median of the per-round ratios with its 95 % interval
+  (:class:`layoutopt.tvm.evaluate.timing.Ratio`):
   the ratio is what survives a shared host's speed episodes; where median and ratio disagree, the rounds
   were noisy. It stamps the 1-minute load average before and after, the CPU time other processes took
   during the rounds, and the machine (:func:`layoutopt.machine.stamp`), and is not
@@ -51,8 +52,8 @@ import numpy as np
 from benchmarks.cpuid_mask import PRELUDE
 from layoutopt.errors import ProblemError
 from layoutopt.machine import stamp, usable_cores
-from layoutopt.tvm.check import relative_error
-from layoutopt.tvm.timing import Latency, Ratio, rotated
+from layoutopt.tvm.evaluate.check import relative_error
+from layoutopt.tvm.evaluate.timing import Latency, Ratio, rotated
 
 #: the engine the others' outputs are checked against
 ONNXRUNTIME = "onnxruntime"
@@ -182,7 +183,7 @@ def time_side_by_side(engines: Mapping[str, Engine], rounds: int = ROUNDS, runs:
                       cpu_clock: Callable[[Sequence[int]], tuple[float, float, float] | None] | None = None,
                       ) -> SideBySide:
     """Time ``engines`` in ``rounds`` interleaved rounds of ``runs`` runs each (the round's sample is
-    their median), the order rotated each round (:func:`layoutopt.tvm.timing.rotated`), after
+    their median), the order rotated each round (:func:`layoutopt.tvm.evaluate.timing.rotated`), after
     ``warmup`` runs of each; every engine's outputs are checked against ``reference``'s first.
 
     The load average is stamped before the warm-up and after the last round. Before, it waits up to

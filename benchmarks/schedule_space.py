@@ -4,7 +4,7 @@ MobileNetV2.
 For every unique conv2d and dense workload of the networks (torch exports, ``benchmarks/networks.py``,
 extracted with the epilogues a build fuses into them), the kernels b* and the tuned builds run on the
 target: the fixed layout's kernel (NCHW16c on AVX-512, NCHW8c on AVX2, as
-``layoutopt.tvm.baselines.fixed_layout_assignment`` picks it; depthwise convs by their own family),
+``layoutopt.tvm.building.baselines.fixed_layout_assignment`` picks it; depthwise convs by their own family),
 the 1x1 GEMM and Winograd (F(2x2) and F(4x4)) kernels in the same layouts where they apply, and the
 dense layer with its weight packed in vectors of the target's width. For each kernel:
 
@@ -109,7 +109,7 @@ def network_graph(network: str, python: str):
 def network_kernels(networks: list[str], target, python: str) -> list[Kernel]:
     """The unique (workload, base candidate) kernels of the networks' conv2d and dense layers: b*'s, and
     the other algorithms' in the same layouts, each with how often each network runs it."""
-    from layoutopt.tvm.baselines import fixed_layout_assignment
+    from layoutopt.tvm.building.baselines import fixed_layout_assignment
     from layoutopt.tvm.kernels import vector_registers
 
     lanes, _ = vector_registers(target)

@@ -61,7 +61,7 @@ def time_layers(path: Path, rounds: int, target, directory: str) -> list[dict]:
     """Each grouped 1x1 layer's best time per kind of kernel (label and seconds) and ORT's node time."""
     import onnxruntime as ort
 
-    from layoutopt.tvm.graph import Choice
+    from layoutopt.tvm.graph.graph import Choice
     from layoutopt.tvm.kernels import conv2d_candidates
 
     layers = grouped_layers(path)

@@ -1,7 +1,8 @@
 """One solution built with each storage plan, whole runs rotated, split by the host's mode.
 
 Relax's memory plan lets a tensor take the storage of one of another shape, which the two threads wrote
-split otherwise; a storage per shape (``build(..., storage="by_shape")``, :mod:`layoutopt.tvm.storage`)
+split otherwise; a storage per shape (``build(..., storage="by_shape")``,
+:mod:`layoutopt.tvm.building.storage`)
 keeps each storage's lines on the thread that writes them, at the price of a larger footprint. Which
 pays depends on what taking over the other core's lines costs, and on this project's VMs that changes
 from second to second (the host's fast and slow modes: ``real_models-notes.md``). So the builds run
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     import tvm
 
     from layoutopt.machine import stamp_line
-    from layoutopt.tvm.timing import Ratio
+    from layoutopt.tvm.evaluate.timing import Ratio
 
     shape = [int(d) for d in args.input_shape.split(",")]
     vms = _builds(args.model, args.solution, shape)

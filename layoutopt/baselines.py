@@ -3,7 +3,7 @@
 A baseline is a function ``(graph, problem, time_limit) -> {node: choice index}``:
 
 - ``graph``: the layout graph (networkx). A node's ``"choices"`` attribute labels its choices;
-  the TVM adapters' graphs carry more (:class:`~layoutopt.tvm.graph.LayoutGraph`: each node's
+  the TVM adapters' graphs carry more (:class:`~layoutopt.tvm.graph.graph.LayoutGraph`: each node's
   record, ``graph.layout_node(node)``, with its choices' layouts and kernels), which a fixed-layout
   baseline such as "NCHW16c everywhere" reads.
 - ``problem``: the validated :class:`~layoutopt.Problem` of the graph and its costs

@@ -26,7 +26,7 @@ import os
 import platform
 from collections.abc import Iterable
 
-__all__ = ["cpu_model", "isa", "llvm_mcpu", "stamp", "stamp_line", "usable_cores"]
+__all__ = ["cpu_model", "default_tvm_threads", "isa", "llvm_mcpu", "stamp", "stamp_line", "usable_cores"]
 
 #: packages named in every stamp when installed (callers add their own, e.g. torch)
 PACKAGES = ("layoutopt", "numpy", "numba", "networkx", "ortools", "pytoulbar2", "highspy", "apache-tvm")
@@ -80,12 +80,26 @@ def _tvm():
     """The ``tvm`` module when it is installed, else None (imported once, on first use)."""
     if importlib.util.find_spec("tvm") is None:
         return None
-    from .tvm._tvm import import_tvm
-
+    default_tvm_threads()
     try:
-        return import_tvm()
+        import tvm
     except ImportError:  # installed but broken: the stamp goes without LLVM's name for the CPU
         return None
+    return tvm
+
+
+def default_tvm_threads() -> None:
+    """Set ``TVM_NUM_THREADS`` to :func:`usable_cores` unless the user set it: TVM sizes its thread pool
+    from it when it starts, so this runs before the first ``import tvm`` (here, and in
+    ``layoutopt.tvm``'s ``import_tvm``, which the core must not import: it sits above the core).
+
+    Example:
+        >>> default_tvm_threads()
+        >>> int(os.environ["TVM_NUM_THREADS"]) >= 1
+        True
+    """
+    if "TVM_NUM_THREADS" not in os.environ:
+        os.environ["TVM_NUM_THREADS"] = str(usable_cores())
 
 
 def llvm_mcpu() -> str | None:

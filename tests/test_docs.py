@@ -18,9 +18,14 @@ import pytest
 import layoutopt
 
 TVM_EXAMPLES = [
-    "_tvm", "apply", "baselines", "builder", "cache", "calibrate", "check", "cli", "deploy", "extract",
-    "graph", "guard", "load", "measure", "memory", "models", "normalise", "onnx_import", "ops", "origin",
-    "problem", "profile", "report", "result", "runner", "shuffle", "stages", "timing", "tune", "worker",
+    "_tvm", "cli", "ops", "relax_expr",
+    "frontend.load", "frontend.models", "frontend.normalise", "frontend.onnx_import", "frontend.shuffle",
+    "graph.extract", "graph.graph",
+    "measure.cache", "measure.measure", "measure.problem", "measure.runner", "measure.worker",
+    "building.apply", "building.baselines", "building.builder", "building.memory",
+    "evaluate.calibrate", "evaluate.check", "evaluate.origin", "evaluate.profile", "evaluate.timing",
+    "deploy.solution_file",
+    "tune.guard", "tune.report", "tune.result", "tune.stages", "tune.tune",
     "kernels", "kernels.candidate", "kernels.conv2d", "kernels.convolution", "kernels.dense",
     "kernels.family", "kernels.gemm", "kernels.isa", "kernels.kernel", "kernels.module",
     "kernels.onnx_resize", "kernels.padded", "kernels.registry", "kernels.space", "kernels.transcendental",

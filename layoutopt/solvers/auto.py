@@ -68,8 +68,16 @@ import numpy as np
 from ..machine import usable_cores
 from ..problem import Problem
 from ..solution import OPTIMALITY_TOLERANCE
-from . import get_solver, register, registered
-from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment
+from .base import (
+    Deadline,
+    Option,
+    Solver,
+    SolverResult,
+    get_solver,
+    heuristic_assignment,
+    register,
+    registered,
+)
 from .budget import INTEGER_MEMORY_BUDGET, integer_memory, polish, repair
 from .dp import DP, OutOfTime, TableTooLarge, eliminate, elimination_order
 from .pbqp import icm

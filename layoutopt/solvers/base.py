@@ -37,7 +37,10 @@ __all__ = [
     "Option",
     "Solver",
     "SolverResult",
+    "get_solver",
     "heuristic_assignment",
+    "register",
+    "registered",
     "run_until",
 ]
 
@@ -252,8 +255,6 @@ def heuristic_assignment(problem: Problem, deadline: Deadline | None = None) -> 
         >>> heuristic_assignment(p).tolist()
         [1, 1]
     """
-    from . import get_solver
-
     pbqp = get_solver("pbqp")
     deadline = (deadline or Deadline(None)).later(FALLBACK_GRACE)
     result = pbqp().solve(problem, deadline, pbqp.resolve_options())
@@ -311,3 +312,29 @@ def run_until(run: Callable[[], Any], deadline: Deadline) -> Any | None:
             os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         receiver.close()
+
+
+# -- the registry of back-ends (filled by importing them: ``layoutopt.solvers`` imports them all) --
+
+_REGISTRY: dict[str, type[Solver]] = {}
+
+
+def register(cls: type[Solver]) -> type[Solver]:
+    """Class decorator: make a back-end available as ``solve(method=cls.name)``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_solver(name: str) -> type[Solver]:
+    """The back-end class registered as ``name``; ProblemError for an unknown name."""
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ProblemError(
+            f"unknown method {name!r}; known methods: {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+def registered() -> list[str]:
+    """Every registered method name, available or not."""
+    return sorted(_REGISTRY)

@@ -10,8 +10,7 @@ import numpy as np
 
 from ..errors import ProblemError
 from ..problem import Problem, sum_down
-from . import register
-from .base import Deadline, Solver, SolverResult
+from .base import Deadline, Solver, SolverResult, register
 
 MAX_ASSIGNMENTS = 10**6
 

@@ -129,7 +129,7 @@ def smallest_memory(problem: Problem, deadline: Deadline | None = None) -> Small
 
 def _solve_memory(problem: Problem, masked: np.ndarray, deadline: Deadline | None, lower: float) -> Smallest:
     """Minimise the memory alone over the allowed assignments, exactly (``auto``)."""
-    from . import get_solver
+    from .base import get_solver
 
     packed = problem._packing
     edges = np.where(packed.edge_flat < math.inf, 0.0, math.inf)

@@ -29,13 +29,13 @@ from .._gc import paused_gc
 from ..errors import InternalError
 from ..machine import usable_cores
 from ..problem import Problem
-from . import register
 from .base import (
     Deadline,
     Option,
     Solver,
     SolverResult,
     heuristic_assignment,
+    register,
     run_until,
 )
 from .budget import integer_memory, repair

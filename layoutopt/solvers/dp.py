@@ -33,8 +33,7 @@ from networkx.algorithms.approximation.treewidth import MinDegreeHeuristic, min_
 
 from ..errors import ProblemError
 from ..problem import Problem, sum_down
-from . import get_solver, register
-from .base import Deadline, Option, Solver, SolverResult
+from .base import Deadline, Option, Solver, SolverResult, get_solver, register
 from .budget import lagrangian
 from .reductions import reduce
 

@@ -19,8 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..problem import Problem
-from . import register
-from .base import Deadline, Option, Solver, SolverResult
+from .base import Deadline, Option, Solver, SolverResult, register
 from .budget import repair
 
 

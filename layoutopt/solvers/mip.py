@@ -27,8 +27,7 @@ import numpy as np
 from .._gc import paused_gc
 from ..errors import ProblemError
 from ..problem import Problem
-from . import register
-from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment, run_until
+from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment, register, run_until
 from .budget import integer_memory, repair
 from .marginal import marginal_model
 from .scaling import scale_costs

@@ -41,8 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..problem import Problem
-from . import register
-from .base import Deadline, Option, Solver, SolverResult
+from .base import Deadline, Option, Solver, SolverResult, register
 from .budget import lagrangian
 from .dp import TableTooLarge, eliminate, elimination_order
 from .reductions import Infeasible, WorkingGraph

@@ -37,8 +37,7 @@ import numpy as np
 
 from ..errors import ProblemError
 from ..problem import Problem
-from . import register
-from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment
+from .base import Deadline, Option, Solver, SolverResult, heuristic_assignment, register
 from .budget import IntegerMemory, integer_memory, repair
 from .scaling import scale_costs
 

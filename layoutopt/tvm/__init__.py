@@ -28,8 +28,11 @@ from ..errors import MissingExtraError
 if importlib.util.find_spec("tvm") is None:
     raise MissingExtraError("apache-tvm", "tvm", "layoutopt.tvm")
 
-#: public name -> submodule that defines it (add a line here to export a new name)
+#: public name -> submodule that defines it (add a line here to export a new name); a name that is
+#: the submodule's own last component is the module itself (``from layoutopt.tvm import models``)
 _LAZY = {
+    "models": ".frontend.models",
+    "stages": ".tune.stages",
     "import_tvm": "._tvm",
     "resolve_target": "._tvm",
     "conv2d_candidates": ".kernels",
@@ -41,36 +44,36 @@ _LAZY = {
     "schedule_module": ".kernels",
     "ScheduleModule": ".kernels",
     "validate_workload": ".kernels",
-    "Measurer": ".measure",
-    "MeasureResult": ".measure",
-    "LocalRunner": ".runner",
-    "RPCRunner": ".runner",
-    "Runner": ".runner",
-    "CostCache": ".cache",
-    "ApplyLayouts": ".apply",
-    "apply_layouts": ".apply",
-    "apply_solution": ".apply",
-    "apply_assignment": ".apply",
-    "build": ".builder",
-    "tune_and_build": ".tune",
-    "build_from_solution": ".deploy",
-    "export_library": ".deploy",
-    "load_solution": ".deploy",
-    "save_solution": ".deploy",
-    "SolutionFile": ".deploy",
-    "TuneResult": ".result",
-    "TuneOptions": ".stages",
-    "Reference": ".check",
-    "load_model": ".load",
-    "LayoutGraph": ".graph",
-    "BUILDS": ".baselines",
-    "fixed_layout_assignment": ".baselines",
-    "random_inputs": ".timing",
-    "measure_latencies": ".timing",
-    "prepare": ".normalise",
-    "extract_layout_graph": ".extract",
-    "build_problem": ".problem",
-    "measure_graph": ".problem",
+    "Measurer": ".measure.measure",
+    "MeasureResult": ".measure.measure",
+    "LocalRunner": ".measure.runner",
+    "RPCRunner": ".measure.runner",
+    "Runner": ".measure.runner",
+    "CostCache": ".measure.cache",
+    "ApplyLayouts": ".building.apply",
+    "apply_layouts": ".building.apply",
+    "apply_solution": ".building.apply",
+    "apply_assignment": ".building.apply",
+    "build": ".building.builder",
+    "tune_and_build": ".tune.tune",
+    "build_from_solution": ".deploy.solution_file",
+    "export_library": ".deploy.solution_file",
+    "load_solution": ".deploy.solution_file",
+    "save_solution": ".deploy.solution_file",
+    "SolutionFile": ".deploy.solution_file",
+    "TuneResult": ".tune.result",
+    "TuneOptions": ".tune.stages",
+    "Reference": ".evaluate.check",
+    "load_model": ".frontend.load",
+    "LayoutGraph": ".graph.graph",
+    "BUILDS": ".building.baselines",
+    "fixed_layout_assignment": ".building.baselines",
+    "random_inputs": ".evaluate.timing",
+    "measure_latencies": ".evaluate.timing",
+    "prepare": ".frontend.normalise",
+    "extract_layout_graph": ".graph.extract",
+    "build_problem": ".measure.problem",
+    "measure_graph": ".measure.problem",
 }
 
 __all__ = sorted(_LAZY)
@@ -80,7 +83,8 @@ def __getattr__(name: str):
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name, __name__), name)
+    module = importlib.import_module(module_name, __name__)
+    value = module if module_name.rpartition(".")[2] == name else getattr(module, name)
     globals()[name] = value
     return value
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import MissingExtraError, ProblemError
-from ..machine import usable_cores
+from ..machine import default_tvm_threads
 
 __all__ = ["first_line", "import_tvm", "one_blas_thread", "resolve_target", "target_key", "tvm_version",
            "without_scope_saving_lines"]
@@ -33,8 +33,7 @@ def import_tvm():
         >>> tvm.__name__, "TVM_NUM_THREADS" in os.environ
         ('tvm', True)
     """
-    if "TVM_NUM_THREADS" not in os.environ:
-        os.environ["TVM_NUM_THREADS"] = str(usable_cores())
+    default_tvm_threads()
     try:
         import tvm
     except ImportError as exc:  # pragma: no cover - exercised only without the extra

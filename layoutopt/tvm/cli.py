@@ -1,7 +1,7 @@
 """``layoutopt tune``: measure, solve, build and report on a model, from the command line.
 
 Thin: it parses arguments and calls :func:`layoutopt.tvm.tune_and_build` and
-:func:`layoutopt.tvm.report.write_report`. Importing it imports neither TVM nor the solvers.
+:func:`layoutopt.tvm.tune.report.write_report`. Importing it imports neither TVM nor the solvers.
 
 Example:
     Command lines, as the shell gives them to ``layoutopt`` (parsed here, not run):
@@ -100,9 +100,9 @@ def _add_model_options(parser: argparse.ArgumentParser, shapes: str, target: str
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``tune`` on the ``layoutopt`` command's subparsers."""
-    from .cache import TIMINGS
-    from .stages import TUNE_LOOP_ORDERS
-    from .storage import TUNE_STORAGE
+    from .building.storage import TUNE_STORAGE
+    from .measure.cache import TIMINGS
+    from .tune.stages import TUNE_LOOP_ORDERS
 
     parser = subparsers.add_parser(
         "tune",
@@ -225,7 +225,7 @@ def _library_path(text: str | None, with_solution: bool = False) -> Path | None:
     """``-o MODEL.so``: checked now, with the solution file written beside it when
     ``with_solution`` (each must be a file that can be written), written at the end."""
     from ..errors import ProblemError
-    from .deploy import check_writable, solution_path
+    from .deploy.solution_file import check_writable, solution_path
 
     if not text:
         return None
@@ -254,8 +254,8 @@ def _warnings_in_one_line(command: str) -> Iterator[None]:
 
 def _build(args: argparse.Namespace) -> int:
     from ._tvm import resolve_target
-    from .deploy import build_from_solution, export_library, load_solution
-    from .load import load_model
+    from .deploy.solution_file import build_from_solution, export_library, load_solution
+    from .frontend.load import load_model
 
     solution = load_solution(args.solution)
     target = resolve_target(args.target)
@@ -279,7 +279,7 @@ def _runner(args: argparse.Namespace):
 
     if args.key and not args.rpc:
         raise ProblemError("--key needs --rpc HOST:PORT (the tracker the device is registered with)")
-    from .runner import LocalRunner, RPCRunner
+    from .measure.runner import LocalRunner, RPCRunner
 
     settings = LocalRunner.timing_settings(args.timing)
     if not args.rpc:
@@ -323,9 +323,10 @@ def _blocks(blocks_text: str | None):
 
 
 def _cache(text: str | None):
-    """``--cache``: a :class:`~layoutopt.tvm.cache.CostCache` (opened now: a path that cannot be read or
+    """``--cache``: a :class:`~layoutopt.tvm.measure.cache.CostCache` (opened now: a path that cannot be read
+    or
     written is refused before anything is measured), or None for ``none``."""
-    from .cache import CostCache
+    from .measure.cache import CostCache
 
     if text is not None and text.strip().lower() == "none":
         return None
@@ -353,10 +354,10 @@ def _run(args: argparse.Namespace) -> int:
     from ..constraints import parse_constraint_texts
     from ..errors import ProblemError
     from ._tvm import resolve_target
-    from .load import load_with_origin
-    from .memory import check_memory
-    from .report import breakdown_markdown, write_report
-    from .tune import tune_and_build
+    from .building.memory import check_memory
+    from .frontend.load import load_with_origin
+    from .tune.report import breakdown_markdown, write_report
+    from .tune.tune import tune_and_build
 
     # everything the command line says is checked before the model is loaded or a kernel measured
     check_method(args.method, args.time_limit)
@@ -401,7 +402,7 @@ def _run(args: argparse.Namespace) -> int:
 def _layer_table(result) -> str:
     """The layers of the build handed back (the one ``-o`` writes), under a line saying which it is;
     in-network times only for the tuned build (the one profiled layer by layer)."""
-    from .report import handed_back_layers
+    from .tune.report import handed_back_layers
 
     layers = handed_back_layers(result)
     variant = result.handed_back

@@ -1,7 +1,7 @@
 """Which Relax ops follow their input's layout, which combine several, and which need plain NCHW.
 
-The one classification extraction (:mod:`layoutopt.tvm.extract`) and the rewrite
-(:mod:`layoutopt.tvm.apply`) both use, so that the layout graph costs exactly the program the
+The one classification extraction (:mod:`layoutopt.tvm.graph.extract`) and the rewrite
+(:mod:`layoutopt.tvm.building.apply`) both use, so that the layout graph costs exactly the program the
 rewrite emits; and which elementwise ops after a conv ``FuseOps`` fuses into its kernel
 (:class:`EpilogueChains`), so that the kernel is measured with them.
 
@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import ProblemError
 from ._tvm import import_tvm
 from .kernels import NCHW, validate_workload
+from .relax_expr import is_tensor_constant, scalar_value, static_shape, var_uses
 
 __all__ = [
     "BINARY_OPS",
@@ -101,18 +102,6 @@ GATHER_OPS = frozenset({"relax.take"})
 SPATIAL_REDUCE_OPS = frozenset({"relax.mean", "relax.max", "relax.sum"})
 
 
-def static_shape(expr) -> list[int] | None:
-    """The static shape of a tensor-typed expression, or None (tuples, dynamic shapes...)."""
-    tvm = import_tvm()
-    ty = expr.ty
-    if not isinstance(ty, tvm.relax.TensorType) or ty.shape is None:
-        return None
-    try:
-        return [int(s) for s in ty.shape]
-    except (TypeError, ValueError, AttributeError):
-        return None
-
-
 def op_name(call, functions=None) -> str | None:
     """The op ``call`` computes, as the layout model names it: its ``Op``'s name, :data:`ONNX_RESIZE` for a
     ``call_tir`` of an ONNX resize kernel whose PrimFunc is in ``functions`` (the module), None for
@@ -133,43 +122,11 @@ def op_name(call, functions=None) -> str | None:
     return call.op.name
 
 
-def is_tensor_constant(expr) -> bool:
-    """True for a Relax tensor constant (a weight, a bias, a scalar tensor such as ``R.const(6.0)``).
-
-    In TVM 0.27 ``tvm.ir.expr.Constant`` is also the base class of TIR's ``IntImm``/``FloatImm``, the
-    plain numbers some ops take as arguments (``R.clip(x, 0, 6)``'s bounds, as the ONNX frontend
-    writes HardSigmoid and Clip): those hold a Python number, not a tensor, and have no layout.
-
-    Example:
-        >>> from tvm import relax
-        >>> is_tensor_constant(relax.const(np.ones((1, 8, 1, 1), "float32")))
-        True
-        >>> x = relax.Var("x", relax.TensorType((1, 8, 4, 4), "float32"))
-        >>> is_tensor_constant(relax.op.clip(x, 0, 6).args[1])      # an IntImm
-        False
-    """
-    tvm = import_tvm()
-    return isinstance(expr, tvm.ir.expr.Constant) and isinstance(expr.ty, tvm.relax.TensorType)
-
-
-
-def scalar_value(expr) -> float | None:
-    """The number a one-element Relax tensor constant holds (``R.const(6.0)``), else None.
-
-    Example:
-        >>> from tvm import relax
-        >>> scalar_value(relax.const(np.float32(6.0))), scalar_value(relax.const(np.ones(2, "float32")))
-        (6.0, None)
-    """
-    if not is_tensor_constant(expr) or int(np.prod(expr.value.shape, dtype=np.int64)) != 1:
-        return None
-    return float(expr.value.numpy().reshape(-1)[0])
-
 def layout_carrier(call, op: str | None, is_data: Callable[[Any], bool] | None = None,
                    source: Callable[[Any], Hashable] | None = None):
     """The computed operand whose layout a layout-following op keeps, or None when ``call`` is not one.
 
-    The one classification extraction (:mod:`layoutopt.tvm.extract`) and the rewrite both use, so
+    The one classification extraction (:mod:`layoutopt.tvm.graph.extract`) and the rewrite both use, so
     that the graph costs exactly the program the rewrite emits. Layout-following are:
 
     * a unary elementwise op (:data:`UNARY_OPS`) of a 4-D tensor returning one 4-D tensor (dropout's
@@ -280,7 +237,8 @@ def channel_split_sections(call) -> list[int] | None:
 
 def channel_permutation(call) -> np.ndarray | None:
     """The source channel of each output channel of a ``relax.take`` of a 4-D tensor along channels by
-    a constant permutation (a channel shuffle, :func:`~layoutopt.tvm.normalise.channel_shuffles_as_take`),
+    a constant permutation (a channel shuffle,
+    :func:`~layoutopt.tvm.frontend.normalise.channel_shuffles_as_take`),
     or None for any other take.
 
     Example:
@@ -613,15 +571,6 @@ class EpilogueChains:
     def epilogues(self) -> dict[str, list]:
         """Each conv's fused epilogue: its chain's steps as far as ``FuseOps`` fuses them."""
         return {conv: chain.steps[: chain.fused_length(self.uses)] for conv, chain in self.chains.items()}
-
-
-def var_uses(function) -> Counter:
-    """How many times ``function``'s body reads each Var (its result included)."""
-    tvm = import_tvm()
-    uses: Counter = Counter()
-    tvm.relax.analysis.post_order_visit(
-        function.body, lambda expr: uses.update([expr]) if isinstance(expr, tvm.relax.Var) else None)
-    return uses
 
 
 def fused_epilogues(function) -> dict[str, list]:

@@ -10,7 +10,7 @@ pytest.importorskip("tvm")
 from layoutopt import ProblemError
 from layoutopt.solution import Solution
 from layoutopt.tvm import models
-from layoutopt.tvm.apply import (
+from layoutopt.tvm.building.apply import (
     ApplyLayouts,
     apply_layouts,
     apply_solution,
@@ -19,11 +19,11 @@ from layoutopt.tvm.apply import (
     op_list,
     parse_choice,
 )
-from layoutopt.tvm.builder import build
-from layoutopt.tvm.check import relative_error
-from layoutopt.tvm.extract import extract_layout_graph
-from layoutopt.tvm.normalise import prepare
-from layoutopt.tvm.timing import random_inputs, run
+from layoutopt.tvm.building.builder import build
+from layoutopt.tvm.evaluate.check import relative_error
+from layoutopt.tvm.evaluate.timing import random_inputs, run
+from layoutopt.tvm.frontend.normalise import prepare
+from layoutopt.tvm.graph.extract import extract_layout_graph
 
 pytestmark = pytest.mark.tvm
 
@@ -62,7 +62,7 @@ def _legalized_and_fused(mod):
     """``mod`` as build(fuse=True) has it just before schedule_module."""
     import tvm
 
-    from layoutopt.tvm.builder import _legalize_conv2d
+    from layoutopt.tvm.building.builder import _legalize_conv2d
 
     relax = tvm.relax
     with _target():
@@ -75,7 +75,7 @@ def _legalized(mod):
     """``mod`` as build(fuse=False) has it just before schedule_module."""
     import tvm
 
-    from layoutopt.tvm.builder import _legalize_conv2d
+    from layoutopt.tvm.building.builder import _legalize_conv2d
 
     with _target():
         legalize = {"relax.nn.conv2d": _legalize_conv2d}

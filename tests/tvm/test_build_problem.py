@@ -14,9 +14,9 @@ pytest.importorskip("tvm")  # the tvm extra; CI installs it
 import layoutopt
 from layoutopt.tvm import CostCache, build_problem, extract_layout_graph, models, resolve_target
 from layoutopt.tvm._tvm import target_key
-from layoutopt.tvm.cache import record_cost
 from layoutopt.tvm.kernels import layout_transform_workload
-from layoutopt.tvm.problem import MeasureFailure, measure_graph, transform_tasks
+from layoutopt.tvm.measure.cache import record_cost
+from layoutopt.tvm.measure.problem import MeasureFailure, measure_graph, transform_tasks
 
 pytestmark = pytest.mark.tvm
 

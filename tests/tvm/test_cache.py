@@ -13,9 +13,9 @@ pytest.importorskip("tvm")
 
 from layoutopt import ProblemError
 from layoutopt.tvm._tvm import target_key
-from layoutopt.tvm.cache import CostCache, CostContext, record_cost
 from layoutopt.tvm.kernels import SCHEDULE_VERSION
-from layoutopt.tvm.runner import LocalRunner
+from layoutopt.tvm.measure.cache import CostCache, CostContext, record_cost
+from layoutopt.tvm.measure.runner import LocalRunner
 
 pytestmark = pytest.mark.tvm
 
@@ -245,8 +245,8 @@ def test_a_write_failing_mid_run_keeps_the_record_in_memory(tmp_path):
 
 def test_a_second_timing_pass_after_a_non_finite_repeat_is_kept(tmp_path, monkeypatch):
     """A second timing pass puts back the record the cache returned (its inf repeat now None)."""
-    from layoutopt.tvm.measure import Measurer
-    from layoutopt.tvm.worker import Timing
+    from layoutopt.tvm.measure.measure import Measurer
+    from layoutopt.tvm.measure.worker import Timing
 
     measurer = Measurer(cache=tmp_path / "c.jsonl")
     first = measurer._result(measurer.cache.put({**record(1e-3, results=[math.inf, 1e-3, 1e-3]),
@@ -309,7 +309,7 @@ class RaisingRunner(LocalRunner):
 def test_the_measurer_keys_and_writes_records_as_before(tmp_path):
     """The cache key of the measurer's context is the one the code before it built from the TVM version,
     the schedule version and the timing; its records carry the same fields."""
-    from layoutopt.tvm.measure import Measurer
+    from layoutopt.tvm.measure.measure import Measurer
 
     for cold in (True, False):
         with Measurer(cache=tmp_path / "c.jsonl", runner=LocalRunner(cold=cold)) as measurer:

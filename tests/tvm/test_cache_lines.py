@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from layoutopt.tvm.cache import CostCache, CostContext, CostRecord, record_cost
+from layoutopt.tvm.measure.cache import CostCache, CostContext, CostRecord, record_cost
 
 CONTEXT = CostContext({"kind": "llvm", "mcpu": "znver4"}, "0.27.0.post1", schedules=12)
 WORKLOAD = {"op": "layout_transform", "shape": [1, 16, 4, 4], "src": "NCHW", "dst": "NCHW8c",

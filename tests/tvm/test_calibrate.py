@@ -11,11 +11,11 @@ pytest.importorskip("tvm")
 
 from layoutopt.problem import Costs, Problem
 from layoutopt.tvm import extract_layout_graph, models
-from layoutopt.tvm.cache import task_key
-from layoutopt.tvm.calibrate import Calibration
+from layoutopt.tvm.evaluate.calibrate import Calibration
+from layoutopt.tvm.evaluate.profile import Call, KernelShapes, observe
 from layoutopt.tvm.kernels import build_kernel, layout_shape
-from layoutopt.tvm.problem import transform_edge_costs, transform_tasks
-from layoutopt.tvm.profile import Call, KernelShapes, observe
+from layoutopt.tvm.measure.cache import task_key
+from layoutopt.tvm.measure.problem import transform_edge_costs, transform_tasks
 
 #: the kernels' argument shapes, worked out once for every test here
 SHAPES = KernelShapes()
@@ -157,7 +157,7 @@ def test_a_nodes_ratio_carries_to_the_choices_of_the_same_algorithm_first():
 
 def test_calibration_that_does_not_settle_hands_on_the_cheapest_assignment_profiled(chain):
     from layoutopt.solution import Solution
-    from layoutopt.tvm.calibrate import calibrated_solution
+    from layoutopt.tvm.evaluate.calibrate import calibrated_solution
 
     graph, costs, measured = chain
     calibration = Calibration(graph, costs, measured)
@@ -188,9 +188,9 @@ def test_calibration_that_does_not_settle_hands_on_the_cheapest_assignment_profi
 
 def test_a_profile_keeps_each_calls_fastest_run(monkeypatch):
     """The host's interference only adds time: a call slow in most runs keeps its fastest one."""
-    import layoutopt.tvm.profile as profile
+    import layoutopt.tvm.evaluate.profile as profile
     from layoutopt.tvm import build
-    from layoutopt.tvm.timing import random_inputs
+    from layoutopt.tvm.evaluate.timing import random_inputs
 
     mod = models.chain((8,), in_channels=4, size=8)
     executable, inputs = build(mod), random_inputs(mod)

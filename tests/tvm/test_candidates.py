@@ -12,10 +12,10 @@ pytest.importorskip("tvm")  # the tvm extra; CI installs it
 from layoutopt import ProblemError
 from layoutopt.constraints import parse_constraints
 from layoutopt.tvm import extract_layout_graph, kernels, models, prepare
-from layoutopt.tvm.apply import parse_choice
-from layoutopt.tvm.cache import CostCache, task_key
-from layoutopt.tvm.graph import Choice, candidate_label
+from layoutopt.tvm.building.apply import parse_choice
+from layoutopt.tvm.graph.graph import Choice, candidate_label
 from layoutopt.tvm.kernels.candidate import Candidate
+from layoutopt.tvm.measure.cache import CostCache, task_key
 
 pytestmark = pytest.mark.tvm
 

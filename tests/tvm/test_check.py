@@ -1,4 +1,5 @@
-"""The output check of a build (layoutopt.tvm.check): NaN never passes, float32 rounding is not a bug,
+"""The output check of a build (layoutopt.tvm.evaluate.check): NaN never passes, float32 rounding is not a
+bug,
 a baseline that fails is dropped, a tuned build that fails says where it diverges."""
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ import pytest
 pytest.importorskip("tvm")
 
 from layoutopt import ProblemError
-from layoutopt.tvm import apply as apply_module
 from layoutopt.tvm import models, tune_and_build
-from layoutopt.tvm.apply import apply_layouts
-from layoutopt.tvm.builder import build
-from layoutopt.tvm.check import ROUNDING_GROWTH, Reference, float64_module, relative_error
-from layoutopt.tvm.normalise import prepare
-from layoutopt.tvm.timing import random_inputs, run
+from layoutopt.tvm.building import apply as apply_module
+from layoutopt.tvm.building.apply import apply_layouts
+from layoutopt.tvm.building.builder import build
+from layoutopt.tvm.evaluate.check import ROUNDING_GROWTH, Reference, float64_module, relative_error
+from layoutopt.tvm.evaluate.timing import random_inputs, run
+from layoutopt.tvm.frontend.normalise import prepare
 
 pytestmark = pytest.mark.tvm
 

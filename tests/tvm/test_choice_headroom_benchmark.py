@@ -11,8 +11,8 @@ pytest.importorskip("tvm")  # the tvm extra; CI installs it
 from benchmarks import choice_headroom
 from layoutopt import Problem, solve_problem
 from layoutopt.tvm import models, resolve_target
-from layoutopt.tvm.runner import LocalRunner
-from layoutopt.tvm.stages import TuneOptions, extract, measure
+from layoutopt.tvm.measure.runner import LocalRunner
+from layoutopt.tvm.tune.stages import TuneOptions, extract, measure
 
 pytestmark = pytest.mark.tvm
 

@@ -9,9 +9,9 @@ import pytest
 pytest.importorskip("tvm")
 
 from layoutopt.tvm import apply_assignment, extract_layout_graph, models, prepare
-from layoutopt.tvm.baselines import fixed_layout_assignment
-from layoutopt.tvm.builder import compile_module
-from layoutopt.tvm.storage import concat_fits_in_place
+from layoutopt.tvm.building.baselines import fixed_layout_assignment
+from layoutopt.tvm.building.builder import compile_module
+from layoutopt.tvm.building.storage import concat_fits_in_place
 
 pytestmark = pytest.mark.tvm
 

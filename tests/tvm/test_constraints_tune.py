@@ -11,7 +11,8 @@ from onnx_models import tiny_conv_onnx  # tests/tvm is on sys.path
 
 from layoutopt import ProblemError
 from layoutopt.cli import main
-from layoutopt.tvm import models, problem, tune_and_build
+from layoutopt.tvm import models, tune_and_build
+from layoutopt.tvm.measure import problem
 
 pytestmark = pytest.mark.tvm
 

@@ -20,13 +20,14 @@ from onnx_models import mobile_fpn_onnx, tiny_conv_onnx, unsupported_op_onnx  # 
 from layoutopt import ProblemError
 from layoutopt.cli import main
 from layoutopt.tvm import build_from_solution, load_model, load_solution, models, tune_and_build
-from layoutopt.tvm.apply import apply_assignment
-from layoutopt.tvm.baselines import fixed_layout_assignment
-from layoutopt.tvm.builder import build, check_rewrite
-from layoutopt.tvm.extract import extract_layout_graph
-from layoutopt.tvm.graph import candidate_label
-from layoutopt.tvm.normalise import prepare
-from layoutopt.tvm.timing import random_inputs, relative_error, run
+from layoutopt.tvm.building.apply import apply_assignment
+from layoutopt.tvm.building.baselines import fixed_layout_assignment
+from layoutopt.tvm.building.builder import build, check_rewrite
+from layoutopt.tvm.evaluate.check import relative_error
+from layoutopt.tvm.evaluate.timing import random_inputs, run
+from layoutopt.tvm.frontend.normalise import prepare
+from layoutopt.tvm.graph.extract import extract_layout_graph
+from layoutopt.tvm.graph.graph import candidate_label
 
 pytestmark = pytest.mark.tvm
 
@@ -90,7 +91,7 @@ def test_the_solution_file_says_what_was_chosen_and_for_what(tuned):
 
 def test_a_rebuild_from_the_file_measures_nothing_and_computes_the_same(tvm, tuned, monkeypatch):
     result, library, solution, mod = tuned
-    import layoutopt.tvm.measure as measure
+    import layoutopt.tvm.measure.measure as measure
 
     monkeypatch.setattr(measure.Measurer, "measure", lambda *a, **k: pytest.fail("measured"))
     executable, module = build_from_solution(mod, solution)
@@ -188,7 +189,7 @@ def test_a_hand_edited_solution_file_is_refused_naming_the_layer_and_field(tuned
 
 
 def test_the_record_round_trips_through_json(tuned):
-    from layoutopt.tvm.deploy import SolutionFile
+    from layoutopt.tvm.deploy.solution_file import SolutionFile
 
     document = _document(tuned)
     record = load_solution(tuned[2])
@@ -261,14 +262,14 @@ def test_export_checks_both_paths_before_writing_either(tuned, tmp_path):
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc, a directory no file can be created in")
 def test_an_export_failure_shows_the_linkers_own_words(tuned):
-    from layoutopt.tvm.deploy import export_library
+    from layoutopt.tvm.deploy.solution_file import export_library
 
     with pytest.raises(ProblemError, match=r"the library '/proc/x\.so' failed: .*cannot open output file"):
         export_library(tuned[0].executable, "/proc/x.so")
 
 
 def test_export_drops_tvms_scope_saving_lines_and_keeps_every_other(tuned, tmp_path, capfd):
-    from layoutopt.tvm.deploy import export_library
+    from layoutopt.tvm.deploy.solution_file import export_library
 
     executable = tuned[0].executable  # run by the tune: its memory scopes are known
     executable.export_library(str(tmp_path / "raw.so"))
@@ -284,7 +285,7 @@ def test_export_drops_tvms_scope_saving_lines_and_keeps_every_other(tuned, tmp_p
 
 def test_an_impossible_pin_is_named_and_an_unknown_one_refused_before_measuring(tmp_path, monkeypatch):
     mod = models.chain((8,), in_channels=4, size=8)
-    import layoutopt.tvm.measure as measure
+    import layoutopt.tvm.measure.measure as measure
 
     real = measure.Measurer.measure
     calls = []
@@ -352,7 +353,7 @@ def test_an_op_the_build_cannot_lower_fails_before_anything_is_measured(tvm, mon
     graph = extract_layout_graph(mod, [8], prepared=True)
     with pytest.raises(ProblemError, match=r"before measuring .*'relax.ewise_fma' has no legalization"):
         check_rewrite(mod, graph)
-    import layoutopt.tvm.measure as measure
+    import layoutopt.tvm.measure.measure as measure
 
     monkeypatch.setattr(measure.Measurer, "measure", lambda *a, **k: pytest.fail("measured"))
     with pytest.raises(ProblemError, match="ewise_fma"):
@@ -414,7 +415,7 @@ def test_build_names_the_solution_file_whose_shapes_do_not_fit(tuned, tmp_path, 
 
 
 def test_build_checks_its_output_before_building(tuned, capsys, monkeypatch):
-    import layoutopt.tvm.deploy as deploy
+    import layoutopt.tvm.deploy.solution_file as deploy
 
     monkeypatch.setattr(deploy, "build_from_solution", lambda *a, **k: pytest.fail("built"))
     assert main(["build", "--solution", str(tuned[2]), "-o", "/proc/x.so"]) == 2

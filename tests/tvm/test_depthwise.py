@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from layoutopt import ProblemError
 from layoutopt.tvm import apply_assignment, build, extract_layout_graph, prepare, resolve_target
 from layoutopt.tvm._tvm import import_tvm
-from layoutopt.tvm.check import relative_error
+from layoutopt.tvm.evaluate.check import relative_error
+from layoutopt.tvm.evaluate.timing import random_inputs, run
 from layoutopt.tvm.kernels import (
     FAMILIES,
     LOOP_ORDERS,
@@ -27,7 +28,6 @@ from layoutopt.tvm.kernels import (
 from layoutopt.tvm.kernels.common import block_names
 from layoutopt.tvm.kernels.depthwise import MAIN_BLOCK, MIN_PARALLEL_CHUNKS, row_chunk
 from layoutopt.tvm.kernels.isa import MAX_ACCUMULATORS, MAX_TILE_COLUMNS, depthwise_register_tile
-from layoutopt.tvm.timing import random_inputs, run
 
 pytestmark = pytest.mark.tvm
 

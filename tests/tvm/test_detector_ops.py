@@ -22,14 +22,14 @@ from layoutopt.tvm import (
     prepare,
 )
 from layoutopt.tvm._tvm import import_tvm, resolve_target
-from layoutopt.tvm.apply import count_layout_transforms, expected_transforms, op_list
-from layoutopt.tvm.check import relative_error
+from layoutopt.tvm.building.apply import count_layout_transforms, expected_transforms, op_list
+from layoutopt.tvm.evaluate.check import relative_error
+from layoutopt.tvm.evaluate.timing import run
 from layoutopt.tvm.kernels import FAMILIES, build_kernel, candidates, check_kernel, validate_workload
 from layoutopt.tvm.kernels.common import block_names
 from layoutopt.tvm.kernels.conv2d_transpose import transpose_reference
 from layoutopt.tvm.kernels.kernel import kernel_tensors
 from layoutopt.tvm.kernels.module import family_of_function
-from layoutopt.tvm.timing import run
 
 pytestmark = pytest.mark.tvm
 
@@ -208,7 +208,7 @@ def test_a_model_with_a_transposed_conv_is_tuned_end_to_end(tmp_path):
 
 def test_the_profile_matches_a_transposed_conv_call_to_its_node_and_prices_it(tmp_path):
     from layoutopt.problem import Costs
-    from layoutopt.tvm.profile import KernelShapes, observe, profile_calls, time_breakdown
+    from layoutopt.tvm.evaluate.profile import KernelShapes, observe, profile_calls, time_breakdown
 
     path = conv_transpose_onnx(tmp_path / "deconv.onnx", kernel=4, pads=1, size=(6, 5))
     graph = extract_layout_graph(load_model(path, [1, 3, 6, 5]), [8, 16])

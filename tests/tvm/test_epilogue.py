@@ -16,20 +16,21 @@ pytest.importorskip("tvm")  # the tvm extra; CI installs it
 from onnx_models import activation_onnx, mobile_fpn_onnx, mobilenet_v3_block_onnx  # tests/tvm is on sys.path
 
 from layoutopt import ProblemError
-from layoutopt.tvm import builder, extract_layout_graph, load_model, prepare, resolve_target
+from layoutopt.tvm import extract_layout_graph, load_model, prepare, resolve_target
 from layoutopt.tvm._tvm import import_tvm
-from layoutopt.tvm.apply import apply_assignment, apply_layouts
-from layoutopt.tvm.baselines import fixed_layout_assignment
-from layoutopt.tvm.cache import task_key
-from layoutopt.tvm.check import relative_error
+from layoutopt.tvm.building import builder
+from layoutopt.tvm.building.apply import apply_assignment, apply_layouts
+from layoutopt.tvm.building.baselines import fixed_layout_assignment
+from layoutopt.tvm.evaluate.check import relative_error
+from layoutopt.tvm.evaluate.timing import random_inputs, run
 from layoutopt.tvm.kernels import build_kernel, validate_workload
 from layoutopt.tvm.kernels.common import annotated_candidate, annotated_workload, block_names
 from layoutopt.tvm.kernels.epilogue import apply_numpy, sigmoid_te, validate_epilogue
 from layoutopt.tvm.kernels.kernel import kernel_tensors
 from layoutopt.tvm.kernels.module import family_of_function, schedule_primfunc
+from layoutopt.tvm.measure.cache import task_key
+from layoutopt.tvm.measure.problem import kernel_tasks
 from layoutopt.tvm.ops import fused_epilogues
-from layoutopt.tvm.problem import kernel_tasks
-from layoutopt.tvm.timing import random_inputs, run
 
 pytestmark = pytest.mark.tvm
 

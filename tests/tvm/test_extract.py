@@ -11,8 +11,8 @@ pytest.importorskip("tvm")  # the tvm extra; CI installs it
 
 import layoutopt
 from layoutopt.tvm import extract_layout_graph, models, prepare
-from layoutopt.tvm.apply import apply_layouts, count_layout_transforms, expected_transforms
-from layoutopt.tvm.graph import candidate_label
+from layoutopt.tvm.building.apply import apply_layouts, count_layout_transforms, expected_transforms
+from layoutopt.tvm.graph.graph import candidate_label
 
 pytestmark = pytest.mark.tvm
 
@@ -186,14 +186,14 @@ def test_prepare_computes_batch_norm_constants_in_numpy_as_tvm_would():
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    from layoutopt.tvm.check import relative_error
-    from layoutopt.tvm.normalise import (
+    from layoutopt.tvm.evaluate.check import relative_error
+    from layoutopt.tvm.evaluate.timing import run
+    from layoutopt.tvm.frontend.normalise import (
         _NUMPY_FOLDS,
         _NUMPY_RESHAPES,
         _decompose_batch_norms,
         fold_elementwise_constants,
     )
-    from layoutopt.tvm.timing import run
 
     def constant_calls(mod):  # numpy-foldable calls whose arguments are all constants
         bound, count = {}, 0
@@ -411,7 +411,7 @@ def test_a_residual_add_joins_one_conv_only():
 
 def test_other_algorithms_are_choices_where_they_apply_and_the_fixed_rule_takes_them():
     from layoutopt.problem import Costs, Problem
-    from layoutopt.tvm.baselines import winograd_nchw16c
+    from layoutopt.tvm.building.baselines import winograd_nchw16c
 
     options = {"blocks": [8, 16], "algorithms": ["direct", "winograd", "gemm"]}
     graph = extract_layout_graph(models.residual(channels=16, size=8), options)

@@ -10,12 +10,12 @@ pytest.importorskip("tvm")
 from onnx_models import mobile_fpn_onnx, tiny_conv_onnx  # tests/tvm is on sys.path
 
 from layoutopt.tvm import load_model, models, tune_and_build
-from layoutopt.tvm.apply import apply_assignment
-from layoutopt.tvm.baselines import fixed_layout_assignment
-from layoutopt.tvm.builder import compile_module
-from layoutopt.tvm.extract import extract_layout_graph
+from layoutopt.tvm.building.apply import apply_assignment
+from layoutopt.tvm.building.baselines import fixed_layout_assignment
+from layoutopt.tvm.building.builder import compile_module
+from layoutopt.tvm.frontend.normalise import prepare
+from layoutopt.tvm.graph.extract import extract_layout_graph
 from layoutopt.tvm.kernels import module as module_rules
-from layoutopt.tvm.normalise import prepare
 
 pytestmark = pytest.mark.tvm
 

@@ -10,7 +10,7 @@ tvm = pytest.importorskip("tvm")
 from tvm.script import relax as R  # noqa: E402
 from tvm.script import tirx as T  # noqa: E402
 
-from layoutopt.tvm.builder import build, fold_reshapes  # noqa: E402
+from layoutopt.tvm.building.builder import build, fold_reshapes  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 

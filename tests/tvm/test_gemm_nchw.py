@@ -18,12 +18,12 @@ from kernel_checks import AVX2, AVX512, build_and_check  # tests/tvm is on sys.p
 from layoutopt import ProblemError
 from layoutopt.tvm import apply_assignment, build, extract_layout_graph, prepare, resolve_target
 from layoutopt.tvm._tvm import import_tvm
-from layoutopt.tvm.check import relative_error
+from layoutopt.tvm.evaluate.check import relative_error
+from layoutopt.tvm.evaluate.timing import random_inputs, run
 from layoutopt.tvm.kernels import gemm as kernels_gemm
 from layoutopt.tvm.kernels import vector_registers
 from layoutopt.tvm.kernels.common import block_names
 from layoutopt.tvm.kernels.isa import pixel_register_tile, pixel_tiles
-from layoutopt.tvm.timing import random_inputs, run
 
 pytestmark = pytest.mark.tvm
 

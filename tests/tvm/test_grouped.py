@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from layoutopt.tvm import apply_assignment, build, extract_layout_graph, prepare, resolve_target
 from layoutopt.tvm._tvm import import_tvm
-from layoutopt.tvm.check import relative_error
+from layoutopt.tvm.evaluate.check import relative_error
+from layoutopt.tvm.evaluate.timing import random_inputs, run
 from layoutopt.tvm.kernels.common import block_names
-from layoutopt.tvm.timing import random_inputs, run
 
 pytestmark = pytest.mark.tvm
 
@@ -66,7 +66,7 @@ def test_a_grouped_conv_in_a_blocked_layout_runs_the_blocked_kernel():
     """Not TVM's NCHW group conv behind layout transforms: the build's conv is the NCHWc kernel."""
     tvm = import_tvm()
     from layoutopt.tvm import models
-    from layoutopt.tvm.baselines import fixed_layout_assignment
+    from layoutopt.tvm.building.baselines import fixed_layout_assignment
 
     mod = prepare(models.chain((32, 32), in_channels=32, size=8, groups=4))
     graph = extract_layout_graph(mod, {"blocks": [8]}, prepared=True)

@@ -1,4 +1,4 @@
-"""The guard (layoutopt.tvm.guard) on hand-made ratios: which build it hands back, never slower than a
+"""The guard (layoutopt.tvm.tune.guard) on hand-made ratios: which build it hands back, never slower than a
 build timed beside it, pins and forbids kept, b* named by its composite."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ pytest.importorskip("tvm")
 
 from layoutopt.constraints import parse_constraints
 from layoutopt.tvm import models
-from layoutopt.tvm.extract import extract_layout_graph
-from layoutopt.tvm.guard import baseline_builds, fastest_build, guard_rules
-from layoutopt.tvm.result import Variant
-from layoutopt.tvm.timing import Ratio
+from layoutopt.tvm.evaluate.timing import Ratio
+from layoutopt.tvm.graph.extract import extract_layout_graph
+from layoutopt.tvm.tune.guard import baseline_builds, fastest_build, guard_rules
+from layoutopt.tvm.tune.result import Variant
 
 pytestmark = pytest.mark.tvm
 

@@ -18,7 +18,7 @@ pytest.importorskip("tvm")
 from onnx_models import tiny_conv_onnx  # tests/tvm is on sys.path
 
 import layoutopt
-from layoutopt.tvm.cache import CostCache
+from layoutopt.tvm.measure.cache import CostCache
 
 pytestmark = pytest.mark.tvm
 

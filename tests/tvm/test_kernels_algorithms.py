@@ -305,7 +305,7 @@ def test_algorithm_kernels_in_a_fused_build_match_the_untouched_model():
     # whose schedule (found by the main block) finishes it in the output transform / register tile
     tvm = import_tvm()
     from layoutopt.tvm import apply_layouts, models
-    from layoutopt.tvm.builder import _legalize_conv2d
+    from layoutopt.tvm.building.builder import _legalize_conv2d
     from layoutopt.tvm.kernels import schedule_module
 
     target = resolve_target(AVX2)

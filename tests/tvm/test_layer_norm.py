@@ -1,5 +1,5 @@
 """A layer norm written out op by op, as exporters write it (PP-OCRv4's recogniser), runs as one
-``layer_norm`` kernel: :func:`layoutopt.tvm.normalise.layer_norms_as_one_op`."""
+``layer_norm`` kernel: :func:`layoutopt.tvm.frontend.normalise.layer_norms_as_one_op`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("tvm")
 
-from layoutopt.tvm.builder import build
-from layoutopt.tvm.normalise import prepare
+from layoutopt.tvm.building.builder import build
+from layoutopt.tvm.frontend.normalise import prepare
 
 pytestmark = pytest.mark.tvm
 
@@ -81,7 +81,7 @@ def test_the_float64_reference_computes_a_layer_norm():
     # TOPI's layer_norm refuses float64: the reference writes it out again
     import tvm
 
-    from layoutopt.tvm.check import float64_module
+    from layoutopt.tvm.evaluate.check import float64_module
 
     prepared = prepare(written_out()[0])
     wide = float64_module(prepared)

@@ -19,8 +19,8 @@ pytest.importorskip("tvm")
 from layoutopt import ProblemError
 from layoutopt.isolation import WorkerStartError
 from layoutopt.tvm.kernels import layout_transform_workload
-from layoutopt.tvm.measure import Measurer
-from layoutopt.tvm.runner import LocalRunner, RPCRunner, parse_rpc_address
+from layoutopt.tvm.measure.measure import Measurer
+from layoutopt.tvm.measure.runner import LocalRunner, RPCRunner, parse_rpc_address
 
 pytestmark = pytest.mark.tvm
 
@@ -183,7 +183,7 @@ def test_cache_hits_skip_measurement(tiny_conv, tmp_path):
 
 
 def test_times_from_another_schedule_version_are_not_reused(tmp_path, monkeypatch):
-    from layoutopt.tvm import measure
+    from layoutopt.tvm.measure import measure
 
     tasks = transforms(1)
     with Measurer(cache=tmp_path / "c.jsonl", runner=FAST, progress=False) as old:
@@ -239,8 +239,8 @@ def test_a_hanging_kernel_times_out_and_the_run_goes_on(tmp_path):
 RESUME_SCRIPT = textwrap.dedent(
     """
     import json, sys
-    from layoutopt.tvm.measure import Measurer
-    from layoutopt.tvm.runner import LocalRunner
+    from layoutopt.tvm.measure.measure import Measurer
+    from layoutopt.tvm.measure.runner import LocalRunner
     tasks = json.loads(sys.argv[2])
     runner = LocalRunner(repeat=2, min_repeat_ms=20, cold=False)  # slow enough to be killed midway
     with Measurer(cache=sys.argv[1], runner=runner, progress=False) as m:
@@ -432,7 +432,7 @@ def test_a_worker_that_cannot_start_fails_the_run_instead_of_caching_failures(tm
 ORPHAN_SCRIPT = textwrap.dedent(
     """
     import sys, time
-    from layoutopt.tvm.measure import Measurer
+    from layoutopt.tvm.measure.measure import Measurer
     sys.path.insert(0, sys.argv[1])
     from test_measure import HangingRunner, transforms
     m = Measurer(runner=HangingRunner(), timeout=600, progress=False)

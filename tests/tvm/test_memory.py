@@ -13,8 +13,9 @@ from onnx_models import tiny_conv_onnx  # tests/tvm is on sys.path
 
 from layoutopt import ProblemError
 from layoutopt.cli import main
-from layoutopt.tvm import load_model, memory
-from layoutopt.tvm.memory import available_memory, check_memory, estimate_memory
+from layoutopt.tvm import load_model
+from layoutopt.tvm.building import memory
+from layoutopt.tvm.building.memory import available_memory, check_memory, estimate_memory
 
 pytestmark = pytest.mark.tvm
 
@@ -70,8 +71,8 @@ def test_the_tune_command_refuses_a_huge_input_before_allocating_it(tmp_path, ca
 
 def test_bytes_moved_counts_each_calls_inputs_weights_and_output_and_fusion_lowers_it():
     from layoutopt.tvm import models
-    from layoutopt.tvm.builder import compile_module
-    from layoutopt.tvm.memory import bytes_moved
+    from layoutopt.tvm.building.builder import compile_module
+    from layoutopt.tvm.building.memory import bytes_moved
 
     mod = models.chain((16,), in_channels=8, size=8)  # conv (8 -> 16, 3x3), bias add, relu
     activation = 16 * 8 * 8 * 4

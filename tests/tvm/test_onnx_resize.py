@@ -1,4 +1,4 @@
-"""ONNX Resize with ONNX's semantics (layoutopt.tvm.kernels.onnx_resize, layoutopt.tvm.onnx_import),
+"""ONNX Resize with ONNX's semantics (layoutopt.tvm.kernels.onnx_resize, layoutopt.tvm.frontend.onnx_import),
 checked against ONNX Runtime: the tables over a grid of shapes, scales and modes; builds in NCHW and
 blocked layouts; the import of every opset's Resize and Upsample; the refusals."""
 
@@ -26,11 +26,11 @@ from layoutopt.tvm import (  # noqa: E402
     prepare,
 )
 from layoutopt.tvm._tvm import resolve_target  # noqa: E402
+from layoutopt.tvm.evaluate.timing import run  # noqa: E402
+from layoutopt.tvm.frontend.onnx_import import resize_workload  # noqa: E402
 from layoutopt.tvm.kernels import FAMILIES, build_kernel, check_kernel, validate_workload  # noqa: E402
 from layoutopt.tvm.kernels.onnx_resize import resize_reference, tvm_equivalent  # noqa: E402
-from layoutopt.tvm.onnx_import import resize_workload  # noqa: E402
 from layoutopt.tvm.ops import ONNX_RESIZE, op_name  # noqa: E402
-from layoutopt.tvm.timing import run  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 

@@ -10,12 +10,13 @@ pytest.importorskip("tvm")
 
 from benchmarks import onnx_written
 from layoutopt.tvm import load_model
-from layoutopt.tvm.apply import apply_assignment
-from layoutopt.tvm.baselines import fixed_layout_assignment
-from layoutopt.tvm.builder import build
-from layoutopt.tvm.extract import extract_layout_graph
-from layoutopt.tvm.normalise import prepare
-from layoutopt.tvm.timing import relative_error, run
+from layoutopt.tvm.building.apply import apply_assignment
+from layoutopt.tvm.building.baselines import fixed_layout_assignment
+from layoutopt.tvm.building.builder import build
+from layoutopt.tvm.evaluate.check import relative_error
+from layoutopt.tvm.evaluate.timing import run
+from layoutopt.tvm.frontend.normalise import prepare
+from layoutopt.tvm.graph.extract import extract_layout_graph
 
 pytestmark = pytest.mark.tvm
 

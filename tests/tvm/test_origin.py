@@ -1,4 +1,5 @@
-"""The check of TVM's import against a runtime independent of TVM (layoutopt.tvm.origin): the model of
+"""The check of TVM's import against a runtime independent of TVM (layoutopt.tvm.evaluate.origin): the model
+of
 issue 45 tuned through the real path matches ONNX Runtime, and an import that is wrong in a way
 layoutopt does not fix is refused in one line, naming the node, before anything is measured."""
 
@@ -17,10 +18,10 @@ from onnx_models import issue45_onnx  # noqa: E402  (tests/tvm is on sys.path)
 
 from layoutopt.cli import main  # noqa: E402
 from layoutopt.tvm import models, tune_and_build  # noqa: E402
-from layoutopt.tvm.check import Reference  # noqa: E402
-from layoutopt.tvm.load import load_with_origin  # noqa: E402
-from layoutopt.tvm.origin import ImportMismatch, OnnxOrigin, check_import  # noqa: E402
-from layoutopt.tvm.timing import random_inputs  # noqa: E402
+from layoutopt.tvm.evaluate.check import Reference  # noqa: E402
+from layoutopt.tvm.evaluate.origin import ImportMismatch, OnnxOrigin, check_import  # noqa: E402
+from layoutopt.tvm.evaluate.timing import random_inputs  # noqa: E402
+from layoutopt.tvm.frontend.load import load_with_origin  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 
@@ -79,7 +80,7 @@ def test_an_import_defect_it_does_not_fix_is_refused_in_one_line_before_measurin
 
 
 def test_tvms_own_resize_import_is_caught_and_named(monkeypatch, tmp_path):
-    from layoutopt.tvm import onnx_import
+    from layoutopt.tvm.frontend import onnx_import
 
     monkeypatch.setattr(onnx_import, "RESIZE_OPS", ())  # TVM's converter: coordinates by 21/31
     mod, origin = load_with_origin(issue45_onnx(tmp_path / "rz.onnx"), [1, 16, 21, 21])
@@ -105,7 +106,7 @@ def test_a_bare_irmodule_says_it_has_no_independent_reference():
 
 
 def test_a_torch_program_is_judged_against_torch_eager_and_refused_unbisected(monkeypatch):
-    from layoutopt.tvm import origin as origins
+    from layoutopt.tvm.evaluate import origin as origins
 
     mod = models.chain((8, 8))
     inputs = random_inputs(mod)
@@ -140,7 +141,7 @@ def test_a_torch_interpolate_by_a_scale_tvm_imports_wrongly_is_refused(tmp_path)
 
 def test_a_model_the_reference_runtime_cannot_run_is_one_line(monkeypatch, tmp_path):
     from layoutopt import ProblemError
-    from layoutopt.tvm import origin as origins
+    from layoutopt.tvm.evaluate import origin as origins
 
     def refuses():
         def run(model, feeds):

@@ -17,11 +17,12 @@ from onnx_models import tiny_conv_onnx
 from conftest import RPC_DEVICES, _free_port
 from layoutopt import ProblemError
 from layoutopt.cli import main
-from layoutopt.tvm import models, runner, tune_and_build
+from layoutopt.tvm import models, tune_and_build
+from layoutopt.tvm.evaluate.profile import profile_builds
 from layoutopt.tvm.kernels import layout_transform_workload
-from layoutopt.tvm.measure import Measurer
-from layoutopt.tvm.profile import profile_builds
-from layoutopt.tvm.runner import LocalRunner, RPCRunner
+from layoutopt.tvm.measure import runner
+from layoutopt.tvm.measure.measure import Measurer
+from layoutopt.tvm.measure.runner import LocalRunner, RPCRunner
 
 pytestmark = pytest.mark.tvm
 

@@ -21,7 +21,7 @@ from layoutopt.tvm import (
     load_model,
     prepare,
 )
-from layoutopt.tvm.check import relative_error
+from layoutopt.tvm.evaluate.check import relative_error
 
 pytestmark = pytest.mark.tvm
 

@@ -1,5 +1,6 @@
 """ShuffleNet v1: grouped 1x1 convs as a GEMM per group (``kernels.gemm``, blocked and NCHW) and channel
-shuffles folded into the convs after them (``layoutopt.tvm.shuffle``), checked against numpy, TVM's own
+shuffles folded into the convs after them (``layoutopt.tvm.frontend.shuffle``), checked against numpy, TVM's
+own
 build and ONNX Runtime."""
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ pytest.importorskip("tvm")  # the tvm extra; CI installs it
 from benchmarks.onnx_written import shufflenet_v1
 from layoutopt.tvm import apply_assignment, build, extract_layout_graph, load_model, prepare, resolve_target
 from layoutopt.tvm._tvm import import_tvm
-from layoutopt.tvm.baselines import fixed_layout_assignment
-from layoutopt.tvm.check import relative_error
+from layoutopt.tvm.building.baselines import fixed_layout_assignment
+from layoutopt.tvm.evaluate.check import relative_error
+from layoutopt.tvm.evaluate.timing import random_inputs, run
+from layoutopt.tvm.frontend.shuffle import fold_channel_shuffles
 from layoutopt.tvm.kernels import build_kernel, check_kernel, conv2d_candidates
-from layoutopt.tvm.shuffle import fold_channel_shuffles
-from layoutopt.tvm.timing import random_inputs, run
 
 pytestmark = pytest.mark.tvm
 

@@ -9,13 +9,13 @@ import pytest
 
 pytest.importorskip("tvm")
 
-from layoutopt.tvm.apply import apply_assignment, count_layout_transforms, expected_transforms
-from layoutopt.tvm.baselines import fixed_layout_assignment
-from layoutopt.tvm.builder import build
-from layoutopt.tvm.check import Reference
-from layoutopt.tvm.extract import extract_layout_graph
-from layoutopt.tvm.normalise import prepare
-from layoutopt.tvm.timing import random_inputs, run
+from layoutopt.tvm.building.apply import apply_assignment, count_layout_transforms, expected_transforms
+from layoutopt.tvm.building.baselines import fixed_layout_assignment
+from layoutopt.tvm.building.builder import build
+from layoutopt.tvm.evaluate.check import Reference
+from layoutopt.tvm.evaluate.timing import random_inputs, run
+from layoutopt.tvm.frontend.normalise import prepare
+from layoutopt.tvm.graph.extract import extract_layout_graph
 
 pytestmark = pytest.mark.tvm
 

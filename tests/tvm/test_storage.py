@@ -11,7 +11,7 @@ pytest.importorskip("tvm")
 
 from layoutopt import ProblemError
 from layoutopt.tvm import build, models
-from layoutopt.tvm.storage import split_storage_by_shape
+from layoutopt.tvm.building.storage import split_storage_by_shape
 
 pytestmark = pytest.mark.tvm
 

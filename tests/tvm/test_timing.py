@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("tvm")  # timing runs builds through TVM's VM (faked here, but imported)
 
-import layoutopt.tvm.timing as timing
-from layoutopt.tvm.timing import Noise, Ratio
+import layoutopt.tvm.evaluate.timing as timing
+from layoutopt.tvm.evaluate.timing import Noise, Ratio
 
 
 class _FakeVM:

@@ -15,14 +15,15 @@ pytest.importorskip("tvm")  # the tvm extra; CI installs it
 
 from onnx_models import ACTIVATIONS, activation_onnx  # tests/tvm is on sys.path
 
-from layoutopt.tvm import builder, extract_layout_graph, load_model, prepare, resolve_target
+from layoutopt.tvm import extract_layout_graph, load_model, prepare, resolve_target
 from layoutopt.tvm._tvm import import_tvm
-from layoutopt.tvm.apply import apply_assignment
-from layoutopt.tvm.baselines import fixed_layout_assignment
+from layoutopt.tvm.building import builder
+from layoutopt.tvm.building.apply import apply_assignment
+from layoutopt.tvm.building.baselines import fixed_layout_assignment
+from layoutopt.tvm.evaluate.timing import run
 from layoutopt.tvm.kernels import build_kernel, check_kernel, reference_output
 from layoutopt.tvm.kernels import transcendental as T
 from layoutopt.tvm.kernels.epilogue import apply_numpy
-from layoutopt.tvm.timing import run
 
 pytestmark = pytest.mark.tvm
 

@@ -15,10 +15,10 @@ from onnx_models import relu_only_onnx, tiny_conv_onnx  # tests/tvm is on sys.pa
 import layoutopt
 from layoutopt import MissingExtraError, ProblemError
 from layoutopt.tvm import load_model, models, tune_and_build
-from layoutopt.tvm.apply import count_layout_transforms, expected_transforms
-from layoutopt.tvm.baselines import fixed_layout_assignment
-from layoutopt.tvm.report import write_report
-from layoutopt.tvm.timing import relative_error
+from layoutopt.tvm.building.apply import count_layout_transforms, expected_transforms
+from layoutopt.tvm.building.baselines import fixed_layout_assignment
+from layoutopt.tvm.evaluate.check import relative_error
+from layoutopt.tvm.tune.report import write_report
 
 pytestmark = pytest.mark.tvm
 

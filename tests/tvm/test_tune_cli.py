@@ -17,7 +17,7 @@ from onnx_models import relu_only_onnx, tiny_conv_onnx  # tests/tvm is on sys.pa
 from layoutopt import ProblemError
 from layoutopt.cli import main
 from layoutopt.tvm.cli import parse_input_shapes
-from layoutopt.tvm.graph import candidate_label
+from layoutopt.tvm.graph.graph import candidate_label
 
 pytestmark = pytest.mark.tvm
 

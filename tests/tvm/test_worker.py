@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("tvm")
 
-from layoutopt.tvm import measure
-from layoutopt.tvm.cache import task_key
 from layoutopt.tvm.kernels import layout_transform_workload
-from layoutopt.tvm.runner import LocalRunner
-from layoutopt.tvm.worker import (
+from layoutopt.tvm.measure import measure
+from layoutopt.tvm.measure.cache import task_key
+from layoutopt.tvm.measure.runner import LocalRunner
+from layoutopt.tvm.measure.worker import (
     BuildResult,
     CompileRequest,
     KernelTask,

@@ -4,7 +4,7 @@ A *candidate* chooses a workload's kernel: the layouts it reads and writes, the 
 (``"algorithm"`` within the op, absent for ``"direct"``) and that family's options (schedule knobs
 such as ``order``, ``reg_n`` or Winograd's ``tile``, a padded output's ``oc_block``, a dense weight
 layout). Its JSON form, the candidate dict, is a cost-cache key (canonical JSON, see
-:func:`~layoutopt.tvm.cache.task_key`) and what the families, the graph's choices and the solution
+:func:`~layoutopt.tvm.measure.cache.task_key`) and what the families, the graph's choices and the solution
 files hold: :meth:`Candidate.to_json` gives exactly the dict :meth:`Candidate.from_json` read.
 Its label is written and read by the one label grammar of :mod:`layoutopt.labels`. No TVM import.
 

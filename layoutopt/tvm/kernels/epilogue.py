@@ -244,7 +244,8 @@ def apply_numpy(steps: Sequence[Any], out: np.ndarray, operands: Sequence[np.nda
 
 def sigmoid_te(tvm: Any, x: Any, times_input: bool = False) -> Any:
     """``1 / (1 + exp(-x))`` (``x * sigmoid(x)``, SiLU, with ``times_input``), vectorisable: what the
-    build computes for ``relax.sigmoid`` and ``relax.nn.silu`` (:func:`layoutopt.tvm.builder.legalize`)
+    build computes for ``relax.sigmoid`` and ``relax.nn.silu``
+    (:func:`layoutopt.tvm.building.builder.legalize`)
     and a fused step computes.
 
     TOPI's own sigmoid lowers to one call of libm's ``expf`` per element, which LLVM cannot vectorise:
@@ -274,7 +275,7 @@ def sigmoid_te(tvm: Any, x: Any, times_input: bool = False) -> Any:
 
 def softmax_te(tvm: Any, x: Any, axis: int = -1) -> Any:
     """``softmax(x)`` along ``axis`` with the vectorised ``exp`` of :func:`sigmoid_te`: what the build
-    computes for ``relax.nn.softmax`` (:func:`layoutopt.tvm.builder.legalize`). TOPI's calls libm's
+    computes for ``relax.nn.softmax`` (:func:`layoutopt.tvm.building.builder.legalize`). TOPI's calls libm's
     ``expf`` once per element: the recogniser's softmax over 40 x 6625 class scores took 0.54 ms (znver3).
     The blocks keep TOPI's names. Other dtypes than float32 keep TOPI's softmax.
 
@@ -307,7 +308,8 @@ def softmax_te(tvm: Any, x: Any, axis: int = -1) -> Any:
 
 def divide_te(tvm: Any, x: Any, divisor: float) -> Any:
     """``x / divisor`` for a constant ``divisor``, as the build computes ``relax.divide`` by a scalar
-    constant (:func:`layoutopt.tvm.builder.legalize`): ``x`` times the float32 reciprocal, one multiply
+    constant (:func:`layoutopt.tvm.building.builder.legalize`): ``x`` times the float32 reciprocal, one
+    multiply
     instead of a division (at most 1 ulp apart). Exact GELU as exporters write it divides by sqrt 2:
     a vector division per 16 outputs, as costly as several FMAs. Zero, a divisor whose reciprocal is
     no normal float32, and other dtypes than float32 keep TOPI's division.

@@ -75,7 +75,7 @@ def fallbacks(mod) -> list[Fallback]:
 
     Example:
         >>> from layoutopt.tvm import models, resolve_target
-        >>> from layoutopt.tvm.builder import legalize
+        >>> from layoutopt.tvm.building.builder import legalize
         >>> target = resolve_target("llvm")
         >>> fallbacks(schedule_module(legalize(models.chain(), target), target))    # every rule covers it
         []

@@ -408,7 +408,7 @@ def _legalize_power(bb, call):
     """``relax.power`` by a scalar constant of :data:`_INTEGER_POWERS` -> :func:`power_te`; any other
     power -> TVM's own legalization (``FLegalize``)."""
     tvm = import_tvm()
-    from ..ops import scalar_value
+    from ..relax_expr import scalar_value
 
     exponent = scalar_value(call.args[1])
     data = call.args[0]
