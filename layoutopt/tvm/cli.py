@@ -20,6 +20,8 @@ Example:
     ('127.0.0.1:9190', 'rasp4')
     >>> parse("tune det.onnx --input-shape 1,3,320,320 --pin conv_out=NCHW16c->NCHW16c -o det.so").pin
     ['conv_out=NCHW16c->NCHW16c']
+    >>> parse("tune mobilenet.onnx --memory-budget 40MB").memory_budget    # the fastest that fits
+    '40MB'
     >>> parse("build det.onnx --solution det.solution.json -o det.so").solution   # rebuild, no measurement
     'det.solution.json'
 """
@@ -163,6 +165,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="allow only this choice for LAYER (e.g. conv1=NCHW16c->NCHW16c); repeatable")
     parser.add_argument("--forbid", action="append", metavar="LAYER=CHOICE",
                         help="never choose CHOICE for LAYER (e.g. a kernel known to misbehave); repeatable")
+    parser.add_argument("--memory-budget", metavar="SIZE",
+                        help="the most memory the chosen kernels may hold together, their weights as packed "
+                             "or transformed and their workspaces (e.g. 40MB, 1.5GiB, or bytes): the "
+                             "fastest assignment that fits; refused, with the smallest assignment's memory, "
+                             "when none does")
     parser.add_argument("-o", "--output", metavar="MODEL.so",
                         help="write the build handed back as a shared library, and beside it "
                              "MODEL.solution.json, from which 'layoutopt build' rebuilds it unmeasured")
@@ -353,6 +360,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..api import check_method
     from ..constraints import parse_constraint_texts
     from ..errors import ProblemError
+    from ..problem import parse_bytes
     from ._tvm import resolve_target
     from .building.memory import check_memory
     from .frontend.load import load_with_origin
@@ -367,6 +375,7 @@ def _run(args: argparse.Namespace) -> int:
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     if args.repeat < 1:
         raise ProblemError(f"--repeat {args.repeat}: need at least one timing round")
+    budget = None if args.memory_budget is None else parse_bytes(args.memory_budget)
     parse_constraint_texts(args.pin, args.forbid)  # their form and contradictions; layers once loaded
     runner = _runner(args)  # an RPC tracker is asked now
     report = _output_directory(args.report, "--report")
@@ -380,7 +389,7 @@ def _run(args: argparse.Namespace) -> int:
                             candidates=candidates, time_limit=args.time_limit,
                             baselines=baselines, check=not args.no_check, repeat=args.repeat,
                             pin=args.pin, forbid=args.forbid, progress=True, storage=args.storage,
-                            loop_order=args.loop_order, origin=origin)
+                            loop_order=args.loop_order, origin=origin, memory_budget=budget)
     print()
     print(_layer_table(result))
     print()
