@@ -15,8 +15,10 @@ from onnx_models import tiny_conv_onnx  # tests/tvm is on sys.path
 
 from layoutopt import ProblemError
 from layoutopt.cli import main
+from layoutopt.problem import format_bytes
 from layoutopt.tvm import load_model, tune_and_build
 from layoutopt.tvm.measure.problem import memory_figures
+from layoutopt.tvm.tune.report import write_report
 
 pytestmark = pytest.mark.tvm
 
@@ -32,7 +34,7 @@ def shared(tmp_path_factory):
     return tiny_conv_onnx(folder / "tiny.onnx"), folder / "costs.jsonl"
 
 
-def test_a_tuned_build_stays_within_its_budget(shared):
+def test_a_tuned_build_stays_within_its_budget(shared, tmp_path):
     model, cache = shared
     mod = load_model(model, [1, 4, 8, 8])
     free = tune_and_build(mod, cache=cache, memory_budget="1GB", guard=False, check=False, **QUICK)
@@ -40,6 +42,8 @@ def test_a_tuned_build_stays_within_its_budget(shared):
     figures = memory_figures(free.graph, None)["nodes"]
     assert free.memory == sum(figures[node][choice] for node, choice in free.solution.assignment.items())
     assert "memory: the kernels handed back hold" in free.summary()
+    report = write_report(free, tmp_path / "report")["markdown"].read_text()
+    assert f"Memory: the kernels handed back hold {format_bytes(free.memory)}" in report
     budget = free.memory - 1  # below what the fastest assignment holds
     try:
         tight = tune_and_build(mod, cache=cache, memory_budget=budget, **QUICK)  # checked, and the guard's
