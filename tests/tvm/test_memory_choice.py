@@ -17,6 +17,9 @@ from layoutopt import ProblemError
 from layoutopt.cli import main
 from layoutopt.problem import format_bytes
 from layoutopt.tvm import load_model, tune_and_build
+from layoutopt.tvm.building.memory import estimate_memory
+from layoutopt.tvm.frontend.normalise import prepare
+from layoutopt.tvm.kernels import family
 from layoutopt.tvm.measure.problem import memory_figures
 from layoutopt.tvm.tune.report import write_report
 
@@ -42,6 +45,18 @@ def test_a_tuned_build_stays_within_its_budget(shared, tmp_path):
     figures = memory_figures(free.graph, None)["nodes"]
     assert free.memory == sum(figures[node][choice] for node, choice in free.solution.assignment.items())
     assert "memory: the kernels handed back hold" in free.summary()
+    # the rewritten module's constants are the figure's weights (as packed or transformed) and the
+    # constants no layout changes (the bias)
+    resident = logical = 0
+    for node in free.graph.layout_nodes():
+        if node.kind == "target":
+            candidate = dict(node.choices[free.solution.assignment[node.name]].candidate)
+            kernels = family(node.workload, candidate)
+            resident += kernels.memory(node.workload, candidate) - kernels.workspace(node.workload, candidate)
+            logical += int(np.prod(node.workload["kernel"])) * 4
+    others = estimate_memory(prepare(mod)).weights - logical
+    assert 0 < resident <= free.memory
+    assert estimate_memory(free.module).weights == resident + others
     report = write_report(free, tmp_path / "report")["markdown"].read_text()
     assert f"Memory: the kernels handed back hold {format_bytes(free.memory)}" in report
     budget = free.memory - 1  # below what the fastest assignment holds
