@@ -366,7 +366,7 @@ def _measure_round(measurer: Measurer, searches: Mapping[str, _Workload],
         counts["searched"] += stats.measured
         counts["cached"] += stats.cached + stats.retimed
         counts["failed"] += stats.failed
-        counts["other_cpu"] += getattr(stats, "other_cpu", 0)
+        counts["other_cpu"] += stats.other_cpu
         for (key, a, i), result in zip(batch, results, strict=True):
             searches[key].arms[a].costs[i] = result.cost
     return None

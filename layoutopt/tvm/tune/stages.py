@@ -320,7 +320,9 @@ def measure(extracted: Extracted, options: TuneOptions) -> Measured:
     options.say(f"kernels and transforms: {stats.measured} measured, {stats.cached} from the cost cache"
                 + (f", {stats.retimed} from the cache timed again for the pass a killed run left out"
                    if stats.retimed else "")
-                + (f", {stats.failed} failed" if stats.failed else ""))
+                + (f", {stats.failed} failed" if stats.failed else "")
+                + (f", {stats.other_cpu} measured again: the cache had them of another CPU only"
+                   if stats.other_cpu else ""))
     return Measured(extracted, costs, meta, KernelShapes(extracted.target))
 
 
