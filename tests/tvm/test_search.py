@@ -6,6 +6,7 @@ Tiny workloads (3x3 convs of 8 channels at 8x8) and short timings: these check t
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -13,7 +14,7 @@ pytest.importorskip("tvm")
 
 from layoutopt import ProblemError
 from layoutopt.tvm import extract_layout_graph, models
-from layoutopt.tvm.measure.problem import kernel_tasks
+from layoutopt.tvm.measure.problem import kernel_tasks, transform_tasks
 from layoutopt.tvm.measure.runner import LocalRunner
 from layoutopt.tvm.measure.search import search_schedules, searched_graph
 
@@ -82,3 +83,45 @@ def test_top_k_per_algorithm_and_layout_pair_become_the_nodes_choices(tmp_path):
         knobs = ",".join(f"{key}={fastest[key]}" for key in sorted(fastest) if key not in ("in", "out"))
         assert node.labels[0] == "NCHW8c->NCHW8c" + (f"[{knobs}]" if knobs else "")
     assert graph.layout_node("conv1").labels == ["NCHW8c->NCHW8c", "NCHW->NCHW"]  # the original kept
+
+
+def test_a_searched_schedule_reaches_the_solver_and_builds_with_its_knobs(tmp_path):
+    """Every schedule measured as a choice (top-k 8): pinned to one that is not the heuristic's, the
+    solution carries it and the build runs it, checked against the untouched model."""
+    from layoutopt.tvm import resolve_target
+    from layoutopt.tvm.tune import stages
+
+    options = stages.TuneOptions(cache=str(tmp_path / "c.jsonl"), candidates=OPTIONS, trials=3, top_k=8,
+                                 calibrate=0, profile=False, guard=False, baselines=())
+    extracted = stages.extract(models.chain((8, 8)), resolve_target("llvm"), FAST, options)
+    searched = stages.search(extracted, options)
+    assert searched.search.workloads == 1 and searched.search.searched == 5
+    labels = searched.graph.layout_node("conv1").labels
+    knobbed = next(label for label in labels if "[" in label)  # a schedule that is not the heuristic's
+    assert knobbed.startswith("NCHW8c->NCHW8c[") and len(labels) == 5
+    pinned = stages.search(extracted, replace(options, pin={"conv1": knobbed}))
+    solved = stages.solve(stages.measure(pinned, options), options)
+    transforms = len(transform_tasks(pinned.graph))  # every kernel found in the cache: the search's
+    assert solved.measured.meta.stats.measured == transforms
+    assert solved.solution.labels["conv1"] == knobbed
+    variant = stages.build_variant(pinned, "layoutopt", "tuned", solved.solution.assignment, options)
+    assert variant.max_relative_error < options.rtol  # checked against the untouched model
+    candidate = pinned.graph.choice("conv1", solved.solution.assignment["conv1"]).candidate
+    knobs = {key: value for key, value in candidate.items() if key not in ("in", "out")}
+    script = variant.module.script()
+    assert knobs and all(f'"{key}": {value!r}'.replace("'", '"') in script for key, value in knobs.items())
+
+
+def test_tune_and_build_searches_and_says_what_it_searched(tmp_path):
+    from layoutopt.tvm import tune_and_build
+
+    kwargs = {"cache": tmp_path / "c.jsonl", "candidates": OPTIONS, "guard": False, "baselines": (),
+              "calibrate": 0, "profile": False, "repeat": 3, "runner": FAST}
+    result = tune_and_build(models.chain((8, 8)), trials=2, **kwargs)
+    assert result.search.searched == 4 and result.search.cut == 0
+    assert "schedule search: 1 workloads, 4 configs searched, 0 from the cost cache" in result.summary()
+    again = tune_and_build(models.chain((8, 8)), trials=2, search_time=600, **kwargs)
+    assert again.search.searched == 0 and again.search.cached == 4
+    assert tune_and_build(models.chain((8, 8)), **kwargs).search is None  # trials=0: no search
+    with pytest.raises(ProblemError, match="top_k"):
+        tune_and_build(models.chain((8, 8)), trials=2, top_k=0, **kwargs)

@@ -72,7 +72,7 @@ from .cache import task_key
 from .measure import Measurer, MeasureResult
 from .runner import Runner
 
-__all__ = ["SearchResult", "SearchStats", "search_schedules", "searched_graph"]
+__all__ = ["SearchResult", "SearchStats", "check_search", "search_schedules", "searched_graph"]
 
 #: tasks measured per call of the measurer: the search's deadline is checked between calls
 BATCH = 24
@@ -137,8 +137,7 @@ class SearchResult:
             >>> result.top_k(wl, [a, b], k=1)
             [{'in': 'NC', 'out': 'NC', 'weight': 'NK8n'}]
         """
-        if int(k) != k or k < 1:
-            raise ProblemError(f"top_k: k must be a positive integer, got {k!r}")
+        check_search(0, top_k=k)
         measured = self.measured.get(task_key(dict(workload), {}))
         if not measured:
             return [dict(c) for c in candidates]
@@ -262,6 +261,25 @@ def _searched_space(space: ScheduleSpace) -> ScheduleSpace:
     return replace(space, knobs=knobs, valid_points=kept)
 
 
+def check_search(trials: int, search_time: float | None = None, top_k: int = 1) -> None:
+    """ProblemError naming the option at fault unless ``trials`` is a non-negative integer,
+    ``search_time`` positive seconds or None and ``top_k`` a positive integer.
+
+    Example:
+        >>> check_search(16, 60.0, 4)
+        >>> check_search(16, top_k=0)
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: top_k must be a positive integer, got 0
+    """
+    if isinstance(trials, bool) or int(trials) != trials or trials < 0:
+        raise ProblemError(f"trials must be a non-negative integer, got {trials!r}")
+    if search_time is not None and not search_time > 0:
+        raise ProblemError(f"search_time must be positive seconds or None, got {search_time!r}")
+    if isinstance(top_k, bool) or int(top_k) != top_k or top_k < 1:
+        raise ProblemError(f"top_k must be a positive integer, got {top_k!r}")
+
+
 def search_schedules(
     tasks: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]],
     target: Any = None,
@@ -295,10 +313,7 @@ def search_schedules(
     Raises:
         ProblemError: a negative budget, a bad workload or candidate (before anything is measured).
     """
-    if int(trials) != trials or trials < 0:
-        raise ProblemError(f"trials must be a non-negative integer, got {trials!r}")
-    if search_time is not None and not search_time > 0:
-        raise ProblemError(f"search_time must be positive seconds or None, got {search_time!r}")
+    check_search(trials, search_time)
     started = time.monotonic()
     deadline = None if search_time is None else started + float(search_time)
     grouped: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
