@@ -191,6 +191,7 @@ class _Workload:
     spent: int = 0
     survivors: list[int] = field(default_factory=list)
     rounds_left: int = 0
+    halve: bool = False  # whether the next round drops the slower half first (every round but the first)
 
     def start(self) -> list[tuple[int, int]]:
         """Round 0: every arm's points of today's candidates."""
@@ -202,13 +203,19 @@ class _Workload:
         return asks
 
     def next_round(self) -> list[tuple[int, int]]:
-        """The next round's (arm, point) asks: the survivors ranked by their best cost share the round's
-        part of the budget, best first; then the slower half is dropped. Empty when done."""
-        self.survivors = [a for a in self.survivors if self.arms[a].left]
+        """The next round's (arm, point) asks: the survivors ranked by their best cost so far (the slower
+        half dropped, but in the first round) share the round's part of the budget, best first. Empty
+        when done."""
         budget = self.trials - self.spent
         if not self.survivors or budget <= 0 or self.rounds_left <= 0:
             return []
         ranked = sorted(self.survivors, key=lambda a: (self.arms[a].best, a))
+        if self.halve:
+            ranked = ranked[: max(1, math.ceil(len(ranked) / 2))]
+        self.halve = True
+        ranked = [a for a in ranked if self.arms[a].left]
+        if not ranked:
+            return []
         share = budget if self.rounds_left == 1 else max(1, budget // self.rounds_left)
         per_arm, extra = divmod(share, len(ranked))
         asks = []
@@ -219,7 +226,7 @@ class _Workload:
             arm.asked += n
         self.spent += len(asks)
         self.rounds_left -= 1
-        self.survivors = ranked[: max(1, math.ceil(len(ranked) / 2))]
+        self.survivors = ranked
         return asks
 
     def unasked(self) -> int:
