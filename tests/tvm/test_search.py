@@ -5,6 +5,7 @@ Tiny workloads (3x3 convs of 8 channels at 8x8) and short timings: these check t
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -44,6 +45,22 @@ def test_trials_bound_the_points_measured_per_workload_beyond_todays(tmp_path):
     assert len(knobs) == 3 and all(c["in"] == "NCHW8c" and "order" not in c for c in knobs)
     assert all(math.isfinite(cost) for _, cost in measured)
     assert search(graph, None, trials=0).measured == {}  # no search
+    # every point is a cache record keyed by its knobs and this CPU's name
+    from layoutopt.machine import cpu_name
+    from layoutopt.tvm.measure.cache import CostCache, CostContext
+
+    cache = CostCache(tmp_path / "c.jsonl")
+    records = [r for r in cache if r["workload"]["op"] == "conv2d"]
+    assert sorted(json.dumps(r["candidate"], sort_keys=True) for r in records) == sorted(
+        json.dumps(c, sort_keys=True) for c, _ in measured)
+    for r in records:
+        context = CostContext.from_record(r)
+        assert r["cpu"] == context.cpu == cpu_name()
+        assert CostCache.record_key(r) == context.key(r["workload"], r["candidate"])
+        assert all(json.dumps(key) in CostCache.record_key(r) for key in r["candidate"])
+        elsewhere = replace(context, cpu="another CPU")
+        assert cache.get(elsewhere, r["workload"], r["candidate"]) is None
+        assert cache.other_cpus(elsewhere, r["workload"], r["candidate"]) == [cpu_name()]
 
 
 def test_the_time_budget_cuts_the_search_after_todays_candidates_and_says_so(tmp_path):
@@ -122,6 +139,9 @@ def test_tune_and_build_searches_and_says_what_it_searched(tmp_path):
     assert "schedule search: 1 workloads, 4 configs searched, 0 from the cost cache" in result.summary()
     again = tune_and_build(models.chain((8, 8)), trials=2, search_time=600, **kwargs)
     assert again.search.searched == 0 and again.search.cached == 4
-    assert tune_and_build(models.chain((8, 8)), **kwargs).search is None  # trials=0: no search
+    from layoutopt.tvm.tune import stages
+
+    untouched = object()
+    assert stages.search(untouched, stages.TuneOptions()) is untouched  # trials=0 (the default): no search
     with pytest.raises(ProblemError, match="top_k"):
         tune_and_build(models.chain((8, 8)), trials=2, top_k=0, **kwargs)
