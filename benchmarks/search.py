@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -50,6 +51,71 @@ def searched_schedules(graph, assignment, target) -> int:
     return count
 
 
+def layer_rounds(solutions, base: str, other: str, target, rounds: int) -> list[dict]:
+    """Per target node whose kernel differs between the ``base`` and ``other`` solutions: both kernels
+    re-timed cold and alone in ``rounds`` interleaved rounds (as ``benchmarks.schedule_space`` re-times
+    its finalists), beside the costs each solution was chosen with."""
+    if not rounds or other not in solutions:
+        return []
+    from benchmarks.depthwise import cold_rounds, compiled_kernel
+    from layoutopt.tvm.kernels import describe_workload
+    from layoutopt.tvm.measure.cache import task_key
+
+    (graph_a, solved_a), (graph_b, solved_b) = solutions[base], solutions[other]
+    rows, kernels = [], {}
+    for node in graph_a.layout_nodes():
+        if node.kind != "target":
+            continue
+        a = graph_a.choice(node.name, solved_a.solution.assignment[node.name])
+        b = graph_b.choice(node.name, solved_b.solution.assignment[node.name])
+        if dict(a.candidate) == dict(b.candidate):
+            continue
+        keys = []
+        for candidate in (dict(a.candidate), dict(b.candidate)):
+            key = task_key(node.workload, candidate)
+            if key not in kernels:
+                kernels[key] = compiled_kernel(node.workload, candidate, target)
+            keys.append(key)
+        index = list(solved_b.problem.nodes).index(node.name)
+        rows.append({"layer": str(node.name), "workload": describe_workload(node.workload),
+                     "base": a.label, "other": b.label, "keys": keys,
+                     "base_cost": solved_a.measured.meta.measured[keys[0]],
+                     "other_cost": solved_b.measured.meta.measured[keys[1]],
+                     "other_predicted": float(solved_b.problem.node_costs[index][
+                         solved_b.solution.assignment[node.name]])})
+    print(f"re-timing {len(kernels)} kernels of {len(rows)} layers in {rounds} rounds", file=sys.stderr,
+          flush=True)
+    samples = cold_rounds(kernels, rounds)
+    for row in rows:
+        first, second = (samples[key] for key in row["keys"])
+        row["base_retimed"] = statistics.median(first)
+        row["other_retimed"] = statistics.median(second)
+        row["ratio"] = statistics.median(x / y for x, y in zip(first, second, strict=True))
+    return rows
+
+
+def layer_lines(rows: list[dict], rounds: int) -> list[str]:
+    total_costs = sum(r["base_cost"] for r in rows), sum(r["other_cost"] for r in rows)
+    total_retimed = sum(r["base_retimed"] for r in rows), sum(r["other_retimed"] for r in rows)
+    return [
+        "", "## Per layer: the heuristic build's kernel against the searched build's (top-k 1)", "",
+        f"Every layer whose kernel differs, both kernels re-timed cold and alone in {rounds} interleaved "
+        "rounds (*re-timed*: medians; *heuristic / searched*: the median of the per-round ratios, above 1 "
+        "the searched kernel is faster), beside the costs the solutions were chosen with (*measured*: the "
+        "cost cache's, each the fastest of its two passes).", "",
+        f"Summed over these {len(rows)} layers (each once): measured {total_costs[0] * 1e3:.3f} ms "
+        f"(heuristic) against {total_costs[1] * 1e3:.3f} ms (searched), "
+        f"{total_costs[0] / total_costs[1]:.2f}x; re-timed "
+        f"{total_retimed[0] * 1e3:.3f} ms against {total_retimed[1] * 1e3:.3f} ms, "
+        f"{total_retimed[0] / total_retimed[1]:.2f}x.", "",
+        "| layer | workload | heuristic kernel | searched kernel | measured µs (h / s) | re-timed µs (h / s) "
+        "| heuristic / searched |", "|---|---|---|---|---|---|---|",
+        *(f"| {r['layer']} | {r['workload']} | {r['base']} | {r['other']} | {r['base_cost'] * 1e6:.1f} / "
+          f"{r['other_cost'] * 1e6:.1f} | {r['base_retimed'] * 1e6:.1f} / {r['other_retimed'] * 1e6:.1f} "
+          f"| {r['ratio']:.2f}x |" for r in rows),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="an interpreter with torch, to export")
@@ -62,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", default=None,
                         help="cost cache (default: the tune's, under XDG_CACHE_HOME; a rerun measures only "
                         "what it lacks)")
+    parser.add_argument("--layer-rounds", type=int, default=9,
+                        help="interleaved cold rounds of the per-layer re-timing (0: none)")
     parser.add_argument("--out", default=str(RESULTS / "search.md"))
     args = parser.parse_args(argv)
 
@@ -81,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     options = stages.TuneOptions(cache=args.cache, candidates={"blocks": blocks}, guard=False, baselines=(),
                                  calibrate=0, profile=False, repeat=args.rounds, seed=0, progress=True)
     extracted = stages.extract(mod, target, LocalRunner(), options)
-    rows, builds = [], {}
+    rows, builds, solutions = [], {}, {}
 
     def tune(name: str, opts: stages.TuneOptions) -> None:
         t0 = time.monotonic()
@@ -91,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         solved = stages.solve(measured, opts)
         variant = stages.build_variant(searched, name, name, solved.solution.assignment, opts)
         builds[name] = variant.executable
+        solutions[name] = (searched.graph, solved)
         knobbed = searched_schedules(searched.graph, solved.solution.assignment, target)
         stats = searched.search
         rows.append({"build": name, "trials": opts.trials, "top_k": opts.top_k if opts.trials else "-",
@@ -116,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         row["speedup"] = 1.0 if ratio is None else 1 / ratio.median
         row["interval"] = "-" if ratio is None else f"{1 / ratio.high:.3f}-{1 / ratio.low:.3f}"
         row["rounds"] = len(values)
+    per_layer = layer_rounds(solutions, "heuristic", "searched_k1", target, args.layer_rounds)
     minutes = (time.monotonic() - started) / 60
     command = " ".join(["python -m benchmarks.search", *(sys.argv[1:] if argv is None else argv)])
     lines = [
@@ -141,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"| {r['from_cache']} | {r['cut']} | {r['search_s']} | {r['solve_ms']} "
                      f"| {r['predicted_ms']:.3f} | {r['measured_ms']:.3f} | {r['speedup']:.3f}x "
                      f"[{r['interval']}] | {r['rounds']} | {r['non_default_schedules']} |")
+    if per_layer:
+        lines += layer_lines(per_layer, args.layer_rounds)
     out = Path(args.out)
     out.write_text("\n".join(lines) + "\n")
     with open(out.with_suffix(".csv"), "w", newline="") as handle:
