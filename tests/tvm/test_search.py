@@ -137,6 +137,10 @@ def test_tune_and_build_searches_and_says_what_it_searched(tmp_path):
     result = tune_and_build(models.chain((8, 8)), trials=2, **kwargs)
     assert result.search.searched == 4 and result.search.cut == 0
     assert "schedule search: 1 workloads, 4 configs searched, 0 from the cost cache" in result.summary()
+    from layoutopt.tvm.tune.report import write_report
+
+    report = write_report(result, tmp_path / "report")["markdown"].read_text()
+    assert "Schedules: schedule search: 1 workloads, 4 configs searched" in report
     again = tune_and_build(models.chain((8, 8)), trials=2, search_time=600, **kwargs)
     assert again.search.searched == 0 and again.search.cached == 4
     from layoutopt.tvm.tune import stages
