@@ -145,8 +145,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--storage", choices=TUNE_STORAGE, default="relax",
                         help="storage plan of every build: relax (default: Relax's, tensors of any "
                              "shape share storage) or by_shape (a storage per tensor shape: faster where a "
-                             "core pays to take over lines the other core wrote; benchmarks/storage_plan.py "
-                             "says which) or auto (the tuned build with each, the faster handed back)")
+                             "core pays to take over lines the other core wrote, slower where it does not) "
+                             "or auto (the tuned build with each, the faster handed back)")
     parser.add_argument("--loop-order", choices=TUNE_LOOP_ORDERS, default="oc",
                         help="parallel loops of every build's conv kernels: oc (default: each kernel's own, "
                              "output-channel chunks first), rows (every conv that can, rows first: each "

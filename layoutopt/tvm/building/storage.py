@@ -13,7 +13,7 @@ its own, so memory passes only between tensors of one shape, which the same kind
 split alike. It costs memory (a storage per shape instead of one per plan slot) and, where handing
 lines over is cheap, the cache misses of a larger footprint: on MobileNetV2 (AMD Zen 4, 2 threads) it
 ran 1.26-1.50x faster than Relax's plan in the slow mode and 0.94x in the fast one
-(``benchmarks/storage_plan.py``). :func:`~layoutopt.tvm.building.builder.compile_module` takes it as
+(``notes/storage_plan.md``). :func:`~layoutopt.tvm.building.builder.compile_module` takes it as
 ``storage="by_shape"``.
 
 :func:`concat_in_place`, run at the same point, gives a concat whose inputs lie one after another in its
