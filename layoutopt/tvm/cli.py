@@ -154,6 +154,24 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "with each, the faster handed back)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip comparing every build's outputs with the untouched model in float64")
+    parser.add_argument("--rtol", type=float, default=1e-4,
+                        help="tolerance of the output check: max|out - ref| / max|ref| per output (default "
+                             "1e-4, or the untouched float32 build's own error times a growth factor, "
+                             "if larger)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the random inputs the builds are checked and timed on (default 0)")
+    parser.add_argument("--no-guard", action="store_true",
+                        help="hand back the tuned build even where a fixed layout (b*, the Winograd rule) "
+                             "timed faster; they are still built and timed unless --baselines ''")
+    parser.add_argument("--no-fuse", action="store_true",
+                        help="do not fuse each conv's elementwise epilogue into it (measured and built "
+                             "unfused, baselines too)")
+    parser.add_argument("--no-profile", action="store_true",
+                        help="do not time each call inside the running builds (no per-layer in-network "
+                             "times, no breakdown); implies --calibrate 0")
+    parser.add_argument("--calibrate", type=int, default=2, metavar="ROUNDS",
+                        help="rounds of in-network calibration: profile each build, calibrate the costs "
+                             "with what it ran and solve again (default 2; 0: none)")
     parser.add_argument("--repeat", type=int, default=30,
                         help="interleaved timing rounds, one run of each build per round (median "
                              "reported; the guard compares builds by their per-round ratios)")
@@ -367,6 +385,10 @@ def _run(args: argparse.Namespace) -> int:
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     if args.repeat < 1:
         raise ProblemError(f"--repeat {args.repeat}: need at least one timing round")
+    if args.calibrate < 0:
+        raise ProblemError(f"--calibrate {args.calibrate}: rounds cannot be negative")
+    if not args.rtol > 0:
+        raise ProblemError(f"--rtol {args.rtol}: need a positive tolerance")
     parse_constraint_texts(args.pin, args.forbid)  # their form and contradictions; layers once loaded
     runner = _runner(args)  # an RPC tracker is asked now
     report = _output_directory(args.report, "--report")
@@ -379,6 +401,8 @@ def _run(args: argparse.Namespace) -> int:
     result = tune_and_build(mod, target=target, method=args.method, cache=cache, runner=runner,
                             candidates=candidates, time_limit=args.time_limit,
                             baselines=baselines, check=not args.no_check, repeat=args.repeat,
+                            rtol=args.rtol, seed=args.seed, guard=not args.no_guard, fuse=not args.no_fuse,
+                            profile=not args.no_profile, calibrate=0 if args.no_profile else args.calibrate,
                             pin=args.pin, forbid=args.forbid, progress=True, storage=args.storage,
                             loop_order=args.loop_order, origin=origin)
     print()
