@@ -14,7 +14,7 @@ pytest.importorskip("tvm")  # the tvm extra; CI installs it
 
 from rule_snapshot import DATA, models, snapshot_of
 
-from layoutopt import Costs
+from layoutopt import Costs, ProblemError
 from layoutopt.tvm import extract_layout_graph
 from layoutopt.tvm._tvm import import_tvm
 from layoutopt.tvm.building.apply import apply_assignment, apply_layouts, op_list
@@ -36,6 +36,9 @@ from layoutopt.tvm.ops import (
     unregister,
 )
 from layoutopt.tvm.ops.common import four_d_input, kernel_family
+from layoutopt.tvm.ops.concat import SplitRule
+from layoutopt.tvm.ops.conv2d import Conv2dRule
+from layoutopt.tvm.ops.elementwise import UnaryRule
 
 pytestmark = pytest.mark.tvm
 
@@ -198,8 +201,9 @@ def _inputs(call) -> list:
     return out
 
 
-@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.name)
-def test_every_rule_keeps_the_contract(rule, corpus, snapshot_models):
+def check_rule(rule: OpRule, corpus: list, mods: dict) -> None:
+    """The contract of a registered ``rule``, checked on every call of ``corpus`` (from :func:`_corpus`
+    of the modules ``mods``) it matches; AssertionError naming the call that breaks it."""
     # its description: reachable by the ops it names, legalizing only those, a category its symbols give
     assert sum(r.name == rule.name for r in RULES) == 1
     assert rule.ops is None or all(rule in rules_for(op) for op in rule.ops)
@@ -240,10 +244,69 @@ def test_every_rule_keeps_the_contract(rule, corpus, snapshot_models):
     for model, name, call, op in matched:
         if "@" in model or rule.extract(call, op, name, _inputs(call), ctx) is None:
             continue
-        graph = extract_layout_graph(snapshot_models[model], DIRECT)
+        graph = extract_layout_graph(mods[model], DIRECT)
         if name not in graph or graph.layout_node(name).kind not in ("target", "multi"):
             continue
         for choice in (graph.layout_node(name).choices[0], graph.layout_node(name).choices[-1]):
             rewritten = apply_layouts(graph.mod, {name: choice.candidate})
             legalize(rewritten, "llvm")  # raises if the rewrite emitted what the build cannot take
         break  # one node per rule: the rewrite's numbers are the other tests' (test_apply, fuzz)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.name)
+def test_every_rule_keeps_the_contract(rule, corpus, snapshot_models):
+    check_rule(rule, corpus, snapshot_models)
+
+
+def test_the_toy_rule_keeps_the_contract_too(floor_rule, corpus, snapshot_models):
+    mods = {"floor": floor_model()}
+    check_rule(floor_rule, corpus + _corpus(mods), {**snapshot_models, **mods})
+
+
+class _TupleSections(SplitRule):
+    """A split whose workload holds a tuple: the cache would read it back as a list, and miss."""
+
+    name = "broken_split"
+
+    def extract(self, call, op, name, inputs, ctx):
+        node = super().extract(call, op, name, inputs, ctx)
+        if node is not None:
+            node.workload["sections"] = tuple(node.workload["sections"])
+        return node
+
+
+class _WrongCategory(Conv2dRule):
+    """A conv whose profile category is not its workload's op: its kernels' time would go elsewhere."""
+
+    name, category, symbols = "broken_conv2d", "convolution", ("convolution",)
+
+
+class _ForeignCarrier(UnaryRule):
+    """A unary op naming as its carrier a value it does not read."""
+
+    name = "broken_unary"
+
+    def carrier(self, call, op, is_data, source):
+        return call if super().carrier(call, op, is_data, source) is not None else None
+
+
+@pytest.mark.parametrize("broken", [_TupleSections, _WrongCategory, _ForeignCarrier],
+                         ids=lambda cls: cls.name)
+def test_the_contract_catches_a_rule_that_breaks_it(broken, corpus, snapshot_models):
+    saved = list(RULES)
+    try:
+        rule = register(broken())
+        with pytest.raises(AssertionError):
+            check_rule(rule, corpus, snapshot_models)
+    finally:
+        RULES[:] = saved
+
+
+def test_a_rule_cannot_legalize_an_op_it_does_not_match():
+    class Greedy(OpRule):
+        name, ops = "greedy", frozenset({"relax.floor"})
+        legalizers = MappingProxyType({"relax.ceil": _legalize_floor})
+
+    with pytest.raises(ProblemError, match=r"'greedy' legalizes \['relax.ceil'\]"):
+        register(Greedy())
+    assert "greedy" not in [rule.name for rule in RULES]
