@@ -19,6 +19,10 @@ profile's category. Extraction, the rewrite, the build and the profile loop over
 :mod:`.boundary`          any other call (boundary: plain NCHW)
 ========================  ===========================================================================
 
+Adding an op is a module with its :class:`~layoutopt.tvm.ops.rule.OpRule` and one line in
+:data:`~layoutopt.tvm.ops.registry.RULES` (or :func:`~layoutopt.tvm.ops.registry.register` from your own
+code); ``tests/tvm/test_op_rules.py`` checks every registered rule against one contract.
+
 Example:
     >>> from layoutopt.tvm import models
     >>> calls = {b.var.name: b.value for b in models.chain()["main"].body.blocks[0].bindings}
