@@ -57,7 +57,7 @@ def layer_rounds(solutions, base: str, other: str, target, rounds: int) -> list[
     its finalists), beside the costs each solution was chosen with."""
     if not rounds or other not in solutions:
         return []
-    from benchmarks.depthwise import cold_rounds, compiled_kernel
+    from benchmarks.kernel_timing import cold_rounds, compiled_kernel
     from layoutopt.tvm.kernels import describe_workload
     from layoutopt.tvm.measure.cache import task_key
 

@@ -35,6 +35,7 @@ _LAZY = {
     "stages": ".tune.stages",
     "import_tvm": "._tvm",
     "resolve_target": "._tvm",
+    "one_blas_thread": "._tvm",
     "conv2d_candidates": ".kernels",
     "dense_candidates": ".kernels",
     "candidates": ".kernels",

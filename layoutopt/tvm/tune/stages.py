@@ -108,7 +108,7 @@ class TuneOptions:
             the tuned build and the baselines alike; the kernels are then measured fused too.
         storage: the storage plan of every build, ``"relax"`` or ``"by_shape"`` (see
             :mod:`~layoutopt.tvm.building.storage`: faster where a core pays to take over lines the other core
-            wrote, slower where it does not; ``benchmarks/storage_plan.py`` tells which on a host), or
+            wrote, slower where it does not; ``notes/storage_plan.md`` tells which on a host), or
             ``"auto"``: every build with Relax's plan, and the tuned build also by shape
             (``layoutopt_by_shape``), timed beside the others for the guard to pick.
         loop_order: the parallel loop order of every build's conv kernels: ``"oc"`` (each kernel's
@@ -640,7 +640,7 @@ def calibrate(built: Built, options: TuneOptions) -> Built:
 def _observe(calibration: Calibration, builds: Sequence[Variant], measured: Measured) -> None:
     """Profile every build side by side and hand what each profile says to the calibration. Every build
     is profiled again beside the new one: a build profiled alone ran 15-25 % slower
-    (benchmarks/results/profile_repro.md), which biased the costs against every new assignment."""
+    (notes/profile_repro.md), which biased the costs against every new assignment."""
     extracted = measured.extracted
     profiles = profile_builds({str(i): v.executable for i, v in enumerate(builds)}, extracted.inputs,
                               runner=extracted.runner)
