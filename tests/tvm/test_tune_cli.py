@@ -115,7 +115,7 @@ CLI_OF_KEYWORD = {
     "baselines": "--baselines", "guard": "--no-guard", "check": "--no-check", "rtol": "--rtol",
     "seed": "--seed", "repeat": "--repeat", "fuse": "--no-fuse", "profile": "--no-profile",
     "calibrate": "--calibrate", "pin": "--pin", "forbid": "--forbid", "storage": "--storage",
-    "loop_order": "--loop-order",
+    "loop_order": "--loop-order", "trials": "--trials", "search_time": "--search-time", "top_k": "--top-k",
 }
 
 
@@ -158,6 +158,11 @@ def test_the_command_line_options_reach_tune_and_build(tmp_path, monkeypatch):
     with pytest.raises(_Stop):
         main([*argv, "--no-profile", "--no-check"])
     assert (seen["profile"], seen["calibrate"], seen["check"]) == (False, 0, False)
+    assert (seen["trials"], seen["search_time"], seen["top_k"]) == (0, None, 1)  # no search by default
+    seen.clear()
+    with pytest.raises(_Stop):
+        main([*argv, "--trials", "12", "--search-time", "90", "--top-k", "4"])
+    assert (seen["trials"], seen["search_time"], seen["top_k"]) == (12, 90.0, 4)
 
 
 def test_the_default_cost_cache_makes_the_second_run_measure_nothing(tmp_path, capsys, monkeypatch):
