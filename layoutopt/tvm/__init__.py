@@ -75,6 +75,8 @@ _LAZY = {
     "extract_layout_graph": ".graph.extract",
     "build_problem": ".measure.problem",
     "measure_graph": ".measure.problem",
+    "search_schedules": ".measure.search",
+    "searched_graph": ".measure.search",
 }
 
 __all__ = sorted(_LAZY)

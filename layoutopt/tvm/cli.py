@@ -152,6 +152,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "output-channel chunks first), rows (every conv that can, rows first: each "
                              "thread reads the rows it wrote in the layer before) or auto (the tuned build "
                              "with each, the faster handed back)")
+    parser.add_argument("--trials", type=int, default=0, metavar="N",
+                        help="schedule points searched per workload beyond the heuristic's (successive "
+                        "halving over each kernel's schedule space, into the cost cache; default 0: no "
+                        "search)")
+    parser.add_argument("--search-time", type=float, default=None, metavar="S",
+                        help="seconds for the whole schedule search (default: no limit)")
+    parser.add_argument("--top-k", type=int, default=1, metavar="K",
+                        help="with --trials, the fastest schedules per algorithm and layout pair each layer "
+                        "offers the solver (default 1)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip comparing every build's outputs with the untouched model in float64")
     parser.add_argument("--rtol", type=float, default=1e-4,
@@ -374,6 +383,7 @@ def _run(args: argparse.Namespace) -> int:
     from ._tvm import resolve_target
     from .building.memory import check_memory
     from .frontend.load import load_with_origin
+    from .measure.search import check_search
     from .tune.report import breakdown_markdown, write_report
     from .tune.tune import tune_and_build
 
@@ -389,6 +399,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ProblemError(f"--calibrate {args.calibrate}: rounds cannot be negative")
     if not args.rtol > 0:
         raise ProblemError(f"--rtol {args.rtol}: need a positive tolerance")
+    check_search(args.trials, args.search_time, args.top_k)
     parse_constraint_texts(args.pin, args.forbid)  # their form and contradictions; layers once loaded
     runner = _runner(args)  # an RPC tracker is asked now
     report = _output_directory(args.report, "--report")
@@ -404,7 +415,8 @@ def _run(args: argparse.Namespace) -> int:
                             rtol=args.rtol, seed=args.seed, guard=not args.no_guard, fuse=not args.no_fuse,
                             profile=not args.no_profile, calibrate=0 if args.no_profile else args.calibrate,
                             pin=args.pin, forbid=args.forbid, progress=True, storage=args.storage,
-                            loop_order=args.loop_order, origin=origin)
+                            loop_order=args.loop_order, origin=origin, trials=args.trials,
+                            search_time=args.search_time, top_k=args.top_k)
     print()
     print(_layer_table(result))
     print()

@@ -77,6 +77,9 @@ def test_user_errors_exit_2_with_one_line(tmp_path, capsys, extra, message):
         (["--repeat", "0"], "--repeat"),
         (["--calibrate", "-1"], "--calibrate -1"),
         (["--rtol", "0"], "--rtol 0"),
+        (["--trials", "-1"], "trials must be a non-negative integer"),
+        (["--search-time", "0"], "search_time must be positive"),
+        (["--top-k", "0"], "top_k must be a positive integer"),
         (["--cache", "FILE/costs.jsonl"], "cannot write cost cache"),
         (["--report", "FILE/report"], "--report"),
         (["-o", "TMP/taken.so"], "the solution file 'TMP/taken.solution.json' is a directory"),
@@ -112,7 +115,7 @@ CLI_OF_KEYWORD = {
     "baselines": "--baselines", "guard": "--no-guard", "check": "--no-check", "rtol": "--rtol",
     "seed": "--seed", "repeat": "--repeat", "fuse": "--no-fuse", "profile": "--no-profile",
     "calibrate": "--calibrate", "pin": "--pin", "forbid": "--forbid", "storage": "--storage",
-    "loop_order": "--loop-order",
+    "loop_order": "--loop-order", "trials": "--trials", "search_time": "--search-time", "top_k": "--top-k",
 }
 
 
@@ -155,6 +158,11 @@ def test_the_command_line_options_reach_tune_and_build(tmp_path, monkeypatch):
     with pytest.raises(_Stop):
         main([*argv, "--no-profile", "--no-check"])
     assert (seen["profile"], seen["calibrate"], seen["check"]) == (False, 0, False)
+    assert (seen["trials"], seen["search_time"], seen["top_k"]) == (0, None, 1)  # no search by default
+    seen.clear()
+    with pytest.raises(_Stop):
+        main([*argv, "--trials", "12", "--search-time", "90", "--top-k", "4"])
+    assert (seen["trials"], seen["search_time"], seen["top_k"]) == (12, 90.0, 4)
 
 
 def test_the_default_cost_cache_makes_the_second_run_measure_nothing(tmp_path, capsys, monkeypatch):

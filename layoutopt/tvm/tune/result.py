@@ -37,6 +37,7 @@ from ..graph.graph import LayoutGraph
 from ..kernels import describe_workload
 from ..kernels.module import Fallback
 from ..measure.problem import MeasureMeta
+from ..measure.search import SearchStats
 
 __all__ = ["TUNED", "Layer", "TuneResult", "Variant", "layer_table", "ms"]
 
@@ -162,6 +163,7 @@ class TuneResult:
     ran_on: str = "this machine"
     reference: Reference | None = field(default=None, repr=False)
     noise: Noise | None = None
+    search: SearchStats | None = None
 
     def export(self, library: str | Path, solution: str | Path | None = None,
                model: str | None = None) -> tuple[Path, Path]:
@@ -227,6 +229,8 @@ class TuneResult:
                      "; ".join(f.describe() for f in fell_back)))
         if self.noise is not None and self.noise.rounds:
             lines.append(f"timing: {self.noise.describe()}")
+        if self.search is not None:
+            lines.append(self.search.describe())
         if self.reference is not None:
             lines.append(f"check: {self.reference.describe()}")
         else:
