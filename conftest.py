@@ -27,7 +27,8 @@ if importlib.util.find_spec("pytoulbar2") is None:
 #: the cost cache the examples name (``cache="costs.jsonl"``)
 EXAMPLES_COST_CACHE = "costs.jsonl"
 #: calls by which an example measures kernels (or reads them from the cache) and builds on them
-_MEASURING_CALLS = ("tune_and_build(", "build_problem(", "measure_graph(", "measure(", "MeasureRequest(")
+_MEASURING_CALLS = ("tune_and_build(", "build_problem(", "measure_graph(", "measure(", "MeasureRequest(",
+                    "search_schedules(")
 #: what a test (or a fixture it uses) calls to run a whole tune: the library's or the command line's
 _TUNING_CALLS = ("tune_and_build(", '"tune",', "'tune',")
 

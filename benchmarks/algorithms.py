@@ -179,8 +179,7 @@ def measure_layer(workload: dict[str, Any], target, blocks: Sequence[int],
     and measure its error on realistic data; one row per variant."""
     import tvm
 
-    from layoutopt.tvm import kernels
-    from layoutopt.tvm._tvm import one_blas_thread
+    from layoutopt.tvm import kernels, one_blas_thread
 
     workload = kernels.validate_workload(workload)
     rng = np.random.default_rng(0)
@@ -357,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     CPU_TIME = args.cpu_time
     os.environ["TVM_NUM_THREADS"] = "1" if args.cpu_time else "2"  # before TVM starts its thread pool
     from layoutopt.machine import stamp_line
-    from layoutopt.tvm._tvm import resolve_target
+    from layoutopt.tvm import resolve_target
     from layoutopt.tvm.kernels import isa_name
 
     if args.network_error:

@@ -26,7 +26,7 @@ os.environ.setdefault("TVM_NUM_THREADS", "2")
 
 import numpy as np
 
-from benchmarks.depthwise import cold_rounds, compiled_kernel, produced_by
+from benchmarks.kernel_timing import cold_rounds, compiled_kernel, produced_by
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

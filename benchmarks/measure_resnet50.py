@@ -104,7 +104,7 @@ def run_revision(revision: str, cache: Path, candidates, depth: int) -> dict:
 
 def step_profile(tasks: list[tuple[dict, dict]], sample: int, seed: int = 0) -> dict[str, float]:
     """Mean seconds per kernel of each step of measuring it, on ``sample`` tasks drawn with ``seed``."""
-    from layoutopt.tvm._tvm import import_tvm, one_blas_thread, resolve_target
+    from layoutopt.tvm import import_tvm, one_blas_thread, resolve_target
     from layoutopt.tvm.kernels import build_kernel, check_kernel, reference_output, validate_workload
     from layoutopt.tvm.measure.runner import LocalRunner
 
@@ -151,7 +151,7 @@ def library_vs_jit(tasks: list[tuple[dict, dict]], sample: int, rounds: int = 4,
     """Per kernel: its time from an exported library (how kernels are timed now, loaded by the timing
     worker) over its time from TVM's in-memory JIT module (how they were timed before), each the best
     median of ``rounds`` interleaved rounds, in this process."""
-    from layoutopt.tvm._tvm import import_tvm, one_blas_thread, resolve_target
+    from layoutopt.tvm import import_tvm, one_blas_thread, resolve_target
     from layoutopt.tvm.kernels import build_kernel, validate_workload
     from layoutopt.tvm.measure.runner import LocalRunner
 

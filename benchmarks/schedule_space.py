@@ -48,7 +48,7 @@ from typing import Any
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
 
-from benchmarks.depthwise import cold_rounds, compiled_kernel
+from benchmarks.kernel_timing import cold_rounds, compiled_kernel
 from benchmarks.networks import MODELS, export_onnx, export_torchvision
 from benchmarks.roofline import fma_peak_gflops, workload_flops
 

@@ -31,7 +31,7 @@ os.environ.setdefault("TVM_NUM_THREADS", "2")
 
 import numpy as np
 
-from benchmarks.depthwise import cold_rounds, compiled_kernel, produced_by
+from benchmarks.kernel_timing import cold_rounds, compiled_kernel, produced_by
 from benchmarks.onnx_written import shufflenet_v1
 from benchmarks.ort_layers import match_convs, node_times
 from benchmarks.runtimes import markdown, onnxruntime_options, start_engines, time_side_by_side

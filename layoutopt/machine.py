@@ -26,7 +26,8 @@ import os
 import platform
 from collections.abc import Iterable
 
-__all__ = ["cpu_model", "default_tvm_threads", "isa", "llvm_mcpu", "stamp", "stamp_line", "usable_cores"]
+__all__ = ["cpu_model", "cpu_name", "default_tvm_threads", "isa", "llvm_mcpu", "stamp", "stamp_line",
+           "usable_cores"]
 
 #: packages named in every stamp when installed (callers add their own, e.g. torch)
 PACKAGES = ("layoutopt", "numpy", "numba", "networkx", "ortools", "pytoulbar2", "highspy", "apache-tvm")
@@ -52,6 +53,19 @@ def _cpuinfo() -> dict[str, str]:
 def cpu_model() -> str:
     """The CPU's marketing name, e.g. ``'AMD EPYC 9R14'`` (``platform.processor()`` off Linux)."""
     return _cpuinfo().get("model name") or platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_name() -> str:
+    """The CPU's name as cost records carry it: its model name and, when TVM is installed, LLVM's name
+    for it (the target string alone, ``llvm -mcpu=...``, names a family that hosts of different speeds
+    share), e.g. ``'Intel(R) Xeon(R) Processor (rocketlake)'``.
+
+    Example:
+        >>> cpu_name().startswith(cpu_model())
+        True
+    """
+    mcpu = llvm_mcpu()
+    return f"{cpu_model()} ({mcpu})" if mcpu else cpu_model()
 
 
 def isa() -> str:

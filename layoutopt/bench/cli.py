@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--instances",
         metavar="DIR",
-        help="also run every *.json problem file of DIR (e.g. benchmarks/instances)",
+        help="also run every *.json problem file of DIR (the format `layoutopt solve` reads)",
     )
     parser.add_argument("--methods", nargs="+", help="default: every available method but bruteforce")
     parser.add_argument(

@@ -18,7 +18,7 @@ Pitfalls handled here (measured, see the project's solver notes):
   the rounding and by however much the cores are shared. Here the time limit is wall-clock: on Linux a
   POSIX timer on ``CLOCK_MONOTONIC`` delivers toulbar2's own timeout signal (``SIGVTALRM``) at the
   deadline. Elsewhere the CPU limit, rounded up to whole seconds, is the fallback.
-  ``benchmarks/toulbar2_time_limit.py`` measures both side by side.
+  ``notes/toulbar2_time_limit.md`` measures both side by side.
 * ``timerStop()`` is always called after solving, or a late signal would interrupt a later solve.
 """
 

@@ -35,6 +35,7 @@ _LAZY = {
     "stages": ".tune.stages",
     "import_tvm": "._tvm",
     "resolve_target": "._tvm",
+    "one_blas_thread": "._tvm",
     "conv2d_candidates": ".kernels",
     "dense_candidates": ".kernels",
     "candidates": ".kernels",
@@ -76,6 +77,8 @@ _LAZY = {
     "extract_layout_graph": ".graph.extract",
     "build_problem": ".measure.problem",
     "measure_graph": ".measure.problem",
+    "search_schedules": ".measure.search",
+    "searched_graph": ".measure.search",
 }
 
 __all__ = sorted(_LAZY)

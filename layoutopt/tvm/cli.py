@@ -149,15 +149,42 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--storage", choices=TUNE_STORAGE, default="relax",
                         help="storage plan of every build: relax (default: Relax's, tensors of any "
                              "shape share storage) or by_shape (a storage per tensor shape: faster where a "
-                             "core pays to take over lines the other core wrote; benchmarks/storage_plan.py "
-                             "says which) or auto (the tuned build with each, the faster handed back)")
+                             "core pays to take over lines the other core wrote, slower where it does not) "
+                             "or auto (the tuned build with each, the faster handed back)")
     parser.add_argument("--loop-order", choices=TUNE_LOOP_ORDERS, default="oc",
                         help="parallel loops of every build's conv kernels: oc (default: each kernel's own, "
                              "output-channel chunks first), rows (every conv that can, rows first: each "
                              "thread reads the rows it wrote in the layer before) or auto (the tuned build "
                              "with each, the faster handed back)")
+    parser.add_argument("--trials", type=int, default=0, metavar="N",
+                        help="schedule points searched per workload beyond the heuristic's (successive "
+                        "halving over each kernel's schedule space, into the cost cache; default 0: no "
+                        "search)")
+    parser.add_argument("--search-time", type=float, default=None, metavar="S",
+                        help="seconds for the whole schedule search (default: no limit)")
+    parser.add_argument("--top-k", type=int, default=1, metavar="K",
+                        help="with --trials, the fastest schedules per algorithm and layout pair each layer "
+                        "offers the solver (default 1)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip comparing every build's outputs with the untouched model in float64")
+    parser.add_argument("--rtol", type=float, default=1e-4,
+                        help="tolerance of the output check: max|out - ref| / max|ref| per output (default "
+                             "1e-4, or the untouched float32 build's own error times a growth factor, "
+                             "if larger)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the random inputs the builds are checked and timed on (default 0)")
+    parser.add_argument("--no-guard", action="store_true",
+                        help="hand back the tuned build even where a fixed layout (b*, the Winograd rule) "
+                             "timed faster; they are still built and timed unless --baselines ''")
+    parser.add_argument("--no-fuse", action="store_true",
+                        help="do not fuse each conv's elementwise epilogue into it (measured and built "
+                             "unfused, baselines too)")
+    parser.add_argument("--no-profile", action="store_true",
+                        help="do not time each call inside the running builds (no per-layer in-network "
+                             "times, no breakdown); implies --calibrate 0")
+    parser.add_argument("--calibrate", type=int, default=2, metavar="ROUNDS",
+                        help="rounds of in-network calibration: profile each build, calibrate the costs "
+                             "with what it ran and solve again (default 2; 0: none)")
     parser.add_argument("--repeat", type=int, default=30,
                         help="interleaved timing rounds, one run of each build per round (median "
                              "reported; the guard compares builds by their per-round ratios)")
@@ -371,6 +398,7 @@ def _run(args: argparse.Namespace) -> int:
     from ._tvm import resolve_target
     from .building.memory import check_memory
     from .frontend.load import load_with_origin
+    from .measure.search import check_search
     from .tune.report import breakdown_markdown, write_report
     from .tune.tune import tune_and_build
 
@@ -382,6 +410,11 @@ def _run(args: argparse.Namespace) -> int:
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     if args.repeat < 1:
         raise ProblemError(f"--repeat {args.repeat}: need at least one timing round")
+    if args.calibrate < 0:
+        raise ProblemError(f"--calibrate {args.calibrate}: rounds cannot be negative")
+    if not args.rtol > 0:
+        raise ProblemError(f"--rtol {args.rtol}: need a positive tolerance")
+    check_search(args.trials, args.search_time, args.top_k)
     budget = None if args.memory_budget is None else parse_bytes(args.memory_budget)
     if args.pareto is not None and (budget is not None or args.output):
         raise ProblemError("--pareto walks every budget and hands back no build: drop --memory-budget and -o")
@@ -401,8 +434,11 @@ def _run(args: argparse.Namespace) -> int:
     result = tune_and_build(mod, target=target, method=args.method, cache=cache, runner=runner,
                             candidates=candidates, time_limit=args.time_limit,
                             baselines=baselines, check=not args.no_check, repeat=args.repeat,
+                            rtol=args.rtol, seed=args.seed, guard=not args.no_guard, fuse=not args.no_fuse,
+                            profile=not args.no_profile, calibrate=0 if args.no_profile else args.calibrate,
                             pin=args.pin, forbid=args.forbid, progress=True, storage=args.storage,
-                            loop_order=args.loop_order, origin=origin, memory_budget=budget)
+                            loop_order=args.loop_order, origin=origin, trials=args.trials,
+                            search_time=args.search_time, top_k=args.top_k, memory_budget=budget)
     print()
     print(_layer_table(result))
     print()

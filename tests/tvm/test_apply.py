@@ -62,11 +62,12 @@ def _legalized_and_fused(mod):
     """``mod`` as build(fuse=True) has it just before schedule_module."""
     import tvm
 
-    from layoutopt.tvm.building.builder import _legalize_conv2d
+    from layoutopt.tvm.ops import legalizers
 
     relax = tvm.relax
     with _target():
-        mod = relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _legalize_conv2d})(mod)
+        legalize = {"relax.nn.conv2d": legalizers()["relax.nn.conv2d"]}
+        mod = relax.transform.LegalizeOps(customize_legalize_map=legalize)(mod)
         return relax.transform.FuseTIR()(relax.transform.FuseOps()(relax.transform.AnnotateTIROpPattern()(
             relax.transform.FoldConstant()(mod))))
 
@@ -75,10 +76,10 @@ def _legalized(mod):
     """``mod`` as build(fuse=False) has it just before schedule_module."""
     import tvm
 
-    from layoutopt.tvm.building.builder import _legalize_conv2d
+    from layoutopt.tvm.ops import legalizers
 
     with _target():
-        legalize = {"relax.nn.conv2d": _legalize_conv2d}
+        legalize = {"relax.nn.conv2d": legalizers()["relax.nn.conv2d"]}
         mod = tvm.relax.transform.LegalizeOps(customize_legalize_map=legalize)(mod)
         return tvm.relax.transform.FoldConstant()(mod)
 

@@ -308,7 +308,9 @@ class RaisingRunner(LocalRunner):
 
 def test_the_measurer_keys_and_writes_records_as_before(tmp_path):
     """The cache key of the measurer's context is the one the code before it built from the TVM version,
-    the schedule version and the timing; its records carry the same fields."""
+    the schedule version and the timing, plus this CPU's name; its records carry the same fields, and
+    the CPU's; a record written before (no CPU) is found by the measurer as before."""
+    from layoutopt.machine import cpu_name
     from layoutopt.tvm.measure.measure import Measurer
 
     for cold in (True, False):
@@ -316,13 +318,47 @@ def test_the_measurer_keys_and_writes_records_as_before(tmp_path):
             target = target_key(measurer.target)
             version = metadata.version("apache-tvm")
             before = f"{version}+schedules.{SCHEDULE_VERSION}" + ("+cold" if cold else "")
-            assert measurer.context.record_fields() == {"target": target, "tvm": before}
-            assert measurer.context.key(WORKLOAD, {}) == CostCache.key(target, before, WORKLOAD, {})
+            assert measurer.context.record_fields() == {"target": target, "tvm": before, "cpu": cpu_name()}
+            assert measurer.context.key(WORKLOAD, {}) == CostCache.key(target, before, WORKLOAD, {},
+                                                                        cpu=cpu_name())
+            legacy = {"target": target, "tvm": before, "workload": WORKLOAD, "candidate": {"old": 1},
+                      "median": 3e-6, "results": [3e-6], "error": None}
+            measurer.cache.put(legacy)
+            assert measurer.lookup(WORKLOAD, {"old": 1}).cost == 3e-6  # found as before
     fast = LocalRunner(repeat=2, min_repeat_ms=1, cold_runs=2)
     for runner, written in ((fast, WRITTEN_BEFORE[0]), (RaisingRunner(), WRITTEN_BEFORE[1])):
         with Measurer(cache=tmp_path / f"{type(runner).__name__}.jsonl", runner=runner, progress=False) as m:
             (result,) = m.measure([(WORKLOAD, {})])
-        assert sorted(result.record) == sorted(json.loads(written)), result.error
+        assert sorted(result.record) == sorted([*json.loads(written), "cpu"]), result.error
+        assert result.record["cpu"] == cpu_name()
+
+
+def test_a_cache_moved_to_another_cpu_is_not_reused_silently(tmp_path, caplog):
+    """Records of another CPU are not reused: counted, said, measured again; both CPUs' records stay."""
+    from layoutopt.tvm.measure.measure import Measurer
+
+    path = tmp_path / "moved.jsonl"
+    fast = LocalRunner(repeat=2, min_repeat_ms=1, cold_runs=2)
+    with Measurer(cache=path, runner=fast, progress=False) as measurer:
+        elsewhere = replace(measurer.context, cpu="AMD EPYC 9R14 (znver4)")
+        measurer.cache.put({**elsewhere.record_fields(), "workload": WORKLOAD, "candidate": {},
+                            "median": 1.0, "results": [1.0], "error": None})
+        assert measurer.lookup(WORKLOAD, {}) is None
+        assert measurer.cache.other_cpus(measurer.context, WORKLOAD, {}) == ["AMD EPYC 9R14 (znver4)"]
+        with caplog.at_level("WARNING"):
+            (result,) = measurer.measure([(WORKLOAD, {})])
+        assert measurer.stats.other_cpu == 1 and measurer.stats.measured == 1 and result.cost < 1.0
+        assert "another CPU (AMD EPYC 9R14 (znver4))" in caplog.text
+        measurer.measure([(WORKLOAD, {})])
+        assert measurer.stats.cached == 1 and measurer.stats.other_cpu == 0  # its own record now
+    reread = CostCache(path)
+    assert reread.get(elsewhere, WORKLOAD, {})["median"] == 1.0  # the other CPU's record is kept
+    assert record_cost(reread.get(measurer.context, WORKLOAD, {})) == result.cost
+    cpu = replace(CONTEXT, cpu="Xeon (rocketlake)")
+    assert CostContext.from_record(cpu.record_fields()) == cpu and cpu.key(WORKLOAD, {}) != CONTEXT.key(
+        WORKLOAD, {})
+    with pytest.raises(ProblemError, match="cost context cpu"):
+        replace(CONTEXT, cpu="")
 
 
 def test_each_timing_has_a_version_field_of_its_own_that_reads_back():

@@ -305,8 +305,8 @@ def test_algorithm_kernels_in_a_fused_build_match_the_untouched_model():
     # whose schedule (found by the main block) finishes it in the output transform / register tile
     tvm = import_tvm()
     from layoutopt.tvm import apply_layouts, models
-    from layoutopt.tvm.building.builder import _legalize_conv2d
     from layoutopt.tvm.kernels import schedule_module
+    from layoutopt.tvm.ops import legalizers
 
     target = resolve_target(AVX2)
     mod = models.concat3((8, 16, 8), in_channels=16, size=9)
@@ -319,7 +319,7 @@ def test_algorithm_kernels_in_a_fused_build_match_the_untouched_model():
     new = apply_layouts(mod, choices)
     assert rewritten_matches_untouched(new, mod, target) < 1e-5
     with target:
-        legalize = {"relax.nn.conv2d": _legalize_conv2d}
+        legalize = {"relax.nn.conv2d": legalizers()["relax.nn.conv2d"]}
         fused = tvm.relax.transform.LegalizeOps(customize_legalize_map=legalize)(new)
         for make in (tvm.relax.transform.AnnotateTIROpPattern, tvm.relax.transform.FuseOps,
                      tvm.relax.transform.FuseTIR):

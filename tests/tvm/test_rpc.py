@@ -183,3 +183,20 @@ def test_the_tune_command_refuses_an_unreachable_tracker_before_loading_the_mode
     assert "cannot reach it" in captured.err
     assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
     assert "cost cache" not in captured.out  # refused before the model was loaded
+
+
+def test_the_schedule_search_measures_on_the_rpc_devices_under_their_key(rpc_tracker, tiny_conv, tmp_path):
+    """The search goes through the measurer and its runner: on the farm, its records keyed by the device."""
+    from layoutopt.tvm.measure.cache import CostCache
+    from layoutopt.tvm.measure.search import search_schedules
+
+    address, key = rpc_tracker
+    runner = RPCRunner(address, key, repeat=2, min_repeat_ms=2)
+    tasks = [(tiny_conv, {"in": "NCHW8c", "out": "NCHW8c"})]
+    result = search_schedules(tasks, cache=tmp_path / "rpc.jsonl", runner=runner, trials=2, progress=False)
+    (measured,) = result.measured.values()
+    assert len(measured) == 3 and all(math.isfinite(cost) for _, cost in measured)
+    records = list(CostCache(tmp_path / "rpc.jsonl"))
+    assert len(records) == 3 and all(r["device"] == f"rpc:{key}" and "cpu" not in r for r in records)
+    assert search_schedules(tasks, cache=tmp_path / "rpc.jsonl", runner=runner, trials=2,
+                            progress=False).stats.searched == 0

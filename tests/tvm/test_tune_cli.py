@@ -75,6 +75,11 @@ def test_user_errors_exit_2_with_one_line(tmp_path, capsys, extra, message):
         (["--input-shape", "1,4x"], "integer dims"),
         (["--input-shape", "x=1,4,8,8", "--input-shape", "x=1,4,16,16"], "given twice"),
         (["--repeat", "0"], "--repeat"),
+        (["--calibrate", "-1"], "--calibrate -1"),
+        (["--rtol", "0"], "--rtol 0"),
+        (["--trials", "-1"], "trials must be a non-negative integer"),
+        (["--search-time", "0"], "search_time must be positive"),
+        (["--top-k", "0"], "top_k must be a positive integer"),
         (["--cache", "FILE/costs.jsonl"], "cannot write cost cache"),
         (["--report", "FILE/report"], "--report"),
         (["-o", "TMP/taken.so"], "the solution file 'TMP/taken.solution.json' is a directory"),
@@ -100,6 +105,69 @@ def test_every_option_is_checked_before_the_model_is_measured(tmp_path, capsys, 
     assert captured.err.startswith("layoutopt tune: error:") and message in captured.err
     assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
     assert "cost cache" not in captured.out  # refused before loading and measuring anything
+
+
+#: every keyword of tune_and_build -> the command-line option that sets it (None: not an option:
+#: the model is the positional argument, the origin is the model file, progress is always shown)
+CLI_OF_KEYWORD = {
+    "mod": None, "origin": None, "progress": None, "target": "--target", "method": "--method",
+    "cache": "--cache", "runner": "--rpc", "candidates": "--blocks", "time_limit": "--time-limit",
+    "baselines": "--baselines", "guard": "--no-guard", "check": "--no-check", "rtol": "--rtol",
+    "seed": "--seed", "repeat": "--repeat", "fuse": "--no-fuse", "profile": "--no-profile",
+    "calibrate": "--calibrate", "pin": "--pin", "forbid": "--forbid", "storage": "--storage",
+    "loop_order": "--loop-order", "trials": "--trials", "search_time": "--search-time", "top_k": "--top-k",
+    "memory_budget": "--memory-budget",
+}
+
+
+def test_every_api_option_is_a_command_line_option(capsys):
+    import inspect
+
+    from layoutopt.tvm import tune_and_build
+
+    assert set(inspect.signature(tune_and_build).parameters) == set(CLI_OF_KEYWORD)
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    help_text = capsys.readouterr().out
+    for option in filter(None, CLI_OF_KEYWORD.values()):
+        assert option in help_text, option
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_the_command_line_options_reach_tune_and_build(tmp_path, monkeypatch):
+    import layoutopt.tvm.tune.tune as tune_module
+
+    seen = {}
+
+    def recorded(mod, **kwargs):
+        seen.update(kwargs)
+        raise _Stop
+
+    monkeypatch.setattr(tune_module, "tune_and_build", recorded)
+    model = tiny_conv_onnx(tmp_path / "tiny.onnx")
+    argv = ["tune", str(model), "--input-shape", "1,4,8,8", "--cache", "none", "--report", "",
+            "--rtol", "0.002", "--seed", "7", "--no-guard", "--no-fuse", "--calibrate", "3", "--repeat", "5"]
+    with pytest.raises(_Stop):
+        main(argv)
+    assert (seen["rtol"], seen["seed"], seen["guard"], seen["fuse"], seen["calibrate"], seen["repeat"]) == (
+        0.002, 7, False, False, 3, 5)
+    assert seen["profile"] is True and seen["check"] is True
+    seen.clear()
+    with pytest.raises(_Stop):
+        main([*argv, "--no-profile", "--no-check"])
+    assert (seen["profile"], seen["calibrate"], seen["check"]) == (False, 0, False)
+    seen.clear()
+    with pytest.raises(_Stop):
+        main([*argv, "--memory-budget", "1.5MiB"])
+    assert seen["memory_budget"] == 1.5 * 2**20
+    assert (seen["trials"], seen["search_time"], seen["top_k"]) == (0, None, 1)  # no search by default
+    seen.clear()
+    with pytest.raises(_Stop):
+        main([*argv, "--trials", "12", "--search-time", "90", "--top-k", "4"])
+    assert (seen["trials"], seen["search_time"], seen["top_k"]) == (12, 90.0, 4)
 
 
 def test_the_default_cost_cache_makes_the_second_run_measure_nothing(tmp_path, capsys, monkeypatch):

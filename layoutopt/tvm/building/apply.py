@@ -48,28 +48,9 @@ from typing import Any
 from ...errors import ProblemError
 from .._tvm import import_tvm
 from ..graph.graph import LayoutGraph
-from ..kernels import NCHW, conv2d, dense, family, layout_block, onnx_resize, pack_data, validate_workload
+from ..kernels import NCHW, layout_block, pack_data, validate_workload
 from ..kernels.candidate import Candidate
-from ..ops import (
-    BINARY_OPS,
-    CONCAT_OPS,
-    GATHER_OPS,
-    ONNX_RESIZE,
-    POOL_OPS,
-    RESIZE_OPS,
-    SLICE_OPS,
-    SPLIT_OPS,
-    channel_permutation,
-    conv2d_transpose_workload,
-    conv2d_workload,
-    dense_workload,
-    fused_epilogues,
-    is_tensor_constant,
-    layout_carrier,
-    op_name,
-    slice_ranges,
-    static_shape,
-)
+from ..ops import follower, fused_epilogues, is_tensor_constant, op_name, rules_for, static_shape
 
 __all__ = [
     "ApplyLayouts",
@@ -133,7 +114,12 @@ def _transform_index_map(src: str, dst: str) -> Callable:
 
 
 class _Rewriter:
-    """Rebuilds ``main`` binding by binding; ``env`` maps each original Var to (new Var, layout)."""
+    """Rebuilds ``main`` binding by binding; ``env`` maps each original Var to (new Var, layout).
+
+    What a call becomes is its operator rule's (:mod:`layoutopt.tvm.ops`): a node's chosen candidate
+    (:meth:`~layoutopt.tvm.ops.OpRule.rewrite`), a layout-following op in its input's layout
+    (:meth:`~layoutopt.tvm.ops.OpRule.follow`). The rewriter is the rules' context: ``value``,
+    ``emit``, ``boundary``, ``fused_workload``, ``bb``, ``relax``, ``tvm`` and ``functions``."""
 
     def __init__(self, choices: Mapping[str, dict[str, Any]], context=None, probes: Sequence[str] = (),
                  epilogues: Mapping[str, Sequence[Any]] | None = None):
@@ -211,6 +197,9 @@ class _Rewriter:
 
     # -- one binding --------------------------------------------------------------------------
     def binding(self, var, value) -> None:
+        """``var = value``: a node's chosen candidate (its rule's :meth:`~layoutopt.tvm.ops.OpRule.rewrite`),
+        a layout-following op in its input's layout (:meth:`~layoutopt.tvm.ops.OpRule.follow`), or the
+        binding as it is, in ``NCHW``."""
         relax = self.relax
         name = var.name
         op = op_name(value, self.functions)
@@ -218,26 +207,20 @@ class _Rewriter:
         choice = self.choices.get(name)
         if choice is not None:
             self.used.add(name)
-            if op == "relax.nn.conv2d":
-                return self.conv2d(var, value, choice)
-            if op == "relax.nn.conv2d_transpose":
-                return self.conv2d_transpose(var, value, choice)
-            if op in BINARY_OPS or op in CONCAT_OPS:
-                return self.common_layout(var, value, choice["out"])
-            if op in SPLIT_OPS:
-                return self.split(var, value, choice["out"])
-            if op in SLICE_OPS:
-                return self.channel_slice(var, value, choice["out"])
-            if op == "relax.matmul" and "weight" in choice:
-                return self.dense(var, value, choice)
+            rules = [rule for rule in rules_for(op) if rule.matches(value, op)]
+            if any(rule.rewrite(self, var, value, op, choice) for rule in rules):
+                return
             if (choice["in"], choice["out"]) != (NCHW, NCHW):
                 raise ProblemError(
                     f"node {name!r}: layout {choice['in']}->{choice['out']} was chosen for op "
                     f"{op or type(value).__name__!r}, which this pass can only run in NCHW"
                 )
-        follow = self.following_layout(value, op) if isinstance(value, relax.Call) else None
-        if follow is not None:
-            return self.layout_following(var, value, op, follow)
+        following = follower(value, op, source=self.source.get) if isinstance(value, relax.Call) else None
+        layout = None if following is None else self.layout_of(following[1])
+        if layout is not None:  # a layout-following op, in the layout its input arrives in
+            rule, _ = following
+            rule.follow(self, var, value, op, layout)
+            return
         self.boundary(var, value)
 
     def producer(self, var, value, op: str | None) -> str:
@@ -249,80 +232,8 @@ class _Rewriter:
             return self.source.get(value, var.name)
         if not isinstance(value, self.relax.Call):
             return var.name
-        carrier = layout_carrier(value, op, source=self.source.get)
-        return var.name if carrier is None else self.source.get(carrier, var.name)
-
-    def following_layout(self, value, op: str | None) -> str | None:
-        """The layout a layout-following op keeps (its computed input's), or None when it is not one."""
-        carrier = layout_carrier(value, op, source=self.source.get)
-        return None if carrier is None else self.layout_of(carrier)
-
-    def layout_following(self, var, value, op: str, layout: str) -> None:
-        if op in GATHER_OPS:
-            return self.channel_gather(var, value, layout)
-        if op == ONNX_RESIZE:  # its kernel again, in the layout its data arrives in, on the same tables
-            data, *tables = value.args[1].fields
-            workload = onnx_resize.workload_of(value, self.functions)
-            call = onnx_resize.emit(self.bb, self.value(data, layout), workload, layout, tables)
-            return self.emit(var, call, layout)
-        args = [self.value(a, layout) for a in value.args]
-        if op in POOL_OPS:
-            attrs = value.attrs
-            pool = self.relax.op.nn.max_pool2d if op == "relax.nn.max_pool2d" else self.relax.op.nn.avg_pool2d
-            call = pool(args[0], list(attrs.pool_size), list(attrs.strides), list(attrs.padding),
-                        list(attrs.dilation), bool(attrs.ceil_mode), bool(attrs.count_include_pad),
-                        layout=layout, out_layout=layout)
-        elif op in RESIZE_OPS and layout != NCHW:  # topi's resize2d takes NCHW{b}c
-            attrs = value.attrs
-            call = self.relax.op.image.resize2d(
-                args[0], args[1], roi=[float(r) for r in attrs.roi], layout=layout, method=str(attrs.method),
-                coordinate_transformation_mode=str(attrs.coordinate_transformation_mode),
-                rounding_method=str(attrs.rounding_method), cubic_alpha=float(attrs.cubic_alpha),
-                cubic_exclude=int(attrs.cubic_exclude), extrapolation_value=float(attrs.extrapolation_value))
-        else:
-            call = self.relax.Call(value.op, args, value.attrs, value.ty_args)
-        self.emit(var, call, layout)
-
-    def channel_gather(self, var, call, layout: str) -> None:
-        """A gather of channels by a constant permutation (a channel shuffle) in ``layout``: in a blocked
-        one, output lane ``(co, ci)`` reads the block and lane of source channel ``order[co * b + ci]``."""
-        data = self.value(call.args[0], layout)
-        block = layout_block(layout)
-        if block is None:
-            return self.emit(var, self.relax.Call(call.op, [data, call.args[1]], call.attrs), layout)
-        order = self.relax.const(channel_permutation(call).astype("int32"))
-        te = self.tvm.te
-
-        def gather(x, source):
-            def lane(n, co, h, w, ci):
-                channel = source[co * block + ci]
-                return x[n, channel // block, h, w, channel % block]
-
-            return te.compute(x.shape, lane, name="channel_gather")
-
-        self.emit(var, self.bb.call_te(gather, data, order, primfunc_name_hint="channel_gather"), layout)
-
-    def common_layout(self, var, value, layout: str) -> None:
-        args = [self.value(a, layout) for a in value.args]
-        self.emit(var, self.relax.Call(value.op, args, value.attrs, value.ty_args), layout)
-
-    def split(self, var, call, layout: str) -> None:
-        """A split along channels in ``layout``: in a blocked one, the cut falls between blocks."""
-        relax = self.relax
-        cut = call.attrs.indices_or_sections
-        if not hasattr(cut, "__len__"):  # a number of equal pieces: the same number of blocked ones
-            cut = int(cut)
-        else:  # channel offsets -> block offsets (the extraction kept only blocks dividing them)
-            cut = [int(index) // (layout_block(layout) or 1) for index in cut]
-        self.emit(var, relax.op.split(self.value(call.args[0], layout), cut, axis=1), layout)
-
-    def channel_slice(self, var, call, layout: str) -> None:
-        """A slice of a range of channels in ``layout``: in a blocked one, a range of whole blocks."""
-        (_, begin, end, _), = slice_ranges(call)
-        block = layout_block(layout) or 1
-        data = self.value(call.args[0], layout)
-        sliced = self.relax.op.strided_slice(data, axes=[1], begin=[begin // block], end=[end // block])
-        self.emit(var, sliced, layout)
+        found = follower(value, op, source=self.source.get)
+        return var.name if found is None else self.source.get(found[1], var.name)
 
     def boundary(self, var, value) -> None:
         relax = self.relax
@@ -354,88 +265,6 @@ class _Rewriter:
             return validate_workload({**workload, "epilogue": self.epilogues.get(name, [])})
         except ProblemError as exc:
             raise ProblemError(f"node {name!r}: {exc}") from None
-
-    def conv2d(self, var, call, candidate: dict[str, Any]) -> None:
-        """A conv2d -> the chosen kernel (its family's compute, as measured), weights packed here."""
-        relax = self.relax
-        attrs = call.attrs
-        name = var.name
-        in_layout, out_layout = candidate["in"], candidate["out"]
-        if (in_layout, out_layout) == (NCHW, NCHW) and "algorithm" not in candidate:
-            return self.boundary(var, call)  # TVM's own conv2d, as extracted and measured
-        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != (NCHW, "OIHW", NCHW):
-            raise ProblemError(
-                f"node {name!r}: only an NCHW/OIHW conv2d can take another kernel "
-                f"(this one is {attrs.data_layout}/{attrs.kernel_layout})"
-            )
-        workload = self.fused_workload(name, conv2d_workload(call))
-        kernels = _kernel_family(name, workload, candidate)
-        data = self.value(call.args[0], in_layout)
-        weight = call.args[1]
-        if is_tensor_constant(weight):
-            packed = kernels.pack_weight(workload, candidate, weight.value.numpy())
-            weight = relax.const(packed, str(packed.dtype))
-        elif kernels is conv2d.FAMILY:
-            # a runtime parameter: repack it in the program (FoldConstant removes it once bound)
-            in_block, out_block = layout_block(in_layout), layout_block(out_layout)
-
-            def pack(o, i, h, w):
-                return o // out_block, i // in_block, h, w, i % in_block, o % out_block
-
-            weight = self.bb.emit(relax.op.layout_transform(self.value(weight, None), index_map=pack),
-                                  name_hint=f"{name}_weight")
-        else:
-            raise ProblemError(f"node {name!r}: kernel {candidate} needs a constant weight "
-                               "(bind the weights: prepare(mod, params))")
-        tvm = self.tvm
-        hint = {"direct": "conv2d_NCHWc", "depthwise": "depthwise_conv2d_NCHWc"}.get(
-            kernels.algorithm, f"conv2d_{kernels.algorithm}")
-        new = self.bb.call_te(lambda d, w: kernels.compute(tvm, [d, w], workload, candidate), data, weight,
-                              primfunc_name_hint=hint)
-        self.emit(var, new, out_layout)
-
-    def conv2d_transpose(self, var, call, candidate: dict[str, Any]) -> None:
-        """A conv2d_transpose -> the chosen kernel (its family's compute, as measured), weight packed
-        here; ``NCHW``: TVM's own, as extracted and measured."""
-        if candidate["in"] == NCHW:
-            return self.boundary(var, call)
-        attrs = call.attrs
-        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != (NCHW, "IOHW", NCHW):
-            raise ProblemError(f"node {var.name!r}: only an NCHW/IOHW conv2d_transpose can take another "
-                               f"kernel (this one is {attrs.data_layout}/{attrs.kernel_layout})")
-        weight = call.args[1]
-        if not is_tensor_constant(weight):
-            raise ProblemError(f"node {var.name!r}: kernel {candidate} needs a constant weight "
-                               "(bind the weights: prepare(mod, params))")
-        workload = self.fused_workload(var.name, conv2d_transpose_workload(call))
-        kernels = _kernel_family(var.name, workload, candidate)
-        packed = kernels.pack_weight(workload, candidate, weight.value.numpy())
-        tvm = self.tvm
-        hint = "depthwise_conv2d_transpose_NCHWc" if workload["groups"] > 1 else "conv2d_transpose_NCHWc"
-        data = self.value(call.args[0], candidate["in"])
-        new = self.bb.call_te(lambda d, w: kernels.compute(tvm, [d, w], workload, candidate), data,
-                              self.relax.const(packed, str(packed.dtype)), primfunc_name_hint=hint)
-        self.emit(var, new, candidate["out"])
-
-    def dense(self, var, call, candidate: dict[str, Any]) -> None:
-        """``matmul(x, W)`` by a constant ``(K, N)`` weight -> the measured dense kernel of the candidate
-        (``NK``: TVM's dense on the transposed weight; ``NK{b}n``: the packed-weight kernel), the
-        weight repacked here, in numpy."""
-        relax = self.relax
-        weight = call.args[1]
-        if not is_tensor_constant(weight) or len(static_shape(weight) or ()) != 2:
-            raise ProblemError(f"node {var.name!r}: a dense kernel {candidate} needs a constant 2-D weight")
-        workload = dense_workload(call)
-        try:
-            dense.FAMILY.validate_candidate(workload, candidate)
-        except ProblemError as exc:
-            raise ProblemError(f"node {var.name!r}: {exc}") from None
-        packed = dense.FAMILY.pack_weight(workload, candidate, weight.value.numpy().T)
-        tvm = self.tvm
-        new = self.bb.call_te(lambda x, w: dense.FAMILY.compute(tvm, [x, w], workload, candidate),
-                              self.value(call.args[0], None), relax.const(packed, str(packed.dtype)),
-                              primfunc_name_hint="dense" if candidate["weight"] == "NK" else "dense_pack")
-        self.emit(var, new, None)
 
     # -- the function -------------------------------------------------------------------------
     def function(self, func):
@@ -476,17 +305,6 @@ class _Rewriter:
         if isinstance(value, relax.Var) and value not in self.outputs:
             value = self.bb.emit_output(value, name_hint=expr.name if isinstance(expr, relax.Var) else "")
         return value
-
-
-def _kernel_family(name: str, workload: dict[str, Any], candidate: dict[str, Any]):
-    """The kernel family computing node ``name``'s chosen ``candidate``, checked; ProblemError naming
-    the node otherwise."""
-    try:
-        kernels = family(workload, candidate)
-        kernels.validate_candidate(workload, candidate)
-    except ProblemError as exc:
-        raise ProblemError(f"node {name!r}: {exc}") from None
-    return kernels
 
 
 def _normalise_choices(choices: Mapping[Hashable, Any]) -> dict[str, dict[str, Any]]:
@@ -583,7 +401,7 @@ def apply_assignment(mod, graph: LayoutGraph, assignment: Mapping[Hashable, int]
     if not assignment:
         raise ProblemError("the assignment is empty: nothing to apply")
     epilogues = {node.binding: node.workload.get("epilogue", []) for node in graph.layout_nodes()
-                 if node.op == "relax.nn.conv2d"}
+                 if any(rule.takes_epilogue for rule in rules_for(node.op))}
     return apply_layouts(mod, graph.decisions(assignment, loop_order), probes=probes, epilogues=epilogues)
 
 

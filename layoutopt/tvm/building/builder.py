@@ -23,99 +23,13 @@ from ...errors import ProblemError
 from .._tvm import first_line, import_tvm, resolve_target
 from ..graph.graph import LayoutGraph
 from ..kernels import schedule_module
-from ..kernels.epilogue import divide_te, sigmoid_te, softmax_te
 from ..kernels.module import Fallback, fallbacks
-from ..kernels.transcendental import LEGALIZERS as TRANSCENDENTAL_LEGALIZERS
-from ..ops import scalar_value, static_shape
+from ..ops import legalizers, static_shape
 from .apply import apply_assignment
 from .memory import bytes_moved
-from .storage import (
-    CONCAT_IN_PLACE,
-    check_storage_plan,
-    concat_fits_in_place,
-    concat_in_place,
-    keep_concats_apart,
-    split_storage_by_shape,
-)
+from .storage import check_storage_plan, concat_in_place, keep_concats_apart, split_storage_by_shape
 
 __all__ = ["Compiled", "build", "check_rewrite", "compile_module", "legalize"]
-
-def _out_dtype(attrs, default: str | None) -> str | None:
-    dtype = str(attrs.out_dtype) if attrs.out_dtype is not None else ""
-    return default if dtype in ("", "None", "void") else dtype
-
-
-def _legalize_conv2d(bb, call):
-    """Blocked conv2d -> ``topi.nn.conv2d_NCHWc`` (TVM's legalizer leaves it, and codegen then fails)."""
-    tvm = import_tvm()
-    from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
-
-    attrs = call.attrs
-    if len(attrs.data_layout) == 4 and len(attrs.kernel_layout) == 4:
-        return _nn_conv2d(bb, call)
-    out_dtype = _out_dtype(attrs, str(call.args[0].ty.dtype))
-    return bb.call_te(
-        tvm.topi.nn.conv2d_NCHWc, call.args[0], call.args[1], list(attrs.strides), list(attrs.padding),
-        list(attrs.dilation), attrs.data_layout, attrs.out_layout, out_dtype,
-        primfunc_name_hint="conv2d_NCHWc",
-    )
-
-
-def _legalize_sigmoid(bb, call):
-    """``relax.sigmoid`` -> :func:`~layoutopt.tvm.kernels.epilogue.sigmoid_te` (vectorised), as the
-    kernels measured with a fused sigmoid compute it."""
-    tvm = import_tvm()
-    return bb.call_te(lambda x: sigmoid_te(tvm, x), call.args[0], primfunc_name_hint="sigmoid")
-
-
-def _legalize_silu(bb, call):
-    """``relax.nn.silu`` -> ``x * sigmoid(x)`` with the vectorised sigmoid (:func:`_legalize_sigmoid`)."""
-    tvm = import_tvm()
-    return bb.call_te(lambda x: sigmoid_te(tvm, x, times_input=True), call.args[0], primfunc_name_hint="silu")
-
-
-def _legalize_softmax(bb, call):
-    """``relax.nn.softmax`` -> :func:`~layoutopt.tvm.kernels.epilogue.softmax_te` (its ``exp`` vectorised)."""
-    tvm = import_tvm()
-    return bb.call_te(lambda x: softmax_te(tvm, x, int(call.attrs.axis)), call.args[0],
-                      primfunc_name_hint="softmax")
-
-
-def _legalize_divide(bb, call):
-    """``relax.divide`` by a scalar constant -> :func:`~layoutopt.tvm.kernels.epilogue.divide_te` (a
-    multiply by the reciprocal, as a fused ``["divide", c]`` step computes it); other divisions ->
-    TVM's legalization."""
-    tvm = import_tvm()
-    divisor = scalar_value(call.args[1])
-    data = call.args[0]
-    if divisor is None or static_shape(data) is None or static_shape(data) != static_shape(call):
-        return tvm.ir.Op.get("relax.divide").get_attr("FLegalize")(bb, call)
-    return bb.call_te(lambda x: divide_te(tvm, x, divisor), data, primfunc_name_hint="divide")
-
-
-def _legalize_concat(bb, call):
-    """``relax.concat`` -> TVM's ``concatenate``, marked
-    :data:`~layoutopt.tvm.building.storage.CONCAT_IN_PLACE`
-    where its inputs lie one after another in its output, so that the build can let its producers
-    write there (:func:`~layoutopt.tvm.building.storage.concat_in_place`)."""
-    from tvm.relax.transform.legalize_ops.manipulate import _concat
-
-    legalized = _concat(bb, call)  # call_tir(concatenate, (inputs...), ...)
-    shapes = [static_shape(field) for field in legalized.args[1].fields]
-    if shapes and all(shape is not None for shape in shapes) and \
-            concat_fits_in_place(shapes, axis := int(call.attrs.axis) % len(shapes[0])):
-        gvar = legalized.args[0]
-        bb.update_func(gvar, bb.get()[gvar].with_attr(CONCAT_IN_PLACE, axis))
-    return legalized
-
-
-#: the ops this module legalizes itself (exp, log, tanh, erf, GELU, softplus and small integer powers
-#: vectorised: :mod:`.kernels.transcendental`; a division by a constant as a multiply), the others by
-#: TVM's legalizer
-_LEGALIZERS = {"relax.nn.conv2d": _legalize_conv2d, "relax.sigmoid": _legalize_sigmoid,
-               "relax.nn.silu": _legalize_silu, "relax.nn.softmax": _legalize_softmax,
-               "relax.concat": _legalize_concat, "relax.divide": _legalize_divide,
-               **TRANSCENDENTAL_LEGALIZERS}
 
 #: ops that may remain after legalization: the VM runs them itself
 _VM_OPS = frozenset({"relax.shape_of", "relax.null_value", "relax.print", "relax.assert_op",
@@ -191,7 +105,8 @@ def legalize(mod, target=None):
     relax = tvm.relax
     with target:  # sort, scan and sampling ops have no legalization: TVM's pipeline dispatches them first
         mod = relax.backend.DispatchSortScan()(relax.backend.DispatchSampling()(mod))
-        mod = relax.transform.LegalizeOps(customize_legalize_map=_LEGALIZERS)(mod)
+        # the operator rules' own legalizations (layoutopt.tvm.ops), TVM's for every other op
+        mod = relax.transform.LegalizeOps(customize_legalize_map=legalizers())(mod)
     for block in mod["main"].body.blocks:
         for binding in block.bindings:
             value = binding.value

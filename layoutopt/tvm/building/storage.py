@@ -13,7 +13,7 @@ its own, so memory passes only between tensors of one shape, which the same kind
 split alike. It costs memory (a storage per shape instead of one per plan slot) and, where handing
 lines over is cheap, the cache misses of a larger footprint: on MobileNetV2 (AMD Zen 4, 2 threads) it
 ran 1.26-1.50x faster than Relax's plan in the slow mode and 0.94x in the fast one
-(``benchmarks/storage_plan.py``). :func:`~layoutopt.tvm.building.builder.compile_module` takes it as
+(``notes/storage_plan.md``). :func:`~layoutopt.tvm.building.builder.compile_module` takes it as
 ``storage="by_shape"``.
 
 :func:`concat_in_place`, run at the same point, gives a concat whose inputs lie one after another in its
@@ -38,6 +38,7 @@ from typing import Any
 
 from ...errors import ProblemError
 from .._tvm import first_line, import_tvm
+from ..ops.concat import CONCAT_IN_PLACE, concat_fits_in_place
 
 #: the storage plans :func:`~layoutopt.tvm.building.builder.compile_module` knows
 STORAGE_PLANS = ("relax", "by_shape")
@@ -155,25 +156,9 @@ def split_storage_by_shape(mod: Any) -> Any:
     return out
 
 
-#: the attribute that marks a concat PrimFunc :func:`concat_in_place` may remove (its value: the axis)
-CONCAT_IN_PLACE = "layoutopt.concat_in_place"
 #: the alignment TVM's kernels assume of a tensor's data (``kAllocAlignment``): an input placed at an
 #: offset that is no multiple of it keeps its own storage
 _ALIGNMENT = 64
-
-
-def concat_fits_in_place(shapes: list[tuple[int, ...]], axis: int) -> bool:
-    """Whether a concat of tensors of ``shapes`` along ``axis`` lays its inputs out one after another:
-    every axis before ``axis`` has extent 1 (one image, channels or a blocked layout's outer channel
-    axis), so each input is one contiguous range of the output.
-
-    Example:
-        >>> concat_fits_in_place([(1, 2, 8, 8, 16), (1, 1, 8, 8, 16)], 1)
-        True
-        >>> concat_fits_in_place([(2, 2, 8, 8, 16), (2, 1, 8, 8, 16)], 1)    # two images
-        False
-    """
-    return len(shapes) >= 2 and all(0 <= axis < len(s) and math.prod(s[:axis]) == 1 for s in shapes)
 
 
 def _written_params(tvm: Any, func: Any) -> set[int]:

@@ -40,24 +40,13 @@ from ..graph.graph import LayoutGraph
 from ..kernels import layout_shape
 from ..measure.cache import task_key
 from ..measure.runner import LocalRunner, Runner
+from ..ops import RULES, categories, kernel_categories, rules_for
 
 __all__ = ["OTHER", "Call", "Category", "KernelShapes", "Observation", "call_category", "layer_calls",
            "observe", "profile_builds", "profile_calls", "time_breakdown"]
 
-#: (category, substrings of a call's symbol), first match wins: a fused function is named after its
-#: ops (``fused_conv2d_NCHWc_add_relu``), and the anchor op comes first in these rules
-_CATEGORY_RULES = (
-    ("conv2d_transpose", ("conv2d_transpose",)),
-    ("conv2d", ("conv2d",)),
-    ("dense", ("matmul", "dense")),
-    ("layout_transform", ("layout_transform",)),
-    ("pool", ("pool", "mean")),
-    ("concat", ("concat",)),
-    ("resize", ("resize",)),
-    ("vm builtins", ("vm.builtin",)),
-)
-#: the categories of the target nodes' kernels (a workload's op is its category)
-_KERNEL_CATEGORIES = ("conv2d", "conv2d_transpose", "dense")
+#: the calls that are no op's: the VM's own builtins (allocations, shape checks...), after every rule's
+_NON_OP_CATEGORIES = (("vm builtins", ("vm.builtin",)),)
 #: the category of every call no rule names
 OTHER = "other (elementwise, reshape...)"
 
@@ -83,14 +72,22 @@ class Category:
     calls: int
 
 
+def _category_rules() -> list[tuple[str, tuple[str, ...]]]:
+    """(category, substrings of a call's symbol), first match wins: the operator rules', the VM's."""
+    return [*categories(), *_NON_OP_CATEGORIES]
+
+
 def call_category(symbol: str) -> str:
-    """The category of a call, from its symbol.
+    """The category of a call, from its symbol: the first operator rule's category (in registry order,
+    :func:`~layoutopt.tvm.ops.categories`: a fused function is named after its ops,
+    ``fused_conv2d_NCHWc_add_relu``, its anchor op first) whose symbol part it holds, the VM's builtins,
+    else :data:`OTHER`.
 
     Example:
         >>> call_category("fused_conv2d_NCHWc_add_relu3"), call_category("vm.builtin.alloc_tensor")
         ('conv2d', 'vm builtins')
     """
-    for category, parts in _CATEGORY_RULES:
+    for category, parts in _category_rules():
         if any(part in symbol for part in parts):
             return category
     return OTHER
@@ -212,10 +209,12 @@ def time_breakdown(calls: Sequence[Call], graph: LayoutGraph, costs: Any,
     problem = Problem.from_graph(graph, costs)
     index = {node: i for i, node in enumerate(problem.nodes)}
     predicted: dict[str, float] = defaultdict(float)
+    kernels = kernel_categories()
+    in_network = {rule.category for rule in RULES if rule.in_network}
     for node in graph.layout_nodes():
         op = node.workload.get("op")
         cost = float(problem.node_costs[index[node.name]][assignment[node.name]])
-        if (node.kind == "target" and op in _KERNEL_CATEGORIES) or (op == "concat" and cost > 0):
+        if (node.kind == "target" and op in kernels) or (op in in_network and cost > 0):
             predicted[op] += cost  # a concat is costed once calibrated in the network
     for producer, consumer in graph.edges:
         edge = problem.edge(index[producer], index[consumer])
@@ -226,7 +225,7 @@ def time_breakdown(calls: Sequence[Call], graph: LayoutGraph, costs: Any,
         category = call_category(call.symbol)
         measured[category] += call.seconds
         counts[category] += 1
-    order = [name for name, _ in _CATEGORY_RULES] + [OTHER]
+    order = [*dict.fromkeys(name for name, _ in _category_rules()), OTHER]
     return [Category(name, predicted.get(name),
                      measured.get(name, 0.0), counts.get(name, 0))
             for name in order if name in measured or name in predicted]
@@ -337,7 +336,7 @@ def layer_calls(calls: Sequence[Call],
         (['conv1', 'conv2'], True)
     """
     remaining = [(call, Counter(call.shapes)) for call in calls
-                 if call_category(call.symbol) in _KERNEL_CATEGORIES]
+                 if call_category(call.symbol) in kernel_categories()]
     wanted = [(name, shapes(workload, candidate)) for name, workload, candidate in layers]
     times: dict[Hashable, float] = {}
     for exact in (True, False):  # exact matches first, so that a fallback never takes another's call
@@ -381,22 +380,21 @@ def _transform_calls(calls: Sequence[Call], graph: LayoutGraph,
 
 def _multi_input_times(calls: Sequence[Call], graph: LayoutGraph,
                        assignment: Mapping[Hashable, int]) -> dict[Hashable, float]:
-    """In-network seconds of the multi-input ops (concat) that ran as kernels of their own."""
-    remaining = [(call, sorted(call.shapes)) for call in calls if call_category(call.symbol) == "concat"]
+    """In-network seconds of the multi-input nodes that ran as kernels of their own (a concat: an
+    ``in_network`` operator rule's), matched by the shapes of the call its rule says it runs as."""
+    remaining = [(call, call_category(call.symbol), sorted(call.shapes)) for call in calls]
     times = {}
     for node in graph.layout_nodes():
-        node_shapes = node.workload.get("shapes") or []
-        if node.kind != "multi" or node.workload.get("op") != "concat" or not node_shapes:
+        if node.kind != "multi":
             continue
-        if any(shape is None or len(shape) != 4 for shape in node_shapes):
-            continue
-        axis = node.workload.get("axis", 1)
-        out = list(node_shapes[0])
-        out[axis] = sum(shape[axis] for shape in node_shapes)
         layout = node.choices[assignment[node.name]].out_layout
-        wanted = sorted(layout_shape(shape, layout) for shape in [*node_shapes, out])
-        for i, (call, have) in enumerate(remaining):
-            if have == wanted:
+        found = next(((rule.category, shapes) for rule in rules_for(node.op) if rule.in_network
+                      if (shapes := rule.call_shapes(node.workload, layout)) is not None), None)
+        if found is None:
+            continue
+        category, wanted = found[0], sorted(found[1])
+        for i, (call, called, have) in enumerate(remaining):
+            if called == category and have == wanted:
                 times[node.name] = call.seconds
                 del remaining[i]
                 break

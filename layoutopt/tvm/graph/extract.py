@@ -48,34 +48,8 @@ from typing import Any
 from ...errors import ProblemError
 from .._tvm import import_tvm
 from ..frontend.normalise import main_function, prepare
-from ..kernels import (
-    CONV2D_ORDERS,
-    DEFAULT_ALGORITHMS,
-    DEFAULT_BLOCKS,
-    DEFAULT_ORDERS,
-    FAMILIES,
-    NCHW,
-    channel_blocks,
-    conv2d_candidates,
-    dense_candidates,
-)
-from ..kernels import candidates as kernel_candidates
-from ..ops import (
-    BINARY_OPS,
-    CONCAT_OPS,
-    SLICE_OPS,
-    SPLIT_OPS,
-    EpilogueChains,
-    channel_split_sections,
-    conv2d_transpose_workload,
-    conv2d_workload,
-    dense_workload,
-    is_tensor_constant,
-    layout_carrier,
-    op_name,
-    slice_ranges,
-    var_uses,
-)
+from ..kernels import CONV2D_ORDERS, DEFAULT_ALGORITHMS, DEFAULT_BLOCKS, DEFAULT_ORDERS, FAMILIES, NCHW
+from ..ops import EpilogueChains, Node, follower, is_tensor_constant, op_name, rules_for, var_uses
 from .graph import KINDS, Choice, LayoutGraph, LayoutNode, Value
 
 __all__ = ["KINDS", "CandidateOptions", "Candidates", "extract_layout_graph"]
@@ -83,10 +57,6 @@ __all__ = ["KINDS", "CandidateOptions", "Candidates", "extract_layout_graph"]
 #: what ``candidates=`` accepts: channel blocks, options ``{"blocks": [...], "orders": [...]}``, a
 #: function ``workload -> candidate dicts``, or None (or any of them read once: :class:`CandidateOptions`)
 Candidates = Iterable[int] | Mapping[str, Any] | Callable[[dict[str, Any]], list[dict[str, Any]]] | None
-
-#: op names of workloads in ``"workload"`` of multi-input nodes (short, like the kernel workloads)
-_SHORT_NAMES = {"relax.concat": "concat"}
-
 
 # ------------------------------------------------------------------------------------------------
 # extraction
@@ -242,7 +212,12 @@ def _blocks(candidates: Any) -> tuple[int, ...]:
 
 
 class _Extractor:
-    """One walk over ``main``'s bindings, in order (they are topologically sorted by construction)."""
+    """One walk over ``main``'s bindings, in order (they are topologically sorted by construction).
+
+    Each call is classified by the operator rules (:mod:`layoutopt.tvm.ops`), in registry order: the
+    first rule naming a layout carrier makes it layout-following, else the first rule extracting a
+    node makes it one (the catch-all a boundary). The extractor is the rules' context: ``shape``,
+    ``is_data``, ``is_weight``, ``blocks``, ``given_blocks``, ``conv_options`` and ``candidates``."""
 
     def __init__(self, options: CandidateOptions, fuse: bool = True, functions=None):
         self.tvm = import_tvm()
@@ -396,73 +371,30 @@ class _Extractor:
             return  # computed from constants only (FoldConstant leaves few of these)
         op = op_name(value, self.functions)
         self.epilogues.binding(var, value, op)
-        carrier = layout_carrier(value, op, self.is_follower_input, self.source_of)
-        if carrier is not None:  # layout-following: same classification as the rewrite's
-            producer = self.source_of(carrier)  # the one computed operand
+        following = follower(value, op, self.is_follower_input, self.source_of)
+        if following is not None:  # layout-following: same classification as the rewrite's
+            producer = self.source_of(following[1])  # the one computed operand
             self.source[var] = producer
             self.following[name] = producer
             return
-        if op in ("relax.nn.conv2d", "relax.nn.conv2d_transpose") and self.conv2d(name, value, op):
-            self.epilogues.start(name, var)
-        elif not self.other_node(name, value, op, inputs):
-            self.boundary(name, value, op, inputs)
+        node = next(found for rule in rules_for(op) if rule.matches(value, op)
+                    if (found := rule.extract(value, op, name, inputs, self)) is not None)
+        self.add(name, var, op, node, inputs)
         self.source[var] = name  # items of a node's tuple output come from the node too
 
-    def other_node(self, name: str, call, op: str | None, inputs: list) -> bool:
-        """A dense, multi-input, split or channel-slice node for ``call``; False when it is none of them
-        (then a boundary)."""
-        if op == "relax.matmul":
-            return self.dense(name, call)
-        if op in BINARY_OPS or op in CONCAT_OPS:
-            return self.multi(name, call, op, inputs)
-        return self.channel_cut(name, call, op, inputs)
+    def add(self, name: str, var, op: str | None, node: Node, inputs: list) -> None:
+        """The node a rule extracted for binding ``name``: its choices, its edges in, its epilogue chain."""
+        if node.kind == "target":
+            choices = self.checked(name, node.candidates)
+        else:
+            choices = [Choice.layout(layout) for layout in node.layouts or [NCHW]]
+        self.add_node(name, node.kind, name, node.op or op, node.workload, choices)
+        self.connect(name, inputs if node.inputs is None else node.inputs)
+        if node.starts_chain:
+            self.epilogues.start(name, var)
 
     def data_vars_of_call(self, call) -> list:
         return [v for arg in call.args for v in self.data_vars(arg)]
-
-    # -- node classes ---------------------------------------------------------------------------
-    def conv2d(self, name: str, call, op: str = "relax.nn.conv2d") -> bool:
-        """A conv2d, or (``op``) a conv2d_transpose, whose weight is a constant: a target node."""
-        attrs = call.attrs
-        data, weight = call.args[0], call.args[1]
-        transposed = op == "relax.nn.conv2d_transpose"
-        kernel_layout = "IOHW" if transposed else "OIHW"
-        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", kernel_layout, "NCHW"):
-            return False
-        if not self.is_data(data) or not self.is_weight(weight):
-            return False  # a weight computed at run time is not a kernel we can pack
-        what = op.rsplit(".", 1)[-1]
-        self.shape(data, f"input of {what} {name!r}")  # a clear error for dynamic shapes
-        self.shape(weight, f"weight of {what} {name!r}")
-        workload = conv2d_transpose_workload(call) if transposed else conv2d_workload(call)
-        if self.candidates:
-            cands = self.candidates(workload)
-        elif transposed:
-            cands = kernel_candidates(workload, self.conv_options["algorithms"], blocks=self.blocks)
-        else:
-            cands = conv2d_candidates(workload, blocks=self.blocks, **self.conv_options)
-        self.add_node(name, "target", name, op, workload, self.checked(name, cands))
-        self.connect(name, [data])
-        return True
-
-    def dense(self, name: str, call) -> bool:
-        data, weight = call.args[0], call.args[1]
-        if not self.is_data(data) or not self.is_weight(weight):
-            return False
-        data_shape = self.shape(data, f"input of matmul {name!r}")
-        weight_shape = self.shape(weight, f"weight of matmul {name!r}")
-        if len(data_shape) != 2 or len(weight_shape) != 2:
-            return False
-        workload = dense_workload(call)
-        if self.candidates:
-            cands = self.candidates(workload)
-        elif self.given_blocks:
-            cands = dense_candidates(workload, blocks=self.given_blocks)
-        else:
-            cands = dense_candidates(workload)
-        self.add_node(name, "target", name, "relax.matmul", workload, self.checked(name, cands))
-        self.connect(name, [data])
-        return True
 
     def checked(self, name: str, cands: Any) -> list[Choice]:
         valid = isinstance(cands, list) and cands and all(isinstance(c, dict) and {"in", "out"} <= set(c)
@@ -477,84 +409,3 @@ class _Extractor:
     def is_follower_input(self, var) -> bool:
         """A computed tensor a layout-following op can carry the layout of (not a bound tuple)."""
         return self.is_data(var) and var not in self.tuples
-
-    def multi(self, name: str, call, op: str, inputs: list) -> bool:
-        """A multi-input op: its choices are one common layout of all inputs and the output."""
-        relax = self.relax
-        if op in CONCAT_OPS:
-            operands = inputs
-        elif all(isinstance(a, relax.Var) for a in call.args):
-            operands = list(call.args)
-        else:
-            return False  # a tensor and a constant that is not per-channel: a boundary
-        out_shape = self.shape(call, f"binding {name!r}")
-        shapes = [self.shape(v, f"input {v.name!r} of {name!r}") for v in operands]
-        workload: dict[str, Any] = {"op": _SHORT_NAMES.get(op, op.rsplit(".", 1)[-1]), "shapes": shapes,
-                                    "dtype": str(call.ty.dtype)}
-        blocked = out_shape is not None and len(out_shape) == 4 and all(s is not None and len(s) == 4
-                                                                         for s in shapes)
-        if op in CONCAT_OPS:
-            axis = int(call.attrs.axis)
-            workload["axis"] = axis
-            # a blocked concat keeps the axis index (1, 2 or 3) of the 5-D tensors, and its inputs are
-            # converted field by field, so it needs an inline tuple and a non-negative axis
-            blocked = blocked and isinstance(call.args[0], relax.Tuple) and axis in (1, 2, 3)
-        else:
-            # broadcasting over channels (an input with C = 1) cannot be blocked
-            blocked = blocked and all(s[1] == out_shape[1] for s in shapes)
-        layouts = []
-        if blocked:
-            channel_counts = {s[1] for s in shapes}
-            layouts = [f"NCHW{b}c" for b in channel_blocks(min(channel_counts), self.blocks)
-                       if all(c % b == 0 for c in channel_counts)]
-        layouts.append(NCHW)
-        self.add_node(name, "multi", name, op, workload, [Choice.layout(layout) for layout in layouts])
-        self.connect(name, inputs)
-        return True
-
-    def channel_cut(self, name: str, call, op: str | None, inputs: list) -> bool:
-        """A split or a slice along channels: a node of its own (:meth:`split`, :meth:`channel_slice`);
-        False for any other op."""
-        if op in SPLIT_OPS:
-            return self.split(name, call, inputs)
-        return op in SLICE_OPS and self.channel_slice(name, call, inputs)
-
-    def split(self, name: str, call, inputs: list) -> bool:
-        """A split along channels: one common layout of its input and its pieces, blocked where the block
-        divides every piece (each piece is then whole blocks, cut at block boundaries)."""
-        sections = channel_split_sections(call)
-        if sections is None:
-            return False
-        shape = self.shape(call.args[0], f"input of {name!r}")
-        workload = {"op": "split", "shapes": [shape], "sections": sections,
-                    "dtype": str(call.args[0].ty.dtype)}
-        layouts = [f"NCHW{b}c" for b in channel_blocks(min(sections), self.blocks)
-                   if all(section % b == 0 for section in sections)]
-        self.add_node(name, "multi", name, "relax.split", workload,
-                      [Choice.layout(layout) for layout in [*layouts, NCHW]])
-        self.connect(name, inputs)
-        return True
-
-    def channel_slice(self, name: str, call, inputs: list) -> bool:
-        """A slice of a range of channels (stride 1): one common layout of its input and output, blocked
-        where the block divides the input's channels and the range's start and length."""
-        ranges = slice_ranges(call)
-        if ranges is None or len(ranges) != 1 or ranges[0][0] != 1 or ranges[0][3] != 1:
-            return False
-        _, begin, end, _ = ranges[0]
-        shape = self.shape(call.args[0], f"input of {name!r}")
-        workload = {"op": "strided_slice", "shapes": [shape], "begin": begin, "end": end,
-                    "dtype": str(call.args[0].ty.dtype)}
-        layouts = [f"NCHW{b}c" for b in channel_blocks(max(end - begin, 1), self.blocks)
-                   if shape[1] % b == 0 and begin % b == 0 and (end - begin) % b == 0]
-        self.add_node(name, "multi", name, "relax.strided_slice", workload,
-                      [Choice.layout(layout) for layout in [*layouts, NCHW]])
-        self.connect(name, inputs)
-        return True
-
-    def boundary(self, name: str, call, op: str | None, inputs: list) -> None:
-        shapes = [self.shape(v, f"input {v.name!r} of {name!r}") for v in inputs]
-        named = op or (call.op.name_hint if hasattr(call.op, "name_hint") else type(call.op).__name__)
-        workload = {"op": named.rsplit(".", 1)[-1], "shapes": shapes}
-        self.add_node(name, "boundary", name, named, workload, [Choice.layout()])
-        self.connect(name, inputs)

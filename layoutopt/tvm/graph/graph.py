@@ -197,6 +197,22 @@ class LayoutGraph(nx.DiGraph):
             self.add_edge(producer, consumer, layout=LayoutEdge(dtype))
         self.layout_edge(producer, consumer).values.append(value)
 
+    def replace_choices(self, name: Hashable, choices: tuple[Choice, ...]) -> None:
+        """Give node ``name`` new ``choices`` (a new :class:`LayoutNode` record, so that a copy of the
+        graph it was copied from keeps its own), e.g. the schedules a search found.
+
+        Example:
+            >>> graph = LayoutGraph()
+            >>> graph.add_layout_node(LayoutNode("conv1", "target", "conv1", "relax.nn.conv2d", {},
+            ...                                  (Choice({"in": "NCHW8c", "out": "NCHW8c"}),)))
+            >>> copy = graph.copy()
+            >>> copy.replace_choices("conv1", (Choice({"in": "NCHW8c", "out": "NCHW8c", "reg_n": 4}),))
+            >>> copy.nodes["conv1"]["choices"], graph.nodes["conv1"]["choices"]
+            (['NCHW8c->NCHW8c[reg_n=4]'], ['NCHW8c->NCHW8c'])
+        """
+        node = self.layout_node(name)
+        self.add_layout_node(LayoutNode(node.name, node.kind, node.binding, node.op, node.workload, choices))
+
     def choice(self, name: Hashable, index: int) -> Choice:
         """Choice ``index`` of node ``name``."""
         return self.layout_node(name).choices[index]

@@ -9,7 +9,7 @@ real ones), vectorised along the output block, the fused epilogue in the same pa
 Against the per-phase direct kernel (:mod:`.conv2d_transpose`) it multiplies no zero taps (a 3x3
 stride-2 kernel's phases padded to 2x2) and its GEMM has the better register tile, but it writes the
 ``KH*KW`` columns of every input pixel and reads them back. Measured cold on znver3
-(``benchmarks/results/transpose_algorithms.md``, a shared host: ratios within a workload), 64 -> 64
+(``notes/transpose_algorithms.md``, a shared host: ratios within a workload), 64 -> 64
 channels at 40x40: the fastest GEMM + col2im ran 3.9x faster than the fastest direct kernel on 3x3
 stride 2, 1.4x on 4x4 stride 2, and 2.8x on 3x3 stride 2 from 128 channels at 20x20. Where the kernel
 is as large as its stride (PP-OCR's 2x2 stride-2 heads) each output pixel takes one tap and the direct

@@ -13,7 +13,7 @@ The old kernel (the direct family's) first copied the whole input into a zero-pa
 pass over memory as large as the conv's own. Here the padding is in the indexing: a tap outside
 the input reads ``0`` (clamped address, guarded load), and the guard is marked ``likely``, so that
 TVM's loop partitioning (in its default lowering) gives the interior tiles a loop with no guard at
-all. Side by side on znver3 (AVX2, 2 threads, ``benchmarks/results/depthwise.md``), the same
+all. Side by side on znver3 (AVX2, 2 threads, ``notes/depthwise.md``), the same
 kernel fed by a padded copy ran up to 1.7x slower on MobileNets' stride-1 layers and 1.5-2.3x on
 their stride-2 ones (there the copy moves four times the bytes the kernel writes).
 

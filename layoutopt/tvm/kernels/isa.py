@@ -77,7 +77,7 @@ def isa_name(target: Any = None) -> str:
 #: at most this many output columns per register tile (the tile is unrolled)
 MAX_TILE_COLUMNS = 14
 #: at most this many accumulator registers: past it, more columns gained nothing measurable
-#: (benchmarks/results/register_tiles.md: 14-16 accumulators were best on AVX-512 and AVX2 alike)
+#: (notes/register_tiles.md: 14-16 accumulators were best on AVX-512 and AVX2 alike)
 MAX_ACCUMULATORS = 16
 
 
@@ -89,7 +89,7 @@ def register_tile(out_width: int, out_block: int | None, target: Any = None) -> 
     accumulators get ``registers - ceil(out_block / lanes) - 1`` registers at most (else LLVM spills
     inside the reduction loop: the 64-wide blocks with AutoTVM's ``reg_n = 8`` did), and at most
     :data:`MAX_ACCUMULATORS`: about 14 independent FMAs keep both FMA pipes busy, and measured, the
-    best tiles had 14-16 accumulators on AVX-512 and AVX2 alike (``benchmarks/results/register_tiles.md``:
+    best tiles had 14-16 accumulators on AVX-512 and AVX2 alike (``notes/register_tiles.md``:
     each blocked conv's best tile against this rule's, per ISA; the old cap of 8 columns was much
     slower). Within that, the tile count is the fewest possible, and the columns split the width
     evenly over them (a partial last tile is fine: on Inception's 17-wide maps a one-column tile ran
@@ -190,7 +190,7 @@ def gemm_register_tile(out_h: int, out_w: int, out_outer: int, out_block: int,
       ran 1.1-1.3x faster there than 2 x 2 blocks at 14x14 (and than 4 + 3 x 1 at 7x7), while 2 x 2
       ran up to 2x faster on panels that fit L1. Blocks of 8 gained on every panel size: 2 x 5
       blocks ran 1.05-1.08x faster than 7 x 1 on 7x7 maps with panels of 69-180 KiB (cold, paired
-      rounds). Measured (``benchmarks/results/gemm_tiles.md``): version 10 (blocks of 8) ran the 1x1
+      rounds). Measured (``notes/gemm_tiles.md``): version 10 (blocks of 8) ran the 1x1
       layers of four mobile backbones a median 1.18x faster than the rule below, up to 1.56x on 14x14
       and 28x28 maps; version 11's partial rows and wider blocks against version 10's in that file.
       Winograd's and the dense's tiles of 16-channel blocks keep the rule below (not measured with

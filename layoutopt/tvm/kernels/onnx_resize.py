@@ -43,7 +43,7 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,17 +51,11 @@ import numpy as np
 
 from ...errors import ProblemError
 from .._tvm import import_tvm
-from .common import block_names, inline_into_last
-from .family import KernelFamily
+from .resize import Resize
 from .workload import (
-    DEFAULT_BLOCKS,
     NCHW,
-    channel_blocks,
-    check_divides,
     layout_block,
     layout_shape,
-    pack_data,
-    unpack_data,
     validate_workload,
 )
 
@@ -388,31 +382,12 @@ def workload_of(call, functions) -> dict[str, Any] | None:
     return None if text is None else json.loads(str(text))
 
 
-class OnnxResize(KernelFamily):
+class OnnxResize(Resize):
     """An ONNX ``Resize`` with ONNX's semantics, in plain or channel-blocked layouts (see the module's
-    docstring)."""
+    docstring): :class:`~.resize.Resize`'s candidates, packing and schedule, with its own tables."""
 
     op = "onnx_resize"
     main_blocks = MAIN_BLOCKS
-
-    def candidates(self, workload: dict[str, Any],
-                   blocks: Iterable[int] = DEFAULT_BLOCKS) -> list[dict[str, Any]]:
-        """Each dividing channel block's ``NCHW{b}c`` (in and out alike), then ``NCHW``."""
-        layouts = [f"NCHW{b}c" for b in channel_blocks(workload["data"][1], blocks)] + [NCHW]
-        return [{"in": layout, "out": layout} for layout in layouts]
-
-    def validate_candidate(self, workload: dict[str, Any], candidate: dict[str, Any]) -> None:
-        """Raise ProblemError unless ``candidate`` is one layout in and out that holds the channels."""
-        what = f"onnx_resize candidate {candidate!r}"
-        if not isinstance(candidate, dict) or set(candidate) != {"in", "out"}:
-            raise ProblemError(f"{what} must be {{'in': LAYOUT, 'out': LAYOUT}}")
-        if candidate["in"] != candidate["out"]:
-            raise ProblemError(f"{what}: a resize writes the layout it reads")
-        check_divides(layout_block(candidate["in"]), workload["data"][1], what)
-
-    def logical_shapes(self, workload: dict[str, Any]) -> list[list[int]]:
-        """The NCHW input (the tables are the workload's own: :meth:`pack_inputs` adds them)."""
-        return [workload["data"]]
 
     def reference(self, workload: dict[str, Any], inputs: Sequence[np.ndarray]) -> np.ndarray:
         """:func:`resize_reference`."""
@@ -421,19 +396,13 @@ class OnnxResize(KernelFamily):
     def pack_inputs(self, workload: dict[str, Any], candidate: dict[str, Any],
                     inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The input in the candidate's layout, then the tables (:func:`table_arrays`)."""
-        return [pack_data(inputs[0], candidate["in"]), *table_arrays(workload)]
-
-    def unpack_output(self, workload: dict[str, Any], candidate: dict[str, Any],
-                      output: np.ndarray) -> np.ndarray:
-        """The output as a logical NCHW array."""
-        return unpack_data(output, candidate["out"])
+        return [*super().pack_inputs(workload, candidate, inputs), *table_arrays(workload)]
 
     def placeholders(self, tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
         """The input in the candidate's layout, then the tables."""
-        data = tvm.te.placeholder(layout_shape(workload["data"], candidate["in"]), dtype=workload["dtype"],
-                                  name="data")
-        return [data, *(tvm.te.placeholder(array.shape, dtype=str(array.dtype), name=f"table{i}")
-                        for i, array in enumerate(table_arrays(workload)))]
+        return [*super().placeholders(tvm, workload, candidate),
+                *(tvm.te.placeholder(array.shape, dtype=str(array.dtype), name=f"table{i}")
+                  for i, array in enumerate(table_arrays(workload)))]
 
     def resident_inputs(self, tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
         """The tables (:func:`table_arrays`): constants of the build."""
@@ -442,13 +411,6 @@ class OnnxResize(KernelFamily):
     def compute(self, tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
         """:func:`compute` in the candidate's layout."""
         return compute(tvm, inputs[0], inputs[1:], workload, candidate["in"])
-
-    def schedule(self, func, target=None):
-        """As :meth:`~.resize.Resize.schedule`: the resize and the ops fused with it in one loop nest,
-        parallel over its outer axes, the innermost (a channel block, or a plain row) vectorised."""
-        sch = import_tvm().s_tir.Schedule(func)
-        inline_into_last(sch, block_names(sch))
-        return sch
 
 
 #: the family (:data:`~layoutopt.tvm.kernels.registry.FAMILIES` registers it)

@@ -151,7 +151,7 @@ class Resize(KernelFamily):
 
     def validate_candidate(self, workload: dict[str, Any], candidate: dict[str, Any]) -> None:
         """Raise ProblemError unless ``candidate`` is one layout in and out that holds the channels."""
-        what = f"resize2d candidate {candidate!r}"
+        what = f"{self.op} candidate {candidate!r}"
         if not isinstance(candidate, dict) or set(candidate) != {"in", "out"}:
             raise ProblemError(f"{what} must be {{'in': LAYOUT, 'out': LAYOUT}}")
         if candidate["in"] != candidate["out"]:

@@ -1,18 +1,23 @@
 """Append-only JSON-lines cache of measured kernel costs, safe against ``kill -9`` at any moment.
 
 One line per measurement, keyed by what the cost is valid for (a :class:`CostContext`: the target,
-the TVM version with the schedule version and the timing, and the device for costs measured elsewhere
+the TVM version with the schedule version and the timing, the device for costs measured elsewhere
 than on this machine: ``"device": "rpc:KEY"`` for an RPC device key; records measured here have no
-``device`` and keep their keys), the workload and the candidate::
+``device`` and keep their keys; and the CPU measured on, ``"cpu"``, as :func:`~layoutopt.machine.cpu_name`
+names it), the workload and the candidate (its schedule knobs included)::
 
     {"target": "{\\"kind\\": \\"llvm\\", \\"mcpu\\": \\"znver4\\"}", "tvm": "0.27.0.post1+schedules.5+cold",
-     "workload": {...}, "candidate": {...}, "median": 0.00121, "results": [0.00120, 0.00121, 0.00125],
-     "error": null, "timestamp": "2026-11-29T14:20:01+00:00", ...}
+     "cpu": "AMD EPYC 9R14 (znver4)", "workload": {...}, "candidate": {...}, "median": 0.00121,
+     "results": [0.00120, 0.00121, 0.00125], "error": null, "timestamp": "2026-11-29T14:20:01+00:00", ...}
 
 ``median`` is in seconds, ``null`` when the measurement failed (``error`` then says why; the cost is
 infinite). Each record is written with one ``write`` and ``fsync``-ed, so a killed run leaves at worst
 one torn last line, which is skipped (with a warning) when the file is read again. The latest record of
 a key wins, so re-measuring simply appends.
+
+A cache moved to another host is not reused silently: a record of another CPU is not found
+(:meth:`CostCache.other_cpus` names them, and the measurer counts them); records written before the
+CPU was recorded (no ``cpu`` field) are found as before, for any CPU of the same target.
 
 Example:
     A dense kernel's cost, stored by one run and found by the next (in a cache of its own here, so
@@ -40,7 +45,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import MappingProxyType
@@ -104,7 +109,8 @@ class CostContext:
     """What a cached cost is valid for: a time is reused only for the same ``target`` (the resolved
     target's JSON dict), compiler (``tvm``, apache-tvm's version), hand-written schedules
     (``schedules``, :data:`~layoutopt.tvm.kernels.SCHEDULE_VERSION`), ``timing`` (one of
-    :data:`TIMINGS`) and ``device`` (None: this machine; ``"rpc:KEY"``: an RPC device key).
+    :data:`TIMINGS`), ``device`` (None: this machine; ``"rpc:KEY"``: an RPC device key) and ``cpu``
+    (the CPU measured on, :func:`~layoutopt.machine.cpu_name`; None: not recorded, as before it was).
 
     A record stores them in the fields of the caches written before this record existed, byte for
     byte: ``"target"`` (:attr:`target_key`), ``"tvm"`` (:attr:`version_key`, which packs TVM's
@@ -118,6 +124,8 @@ class CostContext:
         ["{\\"kind\\": \\"llvm\\", \\"mcpu\\": \\"znver4\\"}","0.27.0.post1+schedules.5+cold"]...
         >>> CostContext.from_record(context.record_fields()) == context
         True
+        >>> replace(context, cpu="AMD EPYC 9R14 (znver4)").record_fields()["cpu"]
+        'AMD EPYC 9R14 (znver4)'
     """
 
     target: Mapping[str, Any]
@@ -125,6 +133,7 @@ class CostContext:
     schedules: int
     timing: str = "cold"
     device: str | None = None
+    cpu: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, Mapping) or not isinstance(self.target.get("kind"), str):
@@ -137,14 +146,16 @@ class CostContext:
             raise ProblemError(f"cost context timing {self.timing!r}: expected one of {TIMINGS}")
         if self.device is not None and not isinstance(self.device, str):
             raise ProblemError(f"cost context device {self.device!r}: expected a string or None")
+        if self.cpu is not None and (not isinstance(self.cpu, str) or not self.cpu):
+            raise ProblemError(f"cost context cpu {self.cpu!r}: expected a CPU's name or None")
         object.__setattr__(self, "target", MappingProxyType(dict(self.target)))
 
     def __hash__(self) -> int:
-        return hash((self.target_key, self.tvm, self.schedules, self.timing, self.device))
+        return hash((self.target_key, self.tvm, self.schedules, self.timing, self.device, self.cpu))
 
     def __reduce__(self) -> tuple:
         # a mappingproxy does not pickle: the context crosses processes and is deep-copied as its fields
-        return type(self), (dict(self.target), self.tvm, self.schedules, self.timing, self.device)
+        return type(self), (dict(self.target), self.tvm, self.schedules, self.timing, self.device, self.cpu)
 
     @property
     def target_key(self) -> str:
@@ -160,16 +171,18 @@ class CostContext:
 
     def key(self, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> str:
         """The string a record of (workload, candidate) in this context is stored under."""
-        return CostCache.key(self.target_key, self.version_key, workload, candidate, self.device)
+        return CostCache.key(self.target_key, self.version_key, workload, candidate, self.device, self.cpu)
 
     def record_fields(self) -> dict[str, Any]:
-        """The fields a record of this context carries (``device`` only for another device)."""
+        """The fields a record of this context carries (``device`` only for another device, ``cpu`` when
+        known)."""
         return {"target": self.target_key, "tvm": self.version_key,
-                **({"device": self.device} if self.device is not None else {})}
+                **({"device": self.device} if self.device is not None else {}),
+                **({"cpu": self.cpu} if self.cpu is not None else {})}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> CostContext:
-        """The context of a cache record (its ``target``, ``tvm`` and ``device`` fields).
+        """The context of a cache record (its ``target``, ``tvm``, ``device`` and ``cpu`` fields).
 
         Raises:
             ProblemError: a field that no context writes (e.g. a ``tvm`` field without the schedule
@@ -184,17 +197,18 @@ class CostContext:
             raise ProblemError(f"cost record target {record.get('target')!r}, tvm {record.get('tvm')!r}: not "
                                "the fields of a cost context (written by another layoutopt version?)")
         return cls(target, found["tvm"], int(found["schedules"]), found["timing"] or "warm",
-                   record.get("device"))
+                   record.get("device"), record.get("cpu"))
 
     def to_json(self) -> dict[str, Any]:
         """The context as a JSON object, its target as a JSON object too.
 
         Example:
             >>> CostContext({"kind": "llvm"}, "0.27", 5, "warm").to_json()
-            {'target': {'kind': 'llvm'}, 'tvm': '0.27', 'schedules': 5, 'timing': 'warm', 'device': None}
+            {'target': {'kind': 'llvm'}, 'tvm': '0.27', 'schedules': 5, 'timing': 'warm', 'device': None,
+             'cpu': None}
         """
         return {"target": dict(self.target), "tvm": self.tvm, "schedules": self.schedules,
-                "timing": self.timing, "device": self.device}
+                "timing": self.timing, "device": self.device, "cpu": self.cpu}
 
 
 def _is_cost(value: Any) -> bool:
@@ -211,7 +225,8 @@ def _is_cost(value: Any) -> bool:
 #: runner, the kernel's check error and the seconds spent, are kept as written)
 _REQUIRED = {"target": (str,), "tvm": (str,), "workload": (dict,), "candidate": (dict,)}
 _OPTIONAL = {"median": (float, type(None)), "results": (list,), "pass_medians": (list, type(None)),
-             "error": (str, type(None)), "device": (str, type(None)), "load_average": (float, type(None)),
+             "error": (str, type(None)), "device": (str, type(None)), "cpu": (str, type(None)),
+             "load_average": (float, type(None)),
              "timestamp": (str,)}
 
 
@@ -333,6 +348,7 @@ class CostCache:
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path is not None else None
         self._records: dict[str, dict[str, Any]] = {}
+        self._cpus: dict[str, set[str]] = {}  # the key without its CPU -> the CPUs it has records of
         #: lines skipped when the file was read, by reason (torn by a kill, edited by hand, junk...)
         self.skipped: Counter[str] = Counter()
         #: lines read as records (a later record of the same kernel replaces an earlier one)
@@ -345,27 +361,31 @@ class CostCache:
 
     @staticmethod
     def key(target: str, tvm_version: str, workload: Mapping[str, Any], candidate: Mapping[str, Any],
-            device: str | None = None) -> str:
+            device: str | None = None, cpu: str | None = None) -> str:
         """The string a record is stored under (canonical JSON, so dict key order does not matter), from
         the record's ``target`` and ``tvm`` fields (see :meth:`CostContext.key`).
 
-        ``device`` (None: this machine) keeps the costs of another device apart; this machine's keys
-        are those of the caches written before devices were keyed.
+        ``device`` (None: this machine) keeps the costs of another device apart, ``cpu`` (None: not
+        recorded) those of another CPU; without them, the keys are those of the caches written before
+        devices and CPUs were keyed.
 
         Example:
             >>> CostCache.key("llvm", "0.27", {"op": "dense"}, {})
             '["llvm","0.27"][{"op":"dense"},{}]'
             >>> CostCache.key("llvm", "0.27", {"op": "dense"}, {}, device="rpc:pi")
             '["llvm","0.27","rpc:pi"][{"op":"dense"},{}]'
+            >>> CostCache.key("llvm", "0.27", {"op": "dense"}, {}, cpu="AMD EPYC 9R14 (znver4)")
+            '["llvm","0.27","cpu:AMD EPYC 9R14 (znver4)"][{"op":"dense"},{}]'
         """
-        context = [str(target), str(tvm_version)] + ([str(device)] if device is not None else [])
+        context = ([str(target), str(tvm_version)] + ([str(device)] if device is not None else [])
+                   + ([f"cpu:{cpu}"] if cpu is not None else []))
         return _canonical(context) + task_key(workload, candidate)
 
     @classmethod
     def record_key(cls, record: Mapping[str, Any]) -> str:
-        """The key of a record (its target, tvm, workload, candidate and device fields)."""
+        """The key of a record (its target, tvm, workload, candidate, device and cpu fields)."""
         return cls.key(record["target"], record["tvm"], record["workload"], record["candidate"],
-                       record.get("device"))
+                       record.get("device"), record.get("cpu"))
 
     def _load(self) -> None:
         assert self.path is not None
@@ -387,7 +407,7 @@ class CostCache:
                 self.skipped[_reason(str(exc))] += 1
                 continue
             self.loaded_lines += 1
-            self._records[key] = record.fields
+            self._store(key, record)
         if self.skipped:
             logger.warning("cost cache %s: %s (torn by a kill, edited by hand, or not a cost record)",
                            self.path, self.describe_skipped())
@@ -411,10 +431,42 @@ class CostCache:
         reasons = ", ".join(f"{count} {reason}" for reason, count in self.skipped.most_common())
         return f"skipped {self.skipped_lines} line{'s' if self.skipped_lines != 1 else ''}: {reasons}"
 
+    def _store(self, key: str, record: CostRecord) -> None:
+        self._records[key] = record.fields
+        if record.context.cpu is not None:
+            anywhere = replace(record.context, cpu=None).key(record.workload, record.candidate)
+            self._cpus.setdefault(anywhere, set()).add(record.context.cpu)
+
     def get(self, context: CostContext, workload: Mapping[str, Any],
             candidate: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The latest record of (workload, candidate) in ``context``, or ``None`` if it was never measured."""
-        return self._records.get(context.key(workload, candidate))
+        """The latest record of (workload, candidate) in ``context``, or ``None`` if it was never measured.
+
+        A context with a ``cpu`` also finds a record written before CPUs were recorded (none for
+        that kernel on its own CPU), never one of another CPU (:meth:`other_cpus`).
+
+        Example:
+            >>> here = CostContext({"kind": "llvm"}, "0.27", 5, cpu="Xeon (rocketlake)")
+            >>> cache = CostCache()
+            >>> _ = cache.put({**replace(here, cpu="EPYC (znver4)").record_fields(), "workload": {},
+            ...                "candidate": {}, "median": 1e-3})
+            >>> cache.get(here, {}, {}) is None, cache.other_cpus(here, {}, {})
+            (True, ['EPYC (znver4)'])
+            >>> _ = cache.put({**replace(here, cpu=None).record_fields(), "workload": {}, "candidate": {},
+            ...                "median": 2e-3})              # a record of before: no CPU
+            >>> cache.get(here, {}, {})["median"]
+            0.002
+        """
+        found = self._records.get(context.key(workload, candidate))
+        if found is None and context.cpu is not None:
+            found = self._records.get(replace(context, cpu=None).key(workload, candidate))
+        return found
+
+    def other_cpus(self, context: CostContext, workload: Mapping[str, Any],
+                   candidate: Mapping[str, Any]) -> list[str]:
+        """The other CPUs than ``context.cpu`` the cache holds records of (workload, candidate) for, in
+        ``context`` otherwise (sorted): what :meth:`get` does not reuse."""
+        anywhere = replace(context, cpu=None).key(workload, candidate)
+        return sorted(self._cpus.get(anywhere, set()) - {context.cpu})
 
     def _check_writable(self) -> None:
         """Refuse now, before anything is measured, a file that the first :meth:`put` could not append to."""
@@ -439,9 +491,9 @@ class CostCache:
         """
         record = _json_safe(dict(record))
         record.setdefault("timestamp", datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        key = CostRecord.from_json(record, "cost record to store").key  # what is read back must load
+        checked = CostRecord.from_json(record, "cost record to store")  # what is read back must load
         line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode()
-        self._records[key] = record
+        self._store(checked.key, replace(checked, fields=record))
         if self.path is not None:
             try:
                 self._append(line)

@@ -59,7 +59,7 @@ from importlib import metadata
 from typing import Any
 
 from ...errors import ProblemError
-from ...machine import usable_cores
+from ...machine import cpu_name, usable_cores
 from ..kernels import SCHEDULE_VERSION, validate_candidate, validate_workload
 from .cache import CostCache, CostContext, record_cost
 from .runner import LocalRunner, Runner
@@ -122,7 +122,8 @@ class MeasureStats:
     from the cache); ``retimed`` (from the cache, timed again for the passes it lacked); ``measured``
     (built, checked and timed now) and of those ``failed``; its wall ``seconds``, of which
     ``compile_seconds`` and ``time_seconds`` in the two phases; the ``workers`` compiling and the
-    ``devices`` timing.
+    ``devices`` timing; ``other_cpu``: tasks measured now whose only records in the cache were of
+    another CPU (not reused: :meth:`~layoutopt.tvm.measure.cache.CostCache.other_cpus`).
 
     Example:
         >>> MeasureStats(requested=20, cached=5, measured=15).to_json()["measured"]
@@ -139,6 +140,7 @@ class MeasureStats:
     time_seconds: float = 0.0
     workers: int = 0
     devices: int = 0
+    other_cpu: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The counts as a JSON object (what ``meta["stats"]`` was before this record)."""
@@ -232,9 +234,12 @@ class Measurer:
         if not isinstance(self.runner, Runner):
             raise ProblemError(f"runner must be a layoutopt.tvm.Runner, not {type(self.runner).__name__}")
         #: what the costs are valid for, in every cache key: a cached time is only reused for the same
-        #: target, compiler, hand-written schedules, timing (cold/warm) and device (None: this machine)
+        #: target, compiler, hand-written schedules, timing (cold/warm), device (None: this machine) and
+        #: CPU (this machine's; an RPC device's key names its own)
+        device = self.runner.device_name
         self.context = CostContext(json.loads(target_key(self.target)), metadata.version("apache-tvm"),
-                                   SCHEDULE_VERSION, self.runner.timing, self.runner.device_name)
+                                   SCHEDULE_VERSION, self.runner.timing, device,
+                                   cpu_name() if device is None else None)
         if not timeout > 0:
             raise ProblemError(f"timeout must be positive seconds, got {timeout!r}")
         self.timeout = float(timeout)
@@ -327,6 +332,13 @@ class Measurer:
                 if self.passes_missing(cached.record):
                     incomplete[key] = (workload, candidate)
         self._phases = {"compile_seconds": 0.0, "time_seconds": 0.0, "workers": 0, "devices": 0}
+        others = {key: self.cache.other_cpus(self.context, *task) for key, task in missing.items()}
+        others = {key: cpus for key, cpus in others.items() if cpus}
+        if others:
+            logger.warning("layoutopt: cost cache %s holds %d of these kernels measured on another CPU (%s), "
+                           "not this one (%s): measuring them again", self.cache.path or "in memory",
+                           len(others), ", ".join(sorted({c for cpus in others.values() for c in cpus})),
+                           self.context.cpu)
         if missing or incomplete:
             _warn_if_busy()
             disable = None if self.progress is None else not self.progress
@@ -338,7 +350,8 @@ class Measurer:
         self.stats = MeasureStats(requested=len(normalized), cached=len(results) - len(missing) - retimed,
                                   retimed=retimed, measured=len(missing),
                                   failed=sum(not results[key].ok for key in missing),
-                                  seconds=time.perf_counter() - started, **self._phases)
+                                  seconds=time.perf_counter() - started, other_cpu=len(others),
+                                  **self._phases)
         return [results[self._key(w, c)] for w, c in normalized]
 
     def passes_missing(self, record: Mapping[str, Any]) -> int:

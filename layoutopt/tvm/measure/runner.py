@@ -77,7 +77,7 @@ class Runner:
     before leaves it in a network. Each thread then reads what the other has just written wherever its
     part of the work differs from the writer's, which a kernel timed cold never does: on hosts where
     reading lines another core has just written costs twice as much as reading one's own, in-network
-    kernels run up to 1.5x their cold isolated times (``benchmarks/results/cross_core.md``).
+    kernels run up to 1.5x their cold isolated times (``notes/cross_core.md``).
 
     Warm (``cold=False``): ``number`` runs make one repeat; ``number=0`` lets TVM grow it until a
     repeat lasts at least ``min_repeat_ms`` (each repeat then averages many runs, which tames noise

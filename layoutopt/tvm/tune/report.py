@@ -236,6 +236,7 @@ def write_report(result: TuneResult, directory: str | Path, name: str = "report"
         "",
         f"Timing: {result.noise.describe() if result.noise is not None else 'not timed'}.",
         "",
+        *([f"Schedules: {result.search.describe()}.", ""] if result.search is not None else []),
         "Functions no schedule rule covered (they run unscheduled or on one core), per build: "
         + _fallbacks(result) + ".",
         "",

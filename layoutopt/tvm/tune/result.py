@@ -37,6 +37,7 @@ from ..graph.graph import LayoutGraph
 from ..kernels import describe_workload
 from ..kernels.module import Fallback
 from ..measure.problem import MeasureMeta
+from ..measure.search import SearchStats
 
 __all__ = ["TUNED", "Layer", "TuneResult", "Variant", "layer_table", "ms"]
 
@@ -165,6 +166,7 @@ class TuneResult:
     ran_on: str = "this machine"
     reference: Reference | None = field(default=None, repr=False)
     noise: Noise | None = None
+    search: SearchStats | None = None
     memory: float | None = None
     memory_budget: float | None = None
 
@@ -236,6 +238,8 @@ class TuneResult:
                          f"packed and workspace{budget}")
         if self.noise is not None and self.noise.rounds:
             lines.append(f"timing: {self.noise.describe()}")
+        if self.search is not None:
+            lines.append(self.search.describe())
         if self.reference is not None:
             lines.append(f"check: {self.reference.describe()}")
         else:

@@ -4,6 +4,8 @@
 or CVXPY's ``Chain`` runs reductions::
 
     extract  -> Extracted  prepared module, layout graph, inputs, pins and forbids, the reference
+    search   -> Extracted  with ``trials``, each workload's schedules searched; the top-k per
+                           (algorithm, layout pair) become the nodes' choices (cached, resumable)
     measure  -> Measured   the costs of every kernel and transform (cached, resumable)
     solve    -> Solved     the layout problem (built once) and its solution
     build    -> Built      the tuned build and the baselines, each checked against the reference
@@ -58,14 +60,15 @@ from ..evaluate.timing import Latency, Noise, compare_builds, measure_latency, r
 from ..graph.graph import LayoutGraph
 from ..kernels import LOOP_ORDERS
 from ..measure.cache import CostCache
-from ..measure.problem import MeasureMeta, measure_graph, memory_figures
+from ..measure.problem import MeasureMeta, kernel_tasks, measure_graph, memory_figures
 from ..measure.runner import Runner
+from ..measure.search import SearchStats, search_schedules, searched_graph
 from .guard import baseline_builds, fastest_build, guard_rules
 from .result import TUNED, TuneResult, Variant, layer_table
 
 __all__ = ["TUNE_LOOP_ORDERS", "Built", "Extracted", "Measured", "Solved", "Timed", "TuneOptions",
            "assignment_memory", "build_variants", "calibrate", "choose", "extract", "measure", "profile",
-           "solve", "time_variants", "with_loop_order_rival", "with_storage_rival"]
+           "search", "solve", "time_variants", "with_loop_order_rival", "with_storage_rival"]
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ class TuneOptions:
             the tuned build and the baselines alike; the kernels are then measured fused too.
         storage: the storage plan of every build, ``"relax"`` or ``"by_shape"`` (see
             :mod:`~layoutopt.tvm.building.storage`: faster where a core pays to take over lines the other core
-            wrote, slower where it does not; ``benchmarks/storage_plan.py`` tells which on a host), or
+            wrote, slower where it does not; ``notes/storage_plan.md`` tells which on a host), or
             ``"auto"``: every build with Relax's plan, and the tuned build also by shape
             (``layoutopt_by_shape``), timed beside the others for the guard to pick.
         loop_order: the parallel loop order of every build's conv kernels: ``"oc"`` (each kernel's
@@ -132,6 +135,14 @@ class TuneOptions:
             if it respects them too.
         progress: True to print stage messages (measurement shows its own progress bar), or a
             callable receiving them.
+        trials: schedule points searched per workload beyond today's candidates
+            (:func:`~layoutopt.tvm.measure.search.search_schedules`: successive halving over seeded samples
+            of each kernel family's schedule space); 0: no search, one heuristic schedule per kernel.
+        search_time: seconds for the whole search (None: no limit); what it cuts is counted and said.
+        top_k: with a search, the fastest schedules per (algorithm, input layout, output layout) each node
+            offers the solver (:func:`~layoutopt.tvm.measure.search.searched_graph`), which then picks
+            layouts, algorithms and schedules together. The fixed-layout baselines take the first of
+            their layouts' choices: with a search, the fastest searched schedule.
         memory_budget: the most bytes the chosen kernels may hold together (their weights as packed
             or transformed, and their workspaces: :func:`~layoutopt.tvm.measure.problem.memory_figures`),
             or None for no budget. Every solve honours it, and the guard hands back no build above it;
@@ -160,6 +171,9 @@ class TuneOptions:
     progress: bool | Callable[[str], None] = False
     storage: str = "relax"
     loop_order: str = "oc"
+    trials: int = 0
+    search_time: float | None = None
+    top_k: int = 1
     memory_budget: float | None = None
 
     def say(self, message: str) -> None:
@@ -188,6 +202,7 @@ class Extracted:
     reference: Reference | None = field(default=None, repr=False)
     untouched: Any = field(default=None, repr=False)
     timings: dict[str, float] = field(default_factory=dict, repr=False)
+    search: SearchStats | None = None  # the schedule search's counts, when it ran (:func:`search`)
 
     @property
     def where(self) -> str:
@@ -300,6 +315,37 @@ def extract(mod, target: Any, runner: Runner, options: TuneOptions, origin: Mode
     return Extracted(mod, graph, inputs, constraints, builds, target, runner, reference, untouched, timings)
 
 
+def search(extracted: Extracted, options: TuneOptions) -> Extracted:
+    """With ``options.trials``, search each workload's schedules
+    (:func:`~layoutopt.tvm.measure.search.search_schedules`, into the cost cache) and give every target node
+    the ``options.top_k`` fastest per (algorithm, in, out) as its choices (the pins and forbids read
+    again on them); else ``extracted`` as it is.
+
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.measure.runner import LocalRunner
+        >>> options = TuneOptions(cache="costs.jsonl", check=False, trials=2, top_k=2,
+        ...                       candidates={"blocks": [8], "algorithms": ["direct"]})
+        >>> searched = search(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), options),
+        ...                   options)
+        >>> len(searched.graph.layout_node("conv1").labels), searched.search.workloads   # 2 of NCHW8c, NCHW
+        (3, 1)
+    """
+    if not options.trials:
+        return extracted
+    budget = f", at most {options.search_time:g} s" if options.search_time else ""
+    options.say(f"searching schedules: {options.trials} points per workload beyond the heuristic's{budget}"
+                f"{extracted.where} ...")
+    with _stage(extracted.timings, "search"):
+        result = search_schedules(kernel_tasks(extracted.graph), extracted.target, options.cache,
+                                  extracted.runner, trials=options.trials, search_time=options.search_time,
+                                  seed=options.seed, progress=bool(options.progress) or None)
+        graph = searched_graph(extracted.graph, result, options.top_k)
+        constraints = tuple(parse_constraints(graph, options.pin, options.forbid))
+    options.say(result.stats.describe())
+    return replace(extracted, graph=graph, constraints=constraints, search=result.stats)
+
+
 def measure(extracted: Extracted, options: TuneOptions) -> Measured:
     """Measure every kernel and layout transform of the graph
     (:func:`~layoutopt.tvm.measure.problem.measure_graph`).
@@ -327,7 +373,9 @@ def measure(extracted: Extracted, options: TuneOptions) -> Measured:
     options.say(f"kernels and transforms: {stats.measured} measured, {stats.cached} from the cost cache"
                 + (f", {stats.retimed} from the cache timed again for the pass a killed run left out"
                    if stats.retimed else "")
-                + (f", {stats.failed} failed" if stats.failed else ""))
+                + (f", {stats.failed} failed" if stats.failed else "")
+                + (f", {stats.other_cpu} measured again: the cache had them of another CPU only"
+                   if stats.other_cpu else ""))
     memory = None
     if options.memory_budget is not None:
         options.say("figuring the memory of every kernel (weights as packed, workspace) ...")
@@ -634,7 +682,7 @@ def calibrate(built: Built, options: TuneOptions) -> Built:
 def _observe(calibration: Calibration, builds: Sequence[Variant], measured: Measured) -> None:
     """Profile every build side by side and hand what each profile says to the calibration. Every build
     is profiled again beside the new one: a build profiled alone ran 15-25 % slower
-    (benchmarks/results/profile_repro.md), which biased the costs against every new assignment."""
+    (notes/profile_repro.md), which biased the costs against every new assignment."""
     extracted = measured.extracted
     profiles = profile_builds({str(i): v.executable for i, v in enumerate(builds)}, extracted.inputs,
                               runner=extracted.runner)
@@ -761,5 +809,6 @@ def choose(timed: Timed, options: TuneOptions) -> TuneResult:
                       target=str(extracted.target), chosen=chosen, isolated_costs=measured.costs,
                       fuse=options.fuse, storage=handed_back.storage, ran_on=extracted.runner.describe(),
                       reference=extracted.reference,
-                      noise=timed.noise, memory=assignment_memory(measured, handed_back.assignment),
+                      noise=timed.noise, search=extracted.search,
+                      memory=assignment_memory(measured, handed_back.assignment),
                       memory_budget=options.memory_budget)

@@ -41,6 +41,7 @@ from .._tvm import resolve_target
 from ..building.storage import TUNE_STORAGE, check_storage_plan
 from ..evaluate.origin import ModelOrigin
 from ..measure.runner import LocalRunner
+from ..measure.search import check_search
 from . import stages
 from .guard import baseline_builds
 from .result import TUNED, Layer, TuneResult, Variant, layer_table, ms
@@ -73,6 +74,9 @@ def tune_and_build(
     storage: str = "relax",
     loop_order: str = "oc",
     origin: ModelOrigin | None = None,
+    trials: int = 0,
+    search_time: float | None = None,
+    top_k: int = 1,
     memory_budget: float | str | None = None,
 ) -> TuneResult:
     """Extract, measure, solve, apply and build ``mod``; verify the outputs and time the build: the chain
@@ -83,8 +87,8 @@ def tune_and_build(
             :mod:`layoutopt.tvm.frontend.models`).
         target: CPU target (see :func:`~layoutopt.tvm.resolve_target`).
         method, cache, candidates, time_limit, baselines, guard, check, rtol, seed, repeat, fuse, profile,
-            calibrate, pin, forbid, progress, storage, loop_order: the options, one
-            :class:`~layoutopt.tvm.tune.stages.TuneOptions` (see it for each one's meaning).
+            calibrate, pin, forbid, progress, storage, loop_order, trials, search_time, top_k: the options,
+            one :class:`~layoutopt.tvm.tune.stages.TuneOptions` (see it for each one's meaning).
         origin: the model file ``mod`` was imported from
             (:func:`~layoutopt.tvm.frontend.load.load_with_origin`):
             the check also compares TVM's build of the untouched model with that file run by a runtime
@@ -114,7 +118,9 @@ def tune_and_build(
     """
     options = TuneOptions(method, cache, candidates, time_limit, tuple(baselines), guard, check, rtol, seed,
                           repeat, fuse, profile, calibrate, pin, forbid, progress, storage, loop_order,
+                          trials, search_time, top_k,
                           memory_budget=None if memory_budget is None else parse_bytes(memory_budget))
+    check_search(trials, search_time, top_k)  # refused now, not after the extraction
     check_storage_plan(storage, TUNE_STORAGE)  # refused now, not after the measurement
     if loop_order not in TUNE_LOOP_ORDERS:
         raise ProblemError(f"loop_order {loop_order!r}: expected one of {TUNE_LOOP_ORDERS}")
@@ -127,7 +133,7 @@ def tune_and_build(
             options.say(f"not calibrated nor profiled: the calls of a running build cannot be timed one by "
                         f"one on {place.describe()}")
             options = replace(options, calibrate=0, profile=False)
-        extracted = stages.extract(mod, target, place, options, origin)
+        extracted = stages.search(stages.extract(mod, target, place, options, origin), options)
         solved = stages.solve(stages.measure(extracted, options), options)
         built = stages.calibrate(stages.build_variants(solved, options), options)
         built = stages.with_loop_order_rival(stages.with_storage_rival(built, options), options)
