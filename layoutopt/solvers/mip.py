@@ -149,14 +149,19 @@ class Mip(Solver):
                         return False
             return True
 
-        if problem.memory_budget is not None and integer_memory(problem) is not None:
-            # the budget, one row; figures scaled by a power of two (exact) that brings the budget (or the
-            # largest figure) near the objective's magnitude, where the solver's absolute tolerances are
+        whole = integer_memory(problem) if problem.memory_budget is not None else None
+        if whole is not None:
+            # the budget, one row. Integer figures (exactly, after a power of two) meet the budget rounded
+            # down to their unit, so that a total a rounding error over a fractional budget is not taken
+            # within the solver's tolerance; then a power of two (exact) brings the budget (or the largest
+            # figure) near the objective's magnitude, where the solver's absolute tolerances are
             # negligible and no coefficient reaches its infinity
-            exponent = 20 - math.frexp(max(problem.memory_budget, float(problem.memory_flat.max())))[1]
-            figures = np.ldexp(problem.memory_flat[problem._packing.node_start[encoding.literal_node]
-                                                   + encoding.literal_choice], exponent)
-            row = solver.Constraint(-solver.infinity(), math.ldexp(problem.memory_budget, exponent))
+            units, budget = ((whole.flat, float(whole.budget)) if whole.exact
+                             else (problem.memory_flat, problem.memory_budget))
+            exponent = 20 - math.frexp(max(budget, float(units.max())))[1]
+            figures = np.ldexp(units[problem._packing.node_start[encoding.literal_node]
+                                     + encoding.literal_choice], exponent)
+            row = solver.Constraint(-solver.infinity(), math.ldexp(budget, exponent))
             for t in np.flatnonzero(figures).tolist():
                 row.SetCoefficient(x[t], float(figures[t]))
         one_choice = ((1.0, [(x[t], 1.0) for t in literals]) for literals in encoding.node_literals)

@@ -99,4 +99,4 @@ def test_the_measure_module_keeps_the_orchestration_and_exports_no_runner_class(
         assert not hasattr(measure, name), name
     stats = measure.MeasureStats()
     assert set(stats.to_json()) == {"requested", "cached", "retimed", "measured", "failed", "seconds",
-                                    "compile_seconds", "time_seconds", "workers", "devices"}
+                                    "compile_seconds", "time_seconds", "workers", "devices", "other_cpu"}
