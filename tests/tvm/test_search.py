@@ -88,7 +88,7 @@ def test_a_rerun_measures_nothing_new_and_a_shared_workload_is_searched_once(tmp
 
 def test_top_k_per_algorithm_and_layout_pair_become_the_nodes_choices(tmp_path):
     graph = graph_of()
-    result = search(graph, tmp_path / "c.jsonl", trials=3)
+    result = search(graph, tmp_path / "c.jsonl", trials=3, rounds=0)  # no re-timing: the search's costs
     (measured,) = result.measured.values()
     blocked = sorted((cost, i) for i, (c, cost) in enumerate(measured) if c["in"] == "NCHW8c")
     fastest = measured[blocked[0][1]][0]
@@ -109,7 +109,7 @@ def test_a_searched_schedule_reaches_the_solver_and_builds_with_its_knobs(tmp_pa
     from layoutopt.tvm.tune import stages
 
     options = stages.TuneOptions(cache=str(tmp_path / "c.jsonl"), candidates=OPTIONS, trials=3, top_k=8,
-                                 calibrate=0, profile=False, guard=False, baselines=())
+                                 calibrate=0, profile=False, guard=False, baselines=(), search_rounds=0)
     extracted = stages.extract(models.chain((8, 8)), resolve_target("llvm"), FAST, options)
     searched = stages.search(extracted, options)
     assert searched.search.workloads == 1 and searched.search.searched == 5
