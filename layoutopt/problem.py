@@ -19,7 +19,7 @@ import numpy as np
 from ._gc import paused_gc
 from .errors import ProblemError
 
-__all__ = ["MAX_COST_TOTAL", "Costs", "Problem", "evaluate", "format_bytes", "sum_down"]
+__all__ = ["MAX_COST_TOTAL", "Costs", "Problem", "evaluate", "format_bytes", "parse_bytes", "sum_down"]
 
 
 @dataclass
@@ -311,6 +311,41 @@ def format_bytes(size: float) -> str:
     """
     exact = f"{size:.0f}" if float(size).is_integer() else f"{size:.17g}"
     return f"{size / 1e6:.4g} MB ({exact} bytes)"
+
+
+#: the units :func:`parse_bytes` reads (decimal kB, MB, GB as :func:`format_bytes` prints them; binary KiB...)
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: str | float) -> float:
+    """A memory size as a number of bytes: ``"40MB"``, ``"40 MB"``, ``"1.5GiB"``, ``"4e7"`` or a number.
+    kB, MB and GB are decimal (as :func:`format_bytes` prints them), KiB, MiB and GiB binary; the
+    unit's case does not matter. ProblemError for anything else, or a negative or non-finite size.
+
+    Example:
+        >>> parse_bytes("40MB"), parse_bytes("1.5 GiB"), parse_bytes("512"), parse_bytes(2e6)
+        (40000000.0, 1610612736.0, 512.0, 2000000.0)
+        >>> parse_bytes("40 MiBs")
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: memory size '40 MiBs': expected a number of bytes with an optional \
+unit (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. 40MB
+    """
+    import re
+
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        size = float(text)
+    else:
+        found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+        unit = found and _BYTE_UNITS.get(found.group(2).lower())
+        if not unit:
+            raise ProblemError(f"memory size {text!r}: expected a number of bytes with an optional unit (B, "
+                               "kB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. 40MB")
+        size = float(found.group(1)) * unit
+    if not math.isfinite(size) or size < 0:
+        raise ProblemError(f"memory size {text!r}: must be a finite number of bytes, 0 or more")
+    return size
 
 
 def _as_memory(memory: Mapping | None, graph: nx.Graph, nodes: Sequence[Hashable],

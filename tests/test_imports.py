@@ -30,7 +30,8 @@ FLOORS = {
     "layoutopt.labels": 1, "layoutopt.records": 1, "layoutopt.problem": 1,
     "layoutopt.solvers": 2, "layoutopt.constraints": 2, "layoutopt.topological_dp": 2,
     "layoutopt.api": 3,
-    "layoutopt": 4, "layoutopt.baselines": 4, "layoutopt.generators": 4, "layoutopt.io": 4,
+    "layoutopt": 4, "layoutopt.baselines": 4, "layoutopt.front": 4, "layoutopt.generators": 4,
+    "layoutopt.io": 4,
     "layoutopt.bench": 5,
     # the TVM room, in the order the data moves
     "layoutopt.tvm._tvm": 10, "layoutopt.tvm.relax_expr": 10,

@@ -57,6 +57,8 @@ _LAZY = {
     "apply_assignment": ".building.apply",
     "build": ".building.builder",
     "tune_and_build": ".tune.tune",
+    "memory_front": ".tune.front",
+    "MemoryFront": ".tune.front",
     "build_from_solution": ".deploy.solution_file",
     "export_library": ".deploy.solution_file",
     "load_solution": ".deploy.solution_file",

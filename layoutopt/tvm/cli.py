@@ -20,6 +20,10 @@ Example:
     ('127.0.0.1:9190', 'rasp4')
     >>> parse("tune det.onnx --input-shape 1,3,320,320 --pin conv_out=NCHW16c->NCHW16c -o det.so").pin
     ['conv_out=NCHW16c->NCHW16c']
+    >>> parse("tune mobilenet.onnx --memory-budget 40MB").memory_budget    # the fastest that fits
+    '40MB'
+    >>> parse("tune mobilenet.onnx --pareto").pareto    # the latency-memory front, 12 solves at most
+    12
     >>> parse("build det.onnx --solution det.solution.json -o det.so").solution   # rebuild, no measurement
     'det.solution.json'
 """
@@ -190,6 +194,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="allow only this choice for LAYER (e.g. conv1=NCHW16c->NCHW16c); repeatable")
     parser.add_argument("--forbid", action="append", metavar="LAYER=CHOICE",
                         help="never choose CHOICE for LAYER (e.g. a kernel known to misbehave); repeatable")
+    parser.add_argument("--memory-budget", metavar="SIZE",
+                        help="the most memory the chosen kernels may hold together, their weights as packed "
+                             "or transformed and their workspaces (e.g. 40MB, 1.5GiB, or bytes): the "
+                             "fastest assignment that fits; refused, with the smallest assignment's memory, "
+                             "when none does")
+    parser.add_argument("--pareto", nargs="?", type=int, const=12, default=None, metavar="POINTS",
+                        help="instead of one build: the latency-memory Pareto front from the measured costs "
+                             "(at most POINTS solves, default 12, with an exact method), its fastest, "
+                             "smallest and middle points built, checked and timed; a table, and front.md "
+                             "and front.png in the --report directory")
     parser.add_argument("-o", "--output", metavar="MODEL.so",
                         help="write the build handed back as a shared library, and beside it "
                              "MODEL.solution.json, from which 'layoutopt build' rebuilds it unmeasured")
@@ -380,6 +394,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..api import check_method
     from ..constraints import parse_constraint_texts
     from ..errors import ProblemError
+    from ..problem import parse_bytes
     from ._tvm import resolve_target
     from .building.memory import check_memory
     from .frontend.load import load_with_origin
@@ -400,6 +415,11 @@ def _run(args: argparse.Namespace) -> int:
     if not args.rtol > 0:
         raise ProblemError(f"--rtol {args.rtol}: need a positive tolerance")
     check_search(args.trials, args.search_time, args.top_k)
+    budget = None if args.memory_budget is None else parse_bytes(args.memory_budget)
+    if args.pareto is not None and (budget is not None or args.output):
+        raise ProblemError("--pareto walks every budget and hands back no build: drop --memory-budget and -o")
+    if args.pareto is not None and args.pareto < 2:
+        raise ProblemError(f"--pareto {args.pareto}: need 2 points or more (the two ends of the front)")
     parse_constraint_texts(args.pin, args.forbid)  # their form and contradictions; layers once loaded
     runner = _runner(args)  # an RPC tracker is asked now
     report = _output_directory(args.report, "--report")
@@ -409,6 +429,8 @@ def _run(args: argparse.Namespace) -> int:
     check_memory(mod)  # before any input or activation is allocated
     where = cache.path if cache is not None else "off"
     print(f"layoutopt tune: {args.model or 'embedded default model'}; cost cache {where}")
+    if args.pareto is not None:
+        return _front(args, mod, origin, target, cache, runner, candidates, report)
     result = tune_and_build(mod, target=target, method=args.method, cache=cache, runner=runner,
                             candidates=candidates, time_limit=args.time_limit,
                             baselines=baselines, check=not args.no_check, repeat=args.repeat,
@@ -416,7 +438,7 @@ def _run(args: argparse.Namespace) -> int:
                             profile=not args.no_profile, calibrate=0 if args.no_profile else args.calibrate,
                             pin=args.pin, forbid=args.forbid, progress=True, storage=args.storage,
                             loop_order=args.loop_order, origin=origin, trials=args.trials,
-                            search_time=args.search_time, top_k=args.top_k)
+                            search_time=args.search_time, top_k=args.top_k, memory_budget=budget)
     print()
     print(_layer_table(result))
     print()
@@ -432,6 +454,26 @@ def _run(args: argparse.Namespace) -> int:
     if output is not None:
         library, solution = result.export(output, model=args.model or "embedded default model")
         print(f"library: {library} (the {result.chosen} build); solution: {solution}")
+    return 0
+
+
+def _front(args: argparse.Namespace, mod, origin, target, cache, runner, candidates, report) -> int:
+    """``layoutopt tune --pareto``: the front's table, its built points, and the report files."""
+    from .tune.front import describe_built, memory_front
+
+    front = memory_front(mod, target, cache, runner, candidates=candidates, method=args.method,
+                         points=args.pareto, time_limit=args.time_limit, check=not args.no_check,
+                         repeat=args.repeat, progress=True, origin=origin)
+    model = args.model or "embedded default model"
+    print(f"\nlatency-memory front of {model} ({len(front.points)} points; memory: the chosen kernels' "
+          "weights as packed and their workspace):")
+    print(front.table())
+    print(describe_built(front))
+    if report is not None:
+        (report / "front.md").write_text(f"# Latency-memory front of {model}\n\ntarget {front.target}\n\n"
+                                         f"{front.table()}\n\n{describe_built(front)}\n")
+        front.plot(report / "front.png", title=f"latency-memory front: {Path(model).name}")
+        print(f"\nfront: {report / 'front.md'} and {report / 'front.png'}")
     return 0
 
 

@@ -116,6 +116,7 @@ CLI_OF_KEYWORD = {
     "seed": "--seed", "repeat": "--repeat", "fuse": "--no-fuse", "profile": "--no-profile",
     "calibrate": "--calibrate", "pin": "--pin", "forbid": "--forbid", "storage": "--storage",
     "loop_order": "--loop-order", "trials": "--trials", "search_time": "--search-time", "top_k": "--top-k",
+    "memory_budget": "--memory-budget",
 }
 
 
@@ -158,6 +159,10 @@ def test_the_command_line_options_reach_tune_and_build(tmp_path, monkeypatch):
     with pytest.raises(_Stop):
         main([*argv, "--no-profile", "--no-check"])
     assert (seen["profile"], seen["calibrate"], seen["check"]) == (False, 0, False)
+    seen.clear()
+    with pytest.raises(_Stop):
+        main([*argv, "--memory-budget", "1.5MiB"])
+    assert seen["memory_budget"] == 1.5 * 2**20
     assert (seen["trials"], seen["search_time"], seen["top_k"]) == (0, None, 1)  # no search by default
     seen.clear()
     with pytest.raises(_Stop):

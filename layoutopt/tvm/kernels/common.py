@@ -235,3 +235,27 @@ def inline_into_last(sch, names: Sequence[str]) -> None:
         # loop of its own there: its innermost loop is the reader's, parallel, not to be vectorised
         if len(inner) >= len(loops):
             sch.vectorize(inner[-1])
+
+
+def allocated_bytes(module: Any) -> int:
+    """Bytes of global memory the functions of a scheduled TIR module allocate, once lowered with their
+    buffers compacted to the region each loop nest touches (TVM's own lowering passes, then
+    ``calculate_allocated_bytes``); register and stack (``local``) buffers are not counted.
+
+    Example:
+        >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
+        ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+        >>> from layoutopt.tvm.kernels import build_kernel
+        >>> avx512 = {"kind": "llvm", "mcpu": "skylake-avx512"}
+        >>> kernel = build_kernel(wl, {"in": "NCHW16c", "out": "NCHW16c"}, avx512)
+        >>> allocated_bytes(kernel.module)     # the padded input, 10 x 10 x 16 floats, and a register tile
+        6912
+    """
+    tvm = import_tvm()
+    passes = tvm.s_tir.transform
+    for lower in (passes.LowerInitBlock(), passes.PlanAndUpdateBufferAllocationLocation(),
+                  passes.ConvertBlocksToOpaque(), passes.CompactBufferAllocation(),
+                  passes.LowerOpaqueBlock()):
+        module = lower(module)
+    scopes = tvm.s_tir.analysis.calculate_allocated_bytes(module)
+    return sum(int(sizes.get("global", 0)) for sizes in scopes.values())

@@ -316,6 +316,7 @@ class Conv2dTranspose(KernelFamily):
 
     op = "conv2d_transpose"
     main_blocks = MAIN_BLOCKS
+    resident = ("kernel",)
     epilogue = EPILOGUE_STEPS
 
     def candidates(self, workload: dict[str, Any], blocks: Iterable[int] = DEFAULT_BLOCKS,

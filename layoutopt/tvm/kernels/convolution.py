@@ -96,6 +96,7 @@ class Conv2dFamily(KernelFamily):
 
     op: ClassVar[str] = "conv2d"
     epilogue: ClassVar[tuple[str, ...]] = EPILOGUE_STEPS
+    resident: ClassVar[tuple[str, ...]] = ("kernel",)
 
     @abstractmethod
     def weight_shape(self, workload: dict[str, Any], candidate: dict[str, Any]) -> tuple[int, ...]:

@@ -52,6 +52,7 @@ class Dense(KernelFamily):
 
     op = "dense"
     main_blocks = MAIN_BLOCKS
+    resident = ("weight",)
 
     def candidates(self, workload: dict[str, Any],
                    blocks: Iterable[int] = DEFAULT_BLOCKS) -> list[dict[str, Any]]:

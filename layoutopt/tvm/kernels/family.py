@@ -16,7 +16,10 @@ candidates' ``"algorithm"`` key, absent for ``"direct"``). It offers, for a work
   :meth:`~KernelFamily.pack_weight` for the constant the rewrite stores), its output back
   (:meth:`~KernelFamily.unpack_output`);
 - :attr:`~KernelFamily.epilogue`: the elementwise steps (:mod:`.epilogue`) it takes fused, as
-  ``FuseOps`` fuses them.
+  ``FuseOps`` fuses them;
+- its :meth:`~KernelFamily.memory`: the bytes a build holds for the kernel, its weight as packed or
+  transformed (the :attr:`~KernelFamily.resident` placeholders) and the workspace its scheduled
+  function allocates (:meth:`~KernelFamily.workspace`).
 
 A new family is a module with a subclass and its instance (``FAMILY``), plus one line in
 :data:`~layoutopt.tvm.kernels.registry.FAMILIES`. The conv2d families share their inputs, reference,
@@ -47,7 +50,20 @@ from .candidate import DIRECT
 from .epilogue import apply_te, step_name, takes_operand
 from .space import ScheduleSpace
 
-__all__ = ["KernelFamily"]
+__all__ = ["KernelFamily", "tensor_bytes"]
+
+
+def tensor_bytes(shape: Sequence[Any], dtype: str) -> int:
+    """Bytes of a dense tensor of ``shape`` (ints or TVM integer expressions) and ``dtype``.
+
+    Example:
+        >>> tensor_bytes((2, 2, 3, 3, 8, 8), "float32"), tensor_bytes([10], "float16")
+        (9216, 20)
+    """
+    elements = 1
+    for dim in shape:
+        elements *= int(dim)
+    return elements * np.dtype(str(dtype)).itemsize
 
 
 class KernelFamily(ABC):
@@ -66,6 +82,9 @@ class KernelFamily(ABC):
     main_blocks: ClassVar[tuple[str, ...]] = ()
     #: the names of the epilogue steps it computes fused after its output (see :meth:`output`)
     epilogue: ClassVar[tuple[str, ...]] = ()
+    #: the names of its :meth:`placeholders` that a build holds as constants (the weight the rewrite
+    #: stores as :meth:`pack_weight` packs it), which :meth:`memory` counts
+    resident: ClassVar[tuple[str, ...]] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -156,6 +175,64 @@ class KernelFamily(ABC):
             >>> sch = family.schedule(func, {"kind": "llvm", "mcpu": "znver3"})
             >>> executable = tvm.compile(sch.mod, target={"kind": "llvm", "mcpu": "znver3"})
         """
+
+    def resident_inputs(self, tvm: Any, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
+        """The :meth:`placeholders` a build holds as constants (named in :attr:`resident`), in the
+        candidate's layout: padded channels and transformed weights as the kernel reads them."""
+        return [p for p in self.placeholders(tvm, workload, candidate) if p.op.name in self.resident]
+
+    def workspace(self, workload: dict[str, Any], candidate: dict[str, Any], target: Any = None) -> int:
+        """Bytes of global memory the candidate's kernel allocates inside, as scheduled for ``target``
+        (None: this host) and lowered with its buffers compacted to what each loop nest touches: a
+        padded input, Winograd's transformed tiles, a GEMM's packed panels, a padded output before
+        its unpack. Local (register and stack) buffers are not counted; a buffer allocated inside a
+        parallel loop counts once, though each thread has its own.
+
+        Example:
+            >>> from layoutopt.tvm.kernels import FAMILIES
+            >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
+            ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+            >>> avx512 = {"kind": "llvm", "mcpu": "skylake-avx512"}
+            >>> FAMILIES["conv2d", "direct"].workspace(wl, {"in": "NCHW16c", "out": "NCHW16c"}, avx512)
+            6912
+
+            The padded input (10 x 10 x 16 floats, 6400 bytes) and the register tile the kernel
+            accumulates into (8 x 16 floats).
+        """
+        from .._tvm import import_tvm, resolve_target
+        from .common import allocated_bytes
+        from .workload import validate_workload
+
+        tvm = import_tvm()
+        workload, target = validate_workload(workload), resolve_target(target)
+        with target:
+            inputs = self.placeholders(tvm, workload, candidate)
+            func = tvm.te.create_prim_func([*inputs, self.output(tvm, inputs, workload, candidate)])
+            sch = self.schedule(func, target)
+        return allocated_bytes(tvm.IRModule({"main": sch.mod["main"]}))
+
+    def memory(self, workload: dict[str, Any], candidate: dict[str, Any], target: Any = None) -> int:
+        """Bytes a build holds for the candidate's kernel: its :meth:`resident_inputs` (the weight as
+        packed or transformed, padded channels included) plus its :meth:`workspace` for ``target``.
+        Activations are not counted (they are the same tensors whichever kernel computes them).
+
+        Example:
+            >>> from layoutopt.tvm.kernels import FAMILIES
+            >>> wl = {"op": "conv2d", "data": [1, 16, 8, 8], "kernel": [16, 16, 3, 3], "strides": [1, 1],
+            ...       "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1, "dtype": "float32"}
+            >>> winograd = {"in": "NCHW16c", "out": "NCHW16c", "algorithm": "winograd", "tile": 4}
+            >>> family = FAMILIES["conv2d", "winograd"]
+            >>> family.memory(wl, winograd) - family.workspace(wl, winograd)   # 4x the weight's 9216 bytes
+            36864
+        """
+        from .._tvm import import_tvm
+        from .workload import validate_workload
+
+        tvm = import_tvm()
+        workload = validate_workload(workload)
+        resident = sum(tensor_bytes(p.shape, p.dtype)
+                       for p in self.resident_inputs(tvm, workload, candidate))
+        return resident + self.workspace(workload, candidate, target)
 
     def output(self, tvm: Any, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]) -> Any:
         """:meth:`compute`, then the workload's epilogue steps (each named in :attr:`epilogue`), as

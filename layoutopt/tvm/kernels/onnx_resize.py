@@ -404,6 +404,10 @@ class OnnxResize(Resize):
                 *(tvm.te.placeholder(array.shape, dtype=str(array.dtype), name=f"table{i}")
                   for i, array in enumerate(table_arrays(workload)))]
 
+    def resident_inputs(self, tvm, workload: dict[str, Any], candidate: dict[str, Any]) -> list:
+        """The tables (:func:`table_arrays`): constants of the build."""
+        return self.placeholders(tvm, workload, candidate)[1:]
+
     def compute(self, tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
         """:func:`compute` in the candidate's layout."""
         return compute(tvm, inputs[0], inputs[1:], workload, candidate["in"])

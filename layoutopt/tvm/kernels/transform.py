@@ -18,7 +18,7 @@ import numpy as np
 from ...errors import ProblemError
 from .._tvm import import_tvm
 from .common import schedule_injective
-from .family import KernelFamily
+from .family import KernelFamily, tensor_bytes
 from .workload import layout_shape, pack_data, unpack_data
 
 __all__ = ["FAMILY", "LayoutTransform"]
@@ -61,6 +61,19 @@ class LayoutTransform(KernelFamily):
         """The source tensor in its layout."""
         return [tvm.te.placeholder(layout_shape(workload["shape"], workload["src"]), dtype=workload["dtype"],
                                    name="src")]
+
+    def memory(self, workload: dict[str, Any], candidate: dict[str, Any], target: Any = None) -> int:
+        """A transform holds two copies of its tensor at once: the source's bytes and the
+        destination's.
+
+        Example:
+            >>> wl = {"op": "layout_transform", "shape": [1, 16, 8, 8], "src": "NCHW", "dst": "NCHW8c",
+            ...       "dtype": "float32"}
+            >>> FAMILY.memory(wl, {})      # 2 x 16 x 8 x 8 x 4 bytes
+            8192
+        """
+        return sum(tensor_bytes(layout_shape(workload["shape"], layout), workload["dtype"])
+                   for layout in (workload["src"], workload["dst"]))
 
     def compute(self, tvm, inputs: Sequence, workload: dict[str, Any], candidate: dict[str, Any]):
         """The tensor in the destination layout."""

@@ -16,7 +16,10 @@ locally or on an RPC device), and fills the costs, in seconds:
   0 when equal, the measured ``layout_transform`` otherwise, ``inf`` when a block does not divide the
   channels or the transform failed.
 
-What the measurement found beside the costs is a :class:`MeasureMeta`.
+What the measurement found beside the costs is a :class:`MeasureMeta`. :func:`memory_figures` gives
+the memory each choice holds (``{"nodes": {node: [bytes per choice]}}``, shaped like the costs'
+nodes), from the same workload and candidate records: ``layoutopt.solve(graph, costs,
+memory=..., memory_budget=...)`` takes it.
 """
 
 from __future__ import annotations
@@ -33,13 +36,13 @@ import numpy as np
 from ...problem import Costs
 from ..graph.extract import Candidates, extract_layout_graph
 from ..graph.graph import LayoutGraph
-from ..kernels import layout_block, layout_transform_workload
+from ..kernels import family, layout_block, layout_transform_workload
 from .cache import CostContext, task_key
 from .measure import Measurer, MeasureResult, MeasureStats
 from .runner import Runner
 
 __all__ = ["MeasureFailure", "MeasureMeta", "build_problem", "kernel_tasks", "measure_graph",
-           "transform_edge_costs", "transform_tasks", "transform_workload"]
+           "memory_figures", "transform_edge_costs", "transform_tasks", "transform_workload"]
 
 _NO_CANDIDATE: dict[str, Any] = {}  # a layout transform has a single (empty) candidate
 
@@ -212,6 +215,51 @@ def measure_graph(
     meta = MeasureMeta(measurer.context, measurer.stats, _failures(results), cost,
                        {"measure": time.perf_counter() - started})
     return Costs(vectors, transform_edge_costs(graph, cost)), meta
+
+
+def memory_figures(graph: LayoutGraph, target: Any = None) -> dict[str, dict[Any, np.ndarray]]:
+    """Bytes each choice of each node holds, shaped like the costs' node vectors: a target node's
+    candidate holds its kernel's :meth:`~layoutopt.tvm.kernels.KernelFamily.memory` for ``target`` (its
+    weight as packed or transformed, padded channels included, and the workspace the scheduled kernel
+    allocates), every other node 0 in each layout. Each distinct kernel is figured once. A kernel
+    that cannot be built for ``target`` (its measured cost is ``inf``: never chosen) holds 0.
+
+    Not counted: the activations (the same tensors whichever kernels run; Relax plans their storage)
+    and the layout transforms on the edges (a transform's source and destination are alive together,
+    :meth:`~layoutopt.tvm.kernels.transform.LayoutTransform.memory`, but only while it runs, and the
+    model's memory is per choice, not per pair of choices).
+
+    Example:
+        >>> from layoutopt.tvm import extract_layout_graph, models
+        >>> graph = extract_layout_graph(models.chain((8, 8)), {"blocks": [8], "algorithms": ["direct"]})
+        >>> memory = memory_figures(graph, {"kind": "llvm", "mcpu": "skylake-avx512"})
+        >>> [choice.label for choice in graph.layout_node("conv2").choices]
+        ['NCHW8c->NCHW8c', 'NCHW->NCHW']
+        >>> memory["nodes"]["conv2"]    # the 8x8x3x3 weight (2304 bytes) and each kernel's workspace
+        array([5504, 7808])
+        >>> memory["nodes"]["data"]     # the input: no kernel
+        array([0])
+    """
+    from ...errors import ProblemError
+
+    figures: dict[str, int] = {}
+    nodes: dict[Any, np.ndarray] = {}
+    for node in graph.layout_nodes():
+        if node.kind != "target":
+            nodes[node.name] = np.zeros(len(node.choices), dtype=np.int64)
+            continue
+        row = []
+        for choice in node.choices:
+            key = task_key(node.workload, choice.candidate)
+            if key not in figures:
+                candidate = dict(choice.candidate)
+                try:
+                    figures[key] = family(node.workload, candidate).memory(node.workload, candidate, target)
+                except (ProblemError, ValueError, RuntimeError):  # no such kernel here: never chosen
+                    figures[key] = 0
+            row.append(figures[key])
+        nodes[node.name] = np.array(row, dtype=np.int64)
+    return {"nodes": nodes}
 
 
 def _failures(results: Sequence[MeasureResult]) -> tuple[MeasureFailure, ...]:

@@ -28,7 +28,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from ...problem import Costs, Problem
+from ...problem import Costs, Problem, format_bytes
 from ...solution import Solution
 from ..evaluate.check import Reference
 from ..evaluate.profile import Category, Observation
@@ -143,6 +143,9 @@ class TuneResult:
             (:class:`~layoutopt.tvm.evaluate.check.Reference`:
             the untouched model in float64, and its float32 build's own error), None unchecked.
         noise: how noisy the timing rounds were (:class:`~layoutopt.tvm.evaluate.timing.Noise`).
+        memory: bytes the handed-back build's kernels hold (weights as packed, workspaces:
+            :func:`~layoutopt.tvm.measure.problem.memory_figures`), when tuned under a ``memory_budget``
+            (else None), which is the budget.
     """
 
     executable: Any
@@ -164,6 +167,8 @@ class TuneResult:
     reference: Reference | None = field(default=None, repr=False)
     noise: Noise | None = None
     search: SearchStats | None = None
+    memory: float | None = None
+    memory_budget: float | None = None
 
     def export(self, library: str | Path, solution: str | Path | None = None,
                model: str | None = None) -> tuple[Path, Path]:
@@ -227,6 +232,10 @@ class TuneResult:
         fell_back = self.handed_back.fallbacks if self.handed_back is not None else ()
         lines.append("functions no schedule rule covered: " + ("none" if not fell_back else
                      "; ".join(f.describe() for f in fell_back)))
+        if self.memory is not None:
+            budget = "" if self.memory_budget is None else f" (budget {format_bytes(self.memory_budget)})"
+            lines.append(f"memory: the kernels handed back hold {format_bytes(self.memory)}, weights as "
+                         f"packed and workspace{budget}")
         if self.noise is not None and self.noise.rounds:
             lines.append(f"timing: {self.noise.describe()}")
         if self.search is not None:

@@ -60,16 +60,15 @@ from ..evaluate.timing import Latency, Noise, compare_builds, measure_latency, r
 from ..graph.graph import LayoutGraph
 from ..kernels import LOOP_ORDERS
 from ..measure.cache import CostCache, task_key
-from ..measure.problem import MeasureMeta, kernel_tasks, measure_graph
+from ..measure.problem import MeasureMeta, kernel_tasks, measure_graph, memory_figures
 from ..measure.runner import Runner
 from ..measure.search import ROUNDS, SearchStats, search_schedules, searched_graph
 from .guard import baseline_builds, fastest_build, guard_rules
 from .result import TUNED, TuneResult, Variant, layer_table
 
 __all__ = ["TUNE_LOOP_ORDERS", "Built", "Extracted", "Measured", "Solved", "Timed", "TuneOptions",
-           "build_variants", "calibrate", "choose", "extract", "measure", "profile", "search", "solve",
-           "time_variants",
-           "with_loop_order_rival", "with_storage_rival"]
+           "assignment_memory", "build_variants", "calibrate", "choose", "extract", "measure", "profile",
+           "search", "solve", "time_variants", "with_loop_order_rival", "with_storage_rival"]
 
 
 @dataclass(frozen=True)
@@ -147,6 +146,10 @@ class TuneOptions:
         search_rounds: with a search, the paired rounds in which each arm's finalists are timed again
             beside its heuristic schedule; a searched schedule becomes a choice only if it wins them
             (see :mod:`~layoutopt.tvm.measure.search`); 0: no re-timing, the search's costs as they are.
+        memory_budget: the most bytes the chosen kernels may hold together (their weights as packed
+            or transformed, and their workspaces: :func:`~layoutopt.tvm.measure.problem.memory_figures`),
+            or None for no budget. Every solve honours it, and the guard hands back no build above it;
+            a budget below the smallest assignment's memory is refused with that figure.
 
     Example:
         >>> TuneOptions(method="dp", repeat=10).calibrate
@@ -175,6 +178,7 @@ class TuneOptions:
     search_time: float | None = None
     top_k: int = 1
     search_rounds: int = ROUNDS
+    memory_budget: float | None = None
 
     def say(self, message: str) -> None:
         """Hand a stage message to ``progress`` (printed when it is True)."""
@@ -216,12 +220,14 @@ class Extracted:
 class Measured:
     """The measured layout problem: ``costs`` in seconds and ``meta`` as
     :func:`~layoutopt.tvm.measure.problem.measure_graph` returns them; ``shapes``, the argument shapes of the
-    measured kernels, which in-network profiles are matched against."""
+    measured kernels, which in-network profiles are matched against; ``memory``, the bytes each choice
+    holds (:func:`~layoutopt.tvm.measure.problem.memory_figures`), when a memory budget asked for them."""
 
     extracted: Extracted
     costs: Costs
     meta: MeasureMeta
     shapes: KernelShapes = field(repr=False, default_factory=KernelShapes)
+    memory: Mapping | None = field(repr=False, default=None)
 
 
 @dataclass(frozen=True)
@@ -325,10 +331,10 @@ def search(extracted: Extracted, options: TuneOptions) -> Extracted:
     Example:
         >>> from layoutopt.tvm import models, resolve_target
         >>> from layoutopt.tvm.measure.runner import LocalRunner
-        >>> options = TuneOptions(cache="costs.jsonl", check=False, trials=2, top_k=2,
+        >>> options = TuneOptions(cache="costs.jsonl", check=False, trials=2, top_k=2, search_rounds=0,
         ...                       candidates={"blocks": [8], "algorithms": ["direct"]})
         >>> searched = search(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), options),
-        ...                   options)
+        ...                   options)       # no paired rounds: the two fastest searched points are choices
         >>> len(searched.graph.layout_node("conv1").labels), searched.search.workloads   # 2 of NCHW8c, NCHW
         (3, 1)
     """
@@ -386,7 +392,12 @@ def measure(extracted: Extracted, options: TuneOptions) -> Measured:
                 + (f", {stats.failed} failed" if stats.failed else "")
                 + (f", {stats.other_cpu} measured again: the cache had them of another CPU only"
                    if stats.other_cpu else ""))
-    return Measured(extracted, costs, meta, KernelShapes(extracted.target))
+    memory = None
+    if options.memory_budget is not None:
+        options.say("figuring the memory of every kernel (weights as packed, workspace) ...")
+        with _stage(extracted.timings, "memory"):
+            memory = memory_figures(extracted.graph, extracted.target)
+    return Measured(extracted, costs, meta, KernelShapes(extracted.target), memory)
 
 
 def solve(measured: Measured, options: TuneOptions, costs: Costs | None = None) -> Solved:
@@ -411,12 +422,43 @@ def solve(measured: Measured, options: TuneOptions, costs: Costs | None = None) 
                 f"method {options.method!r}) ...")
     with _stage(measured.extracted.timings, "solve"):
         constrained = constrain(graph, costs, statements=constraints) if constraints else costs
-        solution = api.solve(graph, constrained, method=options.method, time_limit=options.time_limit)
+        solution = api.solve(graph, constrained, method=options.method, time_limit=options.time_limit,
+                             **_budget(measured, options))
+    if options.memory_budget is not None and solution.status == "infeasible":
+        raise ProblemError(f"memory budget: {solution.message}")
     if not solution.assignment or not math.isfinite(solution.objective):
         if constraints and Problem.from_graph(graph, costs).infeasibility_culprit() is None:
             raise ProblemError(explain_infeasible(graph, costs, constraints))
         raise ProblemError(f"the layout problem has no feasible solution: {solution.message}")
     return Solved(measured, costs, Problem.from_graph(graph, costs), solution)
+
+
+def _budget(measured: Measured, options: TuneOptions) -> dict[str, Any]:
+    """:func:`layoutopt.solve`'s ``memory`` and ``memory_budget`` under ``options.memory_budget``."""
+    if options.memory_budget is None:
+        return {}
+    if measured.memory is None:
+        raise ProblemError("a memory budget needs the memory figures: measure with the budget in the options")
+    return {"memory": measured.memory, "memory_budget": options.memory_budget}
+
+
+def assignment_memory(measured: Measured, assignment: Mapping[Hashable, int] | None) -> float | None:
+    """Bytes ``assignment``'s choices hold by ``measured.memory`` (None without figures or assignment).
+
+    Example:
+        >>> from layoutopt.tvm import models, resolve_target
+        >>> from layoutopt.tvm.measure.runner import LocalRunner
+        >>> options = TuneOptions(cache="costs.jsonl", check=False, memory_budget=1e6)
+        >>> measured = measure(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), options),
+        ...                    options)
+        >>> solved = solve(measured, options)
+        >>> 0 < assignment_memory(measured, solved.solution.assignment) <= 1e6
+        True
+    """
+    if measured.memory is None or assignment is None:
+        return None
+    return float(sum(measured.memory["nodes"][node][choice] for node, choice in assignment.items()
+                     if node in measured.memory["nodes"]))
 
 
 def build_variant(extracted: Extracted, name: str, description: str, assignment: Mapping[Hashable, int],
@@ -767,7 +809,11 @@ def choose(timed: Timed, options: TuneOptions) -> TuneResult:
     graph = extracted.graph
     chosen = TUNED
     if options.guard:
-        chosen = fastest_build(graph, built.baselines, timed.aliases, extracted.constraints, options.say)
+        rivals = built.baselines
+        if options.memory_budget is not None:  # a build above the budget is never handed back
+            rivals = {name: v for name, v in rivals.items()
+                      if (assignment_memory(measured, v.assignment) or 0.0) <= options.memory_budget}
+        chosen = fastest_build(graph, rivals, timed.aliases, extracted.constraints, options.say)
     layers = layer_table(graph, solved.problem, solved.solution.assignment, measured.costs)
     if built.tuned.observation is not None:
         in_network = built.tuned.observation.kernels
@@ -779,4 +825,6 @@ def choose(timed: Timed, options: TuneOptions) -> TuneResult:
                       target=str(extracted.target), chosen=chosen, isolated_costs=measured.costs,
                       fuse=options.fuse, storage=handed_back.storage, ran_on=extracted.runner.describe(),
                       reference=extracted.reference,
-                      noise=timed.noise, search=extracted.search)
+                      noise=timed.noise, search=extracted.search,
+                      memory=assignment_memory(measured, handed_back.assignment),
+                      memory_budget=options.memory_budget)

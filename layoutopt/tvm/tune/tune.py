@@ -36,6 +36,7 @@ from typing import Any
 
 from ...api import check_method
 from ...errors import ProblemError
+from ...problem import parse_bytes
 from .._tvm import resolve_target
 from ..building.storage import TUNE_STORAGE, check_storage_plan
 from ..evaluate.origin import ModelOrigin
@@ -76,6 +77,7 @@ def tune_and_build(
     trials: int = 0,
     search_time: float | None = None,
     top_k: int = 1,
+    memory_budget: float | str | None = None,
 ) -> TuneResult:
     """Extract, measure, solve, apply and build ``mod``; verify the outputs and time the build: the chain
     of :mod:`layoutopt.tvm.tune.stages`.
@@ -93,6 +95,9 @@ def tune_and_build(
             independent of TVM (ONNX Runtime, torch eager), once, before measuring, and refuses a
             mismatch (:class:`~layoutopt.tvm.evaluate.origin.ImportMismatch`). None: TVM's import is not
             checked.
+        memory_budget: the most memory the chosen kernels may hold (bytes, or a size such as
+            ``"40MB"``: :func:`~layoutopt.problem.parse_bytes`), see
+            :class:`~layoutopt.tvm.tune.stages.TuneOptions`; None: no budget.
 
     Returns:
         A :class:`TuneResult`.
@@ -113,7 +118,8 @@ def tune_and_build(
     """
     options = TuneOptions(method, cache, candidates, time_limit, tuple(baselines), guard, check, rtol, seed,
                           repeat, fuse, profile, calibrate, pin, forbid, progress, storage, loop_order,
-                          trials, search_time, top_k)
+                          trials, search_time, top_k,
+                          memory_budget=None if memory_budget is None else parse_bytes(memory_budget))
     check_search(trials, search_time, top_k)  # refused now, not after the extraction
     check_storage_plan(storage, TUNE_STORAGE)  # refused now, not after the measurement
     if loop_order not in TUNE_LOOP_ORDERS:
