@@ -88,7 +88,7 @@ def test_a_rerun_measures_nothing_new_and_a_shared_workload_is_searched_once(tmp
 
 def test_top_k_per_algorithm_and_layout_pair_become_the_nodes_choices(tmp_path):
     graph = graph_of()
-    result = search(graph, tmp_path / "c.jsonl", trials=3)
+    result = search(graph, tmp_path / "c.jsonl", trials=3, rounds=0)  # no re-timing: the search's costs
     (measured,) = result.measured.values()
     blocked = sorted((cost, i) for i, (c, cost) in enumerate(measured) if c["in"] == "NCHW8c")
     fastest = measured[blocked[0][1]][0]
@@ -109,7 +109,7 @@ def test_a_searched_schedule_reaches_the_solver_and_builds_with_its_knobs(tmp_pa
     from layoutopt.tvm.tune import stages
 
     options = stages.TuneOptions(cache=str(tmp_path / "c.jsonl"), candidates=OPTIONS, trials=3, top_k=8,
-                                 calibrate=0, profile=False, guard=False, baselines=())
+                                 calibrate=0, profile=False, guard=False, baselines=(), search_rounds=0)
     extracted = stages.extract(models.chain((8, 8)), resolve_target("llvm"), FAST, options)
     searched = stages.search(extracted, options)
     assert searched.search.workloads == 1 and searched.search.searched == 5
@@ -149,3 +149,57 @@ def test_tune_and_build_searches_and_says_what_it_searched(tmp_path):
     assert stages.search(untouched, stages.TuneOptions()) is untouched  # trials=0 (the default): no search
     with pytest.raises(ProblemError, match="top_k"):
         tune_and_build(models.chain((8, 8)), trials=2, top_k=0, **kwargs)
+
+
+def test_paired_rounds_drop_a_lucky_point_keep_a_truly_faster_one_and_are_not_redone(tmp_path, monkeypatch):
+    """Two searched points made lucky in the cost cache (costs a third and half the heuristic point's):
+    re-timed side by side with the heuristic point, the first is slower in every round (dropped, not a
+    choice), the second 1.25x faster in every round despite the rounds' drift (kept, at the heuristic
+    point's cost over 1.25, which the solver's cost vector carries). A rerun re-times nothing."""
+    from layoutopt.tvm import resolve_target
+    from layoutopt.tvm.measure.cache import CostCache, task_key
+    from layoutopt.tvm.measure.measure import Measurer
+    from layoutopt.tvm.tune import stages
+
+    path = tmp_path / "c.jsonl"
+    options = stages.TuneOptions(cache=str(path), candidates=OPTIONS, trials=3, top_k=1, calibrate=0,
+                                 profile=False, guard=False, baselines=(), check=False, search_rounds=0)
+    extracted = stages.extract(models.chain((8, 8)), resolve_target("llvm"), FAST, options)
+    stages.search(extracted, options)  # measures today's candidates and three searched points
+    cache = CostCache(path)
+    records = [r for r in cache if r["workload"]["op"] == "conv2d" and r["candidate"]["in"] == "NCHW8c"]
+    default = next(r for r in records if set(r["candidate"]) == {"in", "out"})
+    lucky, faster = [r for r in records if r is not default][:2]
+    default_cost = default["median"] if not default.get("pass_medians") else min(default["pass_medians"])
+    for record, share in ((lucky, 3), (faster, 2)):  # lucky once: the search's costs say they win
+        cache.put({**record, "median": default_cost / share, "pass_medians": None})
+    drift = [1.0, 1.6, 0.9, 1.3, 1.0]  # the machine's load, round by round: it hits all kernels alike
+    calls = []
+
+    def paired(self, tasks, rounds, desc=""):
+        tasks = list(tasks)
+        calls.append([candidate for _, candidate in tasks])
+        assert rounds == 5 and tasks[0][1] == default["candidate"]  # the heuristic point is timed too
+        scale = {json.dumps(lucky["candidate"]): 1.2, json.dumps(faster["candidate"]): 0.8}
+        return [[10e-6 * d * scale.get(json.dumps(candidate), 1.0) for d in drift] for _, candidate in tasks]
+
+    monkeypatch.setattr(Measurer, "time_rounds", paired)
+    retimed = stages.search(extracted, replace(options, search_rounds=5, top_k=2))
+    assert len(calls) == 1 and lucky["candidate"] in calls[0] and faster["candidate"] in calls[0]
+    stats = retimed.search
+    assert stats.kept == 1 and stats.dropped == len(calls[0]) - 2 and stats.retimed == len(calls[0])
+    node = retimed.graph.layout_node("conv1")
+    assert node.candidates == [faster["candidate"], default["candidate"], {"in": "NCHW", "out": "NCHW"}]
+    measured = stages.measure(retimed, options)
+    costs = measured.costs.nodes["conv1"]
+    assert costs[0] == pytest.approx(default_cost / 1.25) and costs[1] == pytest.approx(default_cost)
+    assert measured.meta.measured[task_key(node.workload, faster["candidate"])] == pytest.approx(
+        default_cost / 2)  # the cache's lucky cost stays the measurement's, not the solver's
+    # the rerun: the paired rounds are in the cost cache, nothing is timed again
+    monkeypatch.setattr(Measurer, "time_rounds", lambda *args, **kwargs: pytest.fail("re-timed again"))
+    again = stages.search(extracted, replace(options, search_rounds=5, top_k=2))
+    assert again.search.retimed == 0 and again.search.retimed_cached == len(calls[0])
+    assert again.graph.layout_node("conv1").candidates == node.candidates
+    assert again.search_costs == retimed.search_costs
+    paired_records = [r for r in CostCache(path) if r["workload"]["op"] == "paired_rounds"]
+    assert len(paired_records) == 1 and len(paired_records[0]["round_times"]) == len(calls[0])

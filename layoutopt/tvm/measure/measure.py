@@ -354,6 +354,77 @@ class Measurer:
                                   **self._phases)
         return [results[self._key(w, c)] for w, c in normalized]
 
+    def time_rounds(self, tasks: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], rounds: int,
+                    desc: str = "timing kernels side by side") -> list[list[float]]:
+        """Time every ``(workload, candidate)`` of ``tasks`` afresh, side by side: compiled once, then
+        timed in ``rounds`` interleaved rounds, each kernel once per round (every other round in the
+        reverse order), so that a slow episode of the machine hits them all alike. The cost cache is
+        neither read nor written (the caller keeps what it needs); kernels are not checked again.
+
+        Returns:
+            per task, in order, its median seconds in each round (all ``inf`` when it failed to build
+            or to run in some round).
+
+        Example:
+            >>> from layoutopt.tvm import LocalRunner, conv2d_candidates, extract_layout_graph, models
+            >>> workload = extract_layout_graph(models.chain((8, 8))).layout_node("conv1").workload
+            >>> candidates = conv2d_candidates(workload, blocks=[8], algorithms=["direct"])
+            >>> tasks = [(workload, c) for c in candidates]
+            >>> with Measurer(runner=LocalRunner(repeat=2, min_repeat_ms=1, cold_runs=2)) as measurer:
+            ...     times = measurer.time_rounds(tasks, rounds=3)
+            >>> [len(t) for t in times], all(0 < x < 1 for t in times for x in t)
+            ([3, 3], True)
+        """
+        if int(rounds) != rounds or rounds < 1:
+            raise ProblemError(f"rounds must be a positive integer, got {rounds!r}")
+        rounds = int(rounds)
+        by_key: dict[str, tuple[dict, dict]] = {}
+        keys = []
+        for workload, candidate in tasks:
+            workload, candidate = validate_workload(dict(workload)), dict(candidate)
+            validate_candidate(workload, candidate)
+            key = self._key(workload, candidate)
+            by_key.setdefault(key, (workload, candidate))
+            keys.append(key)
+        unique = list(by_key)
+        times: dict[str, list[float]] = {key: [] for key in unique}
+        if unique:
+            self.runner.close()
+            devices = min(self.runner.devices(), len(unique))
+            workers = max(1, min(self.workers, math.ceil(len(unique) / _BATCH)))
+            from tqdm.auto import tqdm
+
+            disable = None if self.progress is None else not self.progress
+            with tempfile.TemporaryDirectory(prefix="layoutopt-kernels-") as directory, \
+                    tqdm(total=len(unique) * rounds, desc=desc, unit="kernel", disable=disable,
+                         leave=False) as bar:
+                compiled = self._compile(unique, by_key, directory, workers)
+                device_of: dict[str, int] = {}
+                jobs = [Job(key, MeasureRequest(self.runner, KernelTask(key, *by_key[key]), compiled[key],
+                                                check=False, keep=rounds > 1),
+                            self.timeout, "timing the kernel") for key in unique if compiled[key].ok]
+                for job, device, reply in self._run(jobs, devices):
+                    if reply.ok:
+                        times[job.tag].append(reply.value.timing.median)
+                        device_of[job.tag] = device
+                    bar.update()
+                for number in range(1, rounds):
+                    order = unique[::-1] if number % 2 else unique
+                    jobs = [Job(key, RetimeRequest(key), self.timeout, "timing the kernel again",
+                                lane=device_of[key]) for key in order if key in device_of]
+                    for job, _, reply in self._run(jobs, devices):
+                        if reply.ok:
+                            times[job.tag].append(reply.value.median)
+                        else:  # its worker restarted: the kernels it kept are gone
+                            device_of.pop(job.tag, None)
+                        bar.update()
+                lanes = [self._lane(i) for i in range(devices)]
+                for future in [lane.submit(ForgetRequest(), self.timeout, "forgetting") for lane in lanes]:
+                    future.result()
+        full = {key: t if len(t) == rounds and all(math.isfinite(x) for x in t) else [math.inf] * rounds
+                for key, t in times.items()}
+        return [list(full[key]) for key in keys]
+
     def passes_missing(self, record: Mapping[str, Any]) -> int:
         """How many timing passes a cached record lacks (0 for a failed kernel: it has no time).
 

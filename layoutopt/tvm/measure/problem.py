@@ -161,6 +161,7 @@ def measure_graph(
     timeout: float = 60.0,
     check: bool = True,
     progress: bool | None = None,
+    node_costs: Mapping[str, float] | None = None,
 ) -> tuple[Costs, MeasureMeta]:
     """Measure the costs of a layout graph's choices; returns ``(costs, meta)``.
 
@@ -174,6 +175,11 @@ def measure_graph(
         timeout: seconds one kernel may take to build, check and run before it counts as failed.
         check: compare every kernel's output with numpy once (a wrong kernel counts as failed).
         progress: show a progress bar with an ETA (None: when stderr is a terminal).
+        node_costs: seconds that replace the measured cost of a node's choice, keyed by
+            :func:`~layoutopt.tvm.measure.cache.task_key` of (its node's workload, its candidate): the
+            schedule search's re-timed finalists
+            (:meth:`~layoutopt.tvm.measure.search.SearchResult.retimed_cost`).
+            ``meta.measured`` keeps what the cache measured.
 
     Returns:
         ``costs``: a :class:`~layoutopt.Costs` of node vectors and edge matrices in seconds;
@@ -198,16 +204,17 @@ def measure_graph(
         results = measurer.measure(tasks, desc="measuring kernels and transforms")
     # results come in task order; key them by the tasks as extracted (the measurer normalises its copy)
     cost = {task_key(wl, candidate): r.cost for (wl, candidate), r in zip(tasks, results, strict=True)}
-    node_costs: dict[Any, np.ndarray] = {}
+    chosen = {**cost, **(node_costs or {})}
+    vectors: dict[Any, np.ndarray] = {}
     for node in graph.layout_nodes():
         if node.kind == "target":
-            node_costs[node.name] = np.array([cost[task_key(node.workload, choice.candidate)]
-                                              for choice in node.choices])
+            vectors[node.name] = np.array([chosen[task_key(node.workload, choice.candidate)]
+                                           for choice in node.choices])
         else:
-            node_costs[node.name] = np.zeros(len(node.choices))
+            vectors[node.name] = np.zeros(len(node.choices))
     meta = MeasureMeta(measurer.context, measurer.stats, _failures(results), cost,
                        {"measure": time.perf_counter() - started})
-    return Costs(node_costs, transform_edge_costs(graph, cost)), meta
+    return Costs(vectors, transform_edge_costs(graph, cost)), meta
 
 
 def memory_figures(graph: LayoutGraph, target: Any = None) -> dict[str, dict[Any, np.ndarray]]:

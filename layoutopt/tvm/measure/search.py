@@ -31,6 +31,29 @@ halving (ICML 2013) over a sampled grid, the engine the issue names beside MetaS
 The parallel loop order (the ``order`` knob of the direct, GEMM and depthwise convs) is not searched:
 a build sets it for all its kernels (``loop_order``), whatever the candidate says.
 
+**The finalists re-timed, side by side (against the winner's curse).** A point's search cost is the
+faster of two timing passes, and the search keeps the fastest of some twenty points per workload: on a
+loaded machine, that picks the luckiest measurement, not the fastest kernel
+(``benchmarks/results/search-notes.md``: predicted 1.5-1.65x, the searched 1x1 kernels re-timed at
+0.58-0.84x of the heuristic's). So after the halving, per arm, its ``top_k + 2`` fastest searched
+points (those whose search cost beats the heuristic's point at all) and the heuristic's point are
+timed again together, afresh (not from the cache), by the same measurer: compiled once, then
+``rounds`` interleaved rounds, each kernel once per round (:meth:`~.Measurer.time_rounds`), so that
+an episode of load hits them all alike. A searched point becomes a choice only if it is faster than
+the heuristic's point in at least three rounds of four (the lower quartile, nearest rank, of its
+per-round ratios ``default / point`` above 1: with 5 rounds, faster in 4; a point no faster than
+the default wins in 4 of 5 rounds 19 % of the time by chance, but then its cost, below, is about the
+default's, so a wrong keep costs little, while the 0.6-0.8x points of the notes fail it all but
+surely; a median above 1 would keep a tie half the time). A kept point costs
+``cost(default) / median ratio``: the default's cost as the measure stage measures every other
+kernel (cold, fastest of two passes), scaled by the paired ratio, so that it competes with the other
+nodes' and transforms' costs on the same footing (its own re-timed median, taken in other moments,
+would not be). The other searched points are not offered: a node's choices are today's candidates
+and the kept points (:meth:`SearchResult.top_k`). Each workload's re-timing is one cost-cache record
+(workload ``{"op": "paired_rounds", ...}``, written when its rounds are done), so a rerun re-times
+nothing, and a killed run loses at most the workload in flight. ``rounds=0``: no re-timing, the
+fastest search costs taken as they are.
+
 **Budgets.** ``trials``: points measured per workload beyond today's candidates (0: no search);
 ``search_time``: seconds for the whole search, checked between batches of measurements (a batch in
 flight ends first): what it cuts is counted (:attr:`SearchStats.cut`). Round 0 is never cut.
@@ -47,19 +70,27 @@ Example:
     >>> from layoutopt.tvm import extract_layout_graph, models
     >>> from layoutopt.tvm.measure.problem import kernel_tasks
     >>> graph = extract_layout_graph(models.chain((8, 8)), {"blocks": [8], "algorithms": ["direct"]})
-    >>> result = search_schedules(kernel_tasks(graph), cache="costs.jsonl", trials=3)
+    >>> result = search_schedules(kernel_tasks(graph), cache="costs.jsonl", trials=3, top_k=2)
     >>> result.stats.workloads, result.stats.searched + result.stats.cached, result.stats.cut
     (1, 5, 0)
+    >>> finalists = result.retimed[next(iter(result.retimed))]    # re-timed beside the heuristic's point
+    >>> len(finalists) <= 3 and all(len(r.ratios) == 5 and "reg_n" not in r.default for r in finalists)
+    True
     >>> choices = searched_graph(graph, result, k=2).layout_node("conv1").labels
-    >>> len(choices), choices[-1]          # two schedules of NCHW8c, the one of NCHW
-    (3, 'NCHW->NCHW')
-    >>> search_schedules(kernel_tasks(graph), cache="costs.jsonl", trials=3).stats.searched   # resumed
-    0
+    >>> kept = sum(r.kept for r in finalists)    # how many beat it: this machine's answer
+    >>> len(choices) == min(2, 1 + kept) + 1, choices[-1]     # NCHW8c's best two, then NCHW
+    (True, 'NCHW->NCHW')
+    >>> again = search_schedules(kernel_tasks(graph), cache="costs.jsonl", trials=3, top_k=2)  # resumed
+    >>> again.stats.searched, again.stats.retimed, again.retimed == result.retimed
+    (0, 0, True)
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -72,10 +103,16 @@ from .cache import task_key
 from .measure import Measurer, MeasureResult
 from .runner import Runner
 
-__all__ = ["SearchResult", "SearchStats", "check_search", "search_schedules", "searched_graph"]
+__all__ = ["Retimed", "SearchResult", "SearchStats", "check_search", "search_schedules", "searched_graph"]
 
 #: tasks measured per call of the measurer: the search's deadline is checked between calls
 BATCH = 24
+#: the finalists' paired re-timing: rounds (each finalist timed once per round), and the points re-timed
+#: per arm beyond the top-k
+ROUNDS = 5
+MARGIN = 2
+#: the workload ``op`` of a cost-cache record of a workload's paired rounds
+PAIRED = "paired_rounds"
 
 
 @dataclass(frozen=True)
@@ -99,11 +136,18 @@ class SearchStats:
     other_cpu: int = 0
     seconds: float = 0.0
     stopped: bool = False
+    retimed: int = 0
+    retimed_cached: int = 0
+    kept: int = 0
+    dropped: int = 0
 
     def describe(self) -> str:
         """One line for a tune's log and summary."""
         text = (f"schedule search: {self.workloads} workloads, {self.searched} configs searched, "
                 f"{self.cached} from the cost cache, {self.cut} cut by the time budget")
+        if self.kept or self.dropped:
+            text += (f"; finalists re-timed beside the heuristic's ({self.retimed} kernels now, "
+                     f"{self.retimed_cached} from the cache): {self.kept} kept, {self.dropped} dropped")
         if self.failed:
             text += f", {self.failed} failed"
         if self.other_cpu:
@@ -116,19 +160,80 @@ class SearchStats:
 
 
 @dataclass(frozen=True)
+class Retimed:
+    """A searched point timed again side by side with its arm's heuristic point (``default``, whose
+    cost as measured normally is ``default_cost``): ``ratios``, per round, the default's time over the
+    point's (above 1: the point faster; 0 when either failed).
+
+    Example:
+        >>> lucky = Retimed({"reg_n": 4}, {}, 1e-3, (1.3, 0.8, 0.9, 1.1, 0.7))    # faster in 2 rounds of 5
+        >>> lucky.kept
+        False
+        >>> fast = Retimed({"reg_n": 8}, {}, 1e-3, (1.3, 1.25, 0.95, 1.2, 1.3))   # in 4 of 5
+        >>> fast.kept, round(fast.cost * 1e3, 3)                # the default's cost over the median ratio
+        (True, 0.8)
+    """
+
+    candidate: dict[str, Any]
+    default: dict[str, Any]
+    default_cost: float
+    ratios: tuple[float, ...]
+
+    @property
+    def ratio(self) -> float:
+        """The median per-round ratio (the default's time over the point's)."""
+        return float(statistics.median(self.ratios)) if self.ratios else 0.0
+
+    @property
+    def kept(self) -> bool:
+        """Whether the point becomes a choice: faster than the default in at least three rounds of four
+        (the lower quartile of the ratios, nearest rank, above 1; see the module's notes)."""
+        if not self.ratios:
+            return False
+        return sorted(self.ratios)[math.ceil(len(self.ratios) / 4) - 1] > 1
+
+    @property
+    def cost(self) -> float:
+        """The point's cost on the footing of the others: the default's cost over the median ratio."""
+        return self.default_cost / self.ratio if self.ratio > 0 else math.inf
+
+
+@dataclass(frozen=True)
 class SearchResult:
     """Every (workload, candidate) the search measured, with its cost (seconds, ``inf`` when it failed),
-    by workload (:func:`~layoutopt.tvm.measure.cache.task_key` of the workload alone), and the counts."""
+    by workload (:func:`~layoutopt.tvm.measure.cache.task_key` of the workload alone), the finalists
+    re-timed side by side with the heuristic's points (``retimed``, by workload: every workload searched
+    when the re-timing ran, its finalists possibly none), and the counts."""
 
     measured: Mapping[str, tuple[tuple[dict[str, Any], float], ...]] = field(default_factory=dict)
     stats: SearchStats = field(default_factory=SearchStats)
+    retimed: Mapping[str, tuple[Retimed, ...]] = field(default_factory=dict)
+
+    def retimed_cost(self, workload: Mapping[str, Any], candidate: Mapping[str, Any]) -> float | None:
+        """The cost of a kept point (:attr:`Retimed.cost`), None for any other candidate (its cost is
+        the cost cache's).
+
+        Example:
+            >>> wl = {"op": "dense", "data": [1, 8], "weight": [8, 8], "dtype": "float32"}
+            >>> point = Retimed({"in": "NC", "out": "NC", "weight": "NK8n"}, {}, 2e-6, (2.0,) * 5)
+            >>> result = SearchResult(retimed={task_key(wl, {}): (point,)})
+            >>> result.retimed_cost(wl, point.candidate), result.retimed_cost(wl, {})
+            (1e-06, None)
+        """
+        key = task_key(validate_workload(dict(workload)), {})
+        for retimed in self.retimed.get(key, ()):
+            if retimed.kept and retimed.candidate == dict(candidate):
+                return retimed.cost
+        return None
 
     def top_k(self, workload: Mapping[str, Any], candidates: Sequence[Mapping[str, Any]],
               k: int) -> list[dict[str, Any]]:
         """A node's choices after the search: for every (algorithm, in, out) of ``candidates`` (in the
         order they first come), the ``k`` fastest points measured of it, fastest first; ``candidates``
         as they are where the workload was not searched, and a group's own candidates where none of
-        its points ran.
+        its points ran. Where the finalists were re-timed (:attr:`retimed`), the points are
+        ``candidates`` (today's, on their measured costs) and the kept finalists (on their scaled
+        costs, :attr:`Retimed.cost`) only.
 
         Example:
             >>> wl = {"op": "dense", "data": [1, 8], "weight": [8, 8]}
@@ -138,9 +243,14 @@ class SearchResult:
             [{'in': 'NC', 'out': 'NC', 'weight': 'NK8n'}]
         """
         check_search(0, top_k=k)
-        measured = self.measured.get(task_key(dict(workload), {}))
+        key = task_key(dict(workload), {})
+        measured = self.measured.get(key)
         if not measured:
             return [dict(c) for c in candidates]
+        if key in self.retimed:
+            today = [dict(c) for c in candidates]
+            measured = tuple((c, cost) for c, cost in measured if c in today) + tuple(
+                (r.candidate, r.cost) for r in self.retimed[key] if r.kept)
         chosen: list[dict[str, Any]] = []
         for group in dict.fromkeys(_group(c) for c in candidates):
             ranked = sorted((cost, i) for i, (c, cost) in enumerate(measured)
@@ -299,6 +409,8 @@ def search_schedules(
     progress: bool | None = None,
     timeout: float = 60.0,
     measurer: Measurer | None = None,
+    top_k: int = 1,
+    rounds: int = ROUNDS,
 ) -> SearchResult:
     """Search the schedules of every workload of ``tasks`` (``(workload, candidate)`` pairs, e.g.
     :func:`~layoutopt.tvm.measure.problem.kernel_tasks` of a layout graph; repeats and layout
@@ -313,6 +425,9 @@ def search_schedules(
         search_time: seconds for the whole search (None: no limit); what it cuts is counted.
         seed: the samples' seed (the same seed, the same points: a rerun replays from the cache).
         progress: show the measurer's progress bars (None: when stderr is a terminal).
+        top_k: the choices per (algorithm, in, out) the result will give: ``top_k + 2`` finalists per
+            arm are re-timed.
+        rounds: the finalists' paired rounds (0: no re-timing; see the module's notes).
 
     Returns:
         A :class:`SearchResult` (its ``stats``: searched, from the cache, cut...).
@@ -320,7 +435,9 @@ def search_schedules(
     Raises:
         ProblemError: a negative budget, a bad workload or candidate (before anything is measured).
     """
-    check_search(trials, search_time)
+    check_search(trials, search_time, top_k)
+    if isinstance(rounds, bool) or int(rounds) != rounds or rounds < 0:
+        raise ProblemError(f"rounds must be a non-negative integer, got {rounds!r}")
     started = time.monotonic()
     deadline = None if search_time is None else started + float(search_time)
     grouped: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
@@ -336,14 +453,16 @@ def search_schedules(
     if own:
         measurer = Measurer(target=target, cache=cache, runner=runner, timeout=timeout, progress=progress)
     try:
-        return _search(measurer, grouped, int(trials), seed, deadline, started)
+        return _search(measurer, grouped, int(trials), seed, deadline, started, int(top_k) + MARGIN,
+                       int(rounds))
     finally:
         if own:
             measurer.close()
 
 
 def _search(measurer: Measurer, grouped: Mapping[str, tuple[dict[str, Any], list[dict[str, Any]]]],
-            trials: int, seed: int, deadline: float | None, started: float) -> SearchResult:
+            trials: int, seed: int, deadline: float | None, started: float, finalists: int,
+            paired_rounds: int) -> SearchResult:
     searches = {}
     if trials:
         for key, (workload, candidates) in grouped.items():
@@ -365,10 +484,73 @@ def _search(measurer: Measurer, grouped: Mapping[str, tuple[dict[str, Any], list
     measured = {key: tuple((search.arms[a].candidate(i), cost) for a, arm in enumerate(search.arms)
                            for i, cost in arm.costs.items())
                 for key, search in searches.items()}
+    retimed: dict[str, tuple[Retimed, ...]] = {}
+    retiming = {"retimed": 0, "retimed_cached": 0}
+    for key, search in searches.items() if paired_rounds else ():
+        finals = _finalists(search, finalists)
+        if finals and deadline is not None and time.monotonic() >= deadline:
+            cut += sum(len(points) for _, points in finals)  # not re-timed: not offered
+            stopped = True
+            finals = []
+        retimed[key] = _retime(measurer, search.workload, finals, paired_rounds, retiming)
+    kept = sum(r.kept for found in retimed.values() for r in found)
     stats = SearchStats(workloads=len(searches), arms=sum(sum(1 for arm in s.arms if len(arm.order) > 1)
                                                           for s in searches.values()),
-                        cut=cut, seconds=time.monotonic() - started, stopped=stopped, **counts)
-    return SearchResult(measured, stats)
+                        cut=cut, seconds=time.monotonic() - started, stopped=stopped, **counts, **retiming,
+                        kept=kept, dropped=sum(map(len, retimed.values())) - kept)
+    return SearchResult(measured, stats, retimed)
+
+
+def _finalists(search: _Workload, finalists: int) -> list[tuple[_Arm, list[int]]]:
+    """Per arm whose heuristic point ran, its ``finalists`` fastest searched points (by search cost)
+    among those faster than the heuristic's point (a point slower even at its luckiest is not worth
+    re-timing)."""
+    chosen = []
+    for arm in search.arms:
+        default = arm.costs.get(0, math.inf)
+        points = sorted((cost, i) for i, cost in arm.costs.items() if i >= arm.today and cost < default)
+        if math.isfinite(default) and points:
+            chosen.append((arm, [i for _, i in points[:finalists]]))
+    return chosen
+
+
+def _retime(measurer: Measurer, workload: dict[str, Any], finals: list[tuple[_Arm, list[int]]], rounds: int,
+            counts: dict[str, int]) -> tuple[Retimed, ...]:
+    """Time the finalists of one workload again with their arms' heuristic points in ``rounds`` paired
+    rounds (or find those rounds in the cost cache), and judge each point against its default."""
+    if not finals:
+        return ()
+    kernels: list[dict[str, Any]] = []
+    for arm, points in finals:
+        for candidate in [arm.candidate(0), *(arm.candidate(i) for i in points)]:
+            if candidate not in kernels:
+                kernels.append(candidate)
+    record_workload = {"op": PAIRED, "workload": workload}
+    record_candidate = {"kernels": kernels, "rounds": rounds}
+    record = measurer.cache.get(measurer.context, record_workload, record_candidate)
+    if record is not None and len(record.get("round_times") or ()) == len(kernels):
+        times = [[math.inf if t is None else float(t) for t in row] for row in record["round_times"]]
+        counts["retimed_cached"] += len(kernels)
+    else:
+        times = measurer.time_rounds([(workload, c) for c in kernels], rounds,
+                                     desc="re-timing the finalists side by side")
+        measurer.cache.put({**measurer.context.record_fields(), "workload": record_workload,
+                            "candidate": record_candidate, "round_times": times, "median": None,
+                            "error": None, "runner": measurer.runner.describe(),
+                            "load_average": round(os.getloadavg()[0], 2)})
+        counts["retimed"] += len(kernels)
+    timed = {json.dumps(c, sort_keys=True): row for c, row in zip(kernels, times, strict=True)}
+    found = []
+    for arm, points in finals:
+        default = arm.candidate(0)
+        base = timed[json.dumps(default, sort_keys=True)]
+        for i in points:
+            candidate = arm.candidate(i)
+            mine = timed[json.dumps(candidate, sort_keys=True)]
+            ratios = tuple(d / p if math.isfinite(d) and math.isfinite(p) and p > 0 else 0.0
+                           for d, p in zip(base, mine, strict=True))
+            found.append(Retimed(candidate, default, arm.costs[0], ratios))
+    return tuple(found)
 
 
 def _measure_round(measurer: Measurer, searches: Mapping[str, _Workload],

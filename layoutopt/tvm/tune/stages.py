@@ -59,10 +59,10 @@ from ..evaluate.profile import KernelShapes, observe, profile_builds, time_break
 from ..evaluate.timing import Latency, Noise, compare_builds, measure_latency, random_inputs, run
 from ..graph.graph import LayoutGraph
 from ..kernels import LOOP_ORDERS
-from ..measure.cache import CostCache
+from ..measure.cache import CostCache, task_key
 from ..measure.problem import MeasureMeta, kernel_tasks, measure_graph, memory_figures
 from ..measure.runner import Runner
-from ..measure.search import SearchStats, search_schedules, searched_graph
+from ..measure.search import ROUNDS, SearchStats, search_schedules, searched_graph
 from .guard import baseline_builds, fastest_build, guard_rules
 from .result import TUNED, TuneResult, Variant, layer_table
 
@@ -143,6 +143,9 @@ class TuneOptions:
             offers the solver (:func:`~layoutopt.tvm.measure.search.searched_graph`), which then picks
             layouts, algorithms and schedules together. The fixed-layout baselines take the first of
             their layouts' choices: with a search, the fastest searched schedule.
+        search_rounds: with a search, the paired rounds in which each arm's finalists are timed again
+            beside its heuristic schedule; a searched schedule becomes a choice only if it wins them
+            (see :mod:`~layoutopt.tvm.measure.search`); 0: no re-timing, the search's costs as they are.
         memory_budget: the most bytes the chosen kernels may hold together (their weights as packed
             or transformed, and their workspaces: :func:`~layoutopt.tvm.measure.problem.memory_figures`),
             or None for no budget. Every solve honours it, and the guard hands back no build above it;
@@ -174,6 +177,7 @@ class TuneOptions:
     trials: int = 0
     search_time: float | None = None
     top_k: int = 1
+    search_rounds: int = ROUNDS
     memory_budget: float | None = None
 
     def say(self, message: str) -> None:
@@ -203,6 +207,9 @@ class Extracted:
     untouched: Any = field(default=None, repr=False)
     timings: dict[str, float] = field(default_factory=dict, repr=False)
     search: SearchStats | None = None  # the schedule search's counts, when it ran (:func:`search`)
+    #: the search's re-timed finalists' costs (seconds, by task_key of (node workload, candidate)): they
+    #: replace the cost cache's for those choices (:func:`measure`)
+    search_costs: Mapping[str, float] = field(default_factory=dict, repr=False)
 
     @property
     def where(self) -> str:
@@ -324,10 +331,10 @@ def search(extracted: Extracted, options: TuneOptions) -> Extracted:
     Example:
         >>> from layoutopt.tvm import models, resolve_target
         >>> from layoutopt.tvm.measure.runner import LocalRunner
-        >>> options = TuneOptions(cache="costs.jsonl", check=False, trials=2, top_k=2,
+        >>> options = TuneOptions(cache="costs.jsonl", check=False, trials=2, top_k=2, search_rounds=0,
         ...                       candidates={"blocks": [8], "algorithms": ["direct"]})
         >>> searched = search(extract(models.chain((8, 8)), resolve_target("llvm"), LocalRunner(), options),
-        ...                   options)
+        ...                   options)       # no paired rounds: the two fastest searched points are choices
         >>> len(searched.graph.layout_node("conv1").labels), searched.search.workloads   # 2 of NCHW8c, NCHW
         (3, 1)
     """
@@ -339,11 +346,19 @@ def search(extracted: Extracted, options: TuneOptions) -> Extracted:
     with _stage(extracted.timings, "search"):
         result = search_schedules(kernel_tasks(extracted.graph), extracted.target, options.cache,
                                   extracted.runner, trials=options.trials, search_time=options.search_time,
-                                  seed=options.seed, progress=bool(options.progress) or None)
+                                  seed=options.seed, progress=bool(options.progress) or None,
+                                  top_k=options.top_k, rounds=options.search_rounds)
         graph = searched_graph(extracted.graph, result, options.top_k)
+        search_costs = {}
+        for node in graph.layout_nodes():
+            for choice in node.choices if node.kind == "target" else ():
+                cost = result.retimed_cost(node.workload, choice.candidate)
+                if cost is not None:
+                    search_costs[task_key(node.workload, choice.candidate)] = cost
         constraints = tuple(parse_constraints(graph, options.pin, options.forbid))
     options.say(result.stats.describe())
-    return replace(extracted, graph=graph, constraints=constraints, search=result.stats)
+    return replace(extracted, graph=graph, constraints=constraints, search=result.stats,
+                   search_costs=search_costs)
 
 
 def measure(extracted: Extracted, options: TuneOptions) -> Measured:
@@ -368,7 +383,8 @@ def measure(extracted: Extracted, options: TuneOptions) -> Measured:
     options.say("measuring kernels and layout transforms ...")
     with _stage(extracted.timings, "measure"):
         costs, meta = measure_graph(extracted.graph, extracted.target, cache, extracted.runner,
-                                    progress=bool(options.progress) or None)
+                                    progress=bool(options.progress) or None,
+                                    node_costs=extracted.search_costs)
     stats = meta.stats
     options.say(f"kernels and transforms: {stats.measured} measured, {stats.cached} from the cost cache"
                 + (f", {stats.retimed} from the cache timed again for the pass a killed run left out"
