@@ -3,10 +3,12 @@ servers started by the tests (conftest.py)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import socket
 import threading
+import time
 
 import pytest
 
@@ -17,8 +19,9 @@ from onnx_models import tiny_conv_onnx
 from conftest import RPC_DEVICES, _free_port
 from layoutopt import ProblemError
 from layoutopt.cli import main
-from layoutopt.tvm import models, tune_and_build
+from layoutopt.tvm import build, models, tune_and_build
 from layoutopt.tvm.evaluate.profile import profile_builds
+from layoutopt.tvm.evaluate.timing import random_inputs, run
 from layoutopt.tvm.kernels import layout_transform_workload
 from layoutopt.tvm.measure import runner
 from layoutopt.tvm.measure.measure import Measurer
@@ -69,6 +72,31 @@ def remote_target() -> dict:
 
     mcpu = "broadwell" if tvm.target.codegen.llvm_get_system_cpu() == "haswell" else "haswell"
     return {"kind": "llvm", "mcpu": mcpu}
+
+
+def test_closing_the_runner_gives_the_device_back_even_with_the_collector_idle(rpc_tracker):
+    # a build run through a VirtualMachine leaves its remote objects in reference cycles; the session
+    # (the device) lives until they are freed. With the collector idle (as it may be at any moment of a
+    # long process) close() must still give the device back, else a measuring worker waits for it.
+    address, key = rpc_tracker
+    runner = RPCRunner(address, key, repeat=1, min_repeat_ms=1)
+    mod = models.chain()
+
+    def free() -> int:
+        return runner.summary()["queue_info"].get(key, {}).get("free", 0)
+
+    gc.collect()
+    gc.disable()
+    try:
+        run(build(mod, target=remote_target()), random_inputs(mod), runner)
+        assert free() == RPC_DEVICES - 1  # the device is held while the build is loaded
+        runner.close()
+        deadline = time.monotonic() + 20  # the server registers with the tracker again when freed
+        while free() < RPC_DEVICES and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert free() == RPC_DEVICES
+    finally:
+        gc.enable()
 
 
 def test_tune_and_build_checks_times_and_hands_back_builds_for_the_device(rpc_tracker, tmp_path, monkeypatch):

@@ -37,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import os
 import socket
@@ -363,6 +364,10 @@ class RPCRunner(Runner):  # tracker and key are positional, the timing settings 
     def close(self) -> None:
         super().close()
         self._session = None
+        # the session ends only when its last remote object is freed, and a build run through a
+        # VirtualMachine leaves them in reference cycles: collect now, or the device stays held and a
+        # measuring worker waits for it until its kernel times out
+        gc.collect()
 
     def describe(self) -> str:
         return f"RPC tracker {self.tracker} key {self.key!r}"
