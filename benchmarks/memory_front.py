@@ -94,8 +94,10 @@ def _model_path(name: str, folder: Path, mobilenet: Path) -> Path:
     return path
 
 
-def run_model(name: str, path: Path, cache: str, points: int, repeat: int, say=print) -> tuple[list, list]:
-    """The rows of one model (see :data:`COLUMNS`) and its front ``[(memory MB, predicted ms)]``."""
+def run_model(name: str, path: Path, cache: str, points: int, repeat: int,
+              say=print) -> tuple[list, list, dict]:
+    """The rows of one model (see :data:`COLUMNS`), its front ``[(memory MB, predicted ms)]`` and what
+    its budgeted solves took (:func:`solve_summary`)."""
     from layoutopt import solve_problem
     from layoutopt.baselines import get_baseline
     from layoutopt.front import memory_front
@@ -120,12 +122,14 @@ def run_model(name: str, path: Path, cache: str, points: int, repeat: int, say=p
     problem = Problem.from_graph(graph, costs, memory)
     say(f"{name}: walking the front ({points} solves at most) ...")
     front = memory_front(graph, costs, memory, points=points)
+    budgeted = [point.solution for point in front[1:]]  # the first point is the unconstrained solve
     assignments = {"optimum": front[0].assignment, "smallest": front[-1].assignment}
     for fixed in ("nchw8c", "nchw16c"):
         chosen = get_baseline(fixed).function(graph, problem, None)
         assignments[fixed] = chosen
         at = solve_problem(problem.with_memory_budget(problem.memory_of([chosen[n] for n in problem.nodes])))
         assignments[f"at_{fixed}"] = at.assignment
+        budgeted.append(at)
     variants = {}
     for build, assignment in assignments.items():
         say(f"{name}: building and checking {build} ...")
@@ -149,10 +153,21 @@ def run_model(name: str, path: Path, cache: str, points: int, repeat: int, say=p
                          "load": load})
     rows.append({"model": name, "build": "onnxruntime", "rss_peak_mb": peak_rss("ort", path, SHAPE) / 1e6,
                  "load": load})
-    return rows, [(p.memory / 1e6, p.objective * 1e3) for p in front]
+    return rows, [(p.memory / 1e6, p.objective * 1e3) for p in front], solve_summary(budgeted, problem)
 
 
-def markdown(rows: list[dict], fronts: dict, stamp: str) -> str:
+def solve_summary(solutions: list, problem) -> dict:
+    """What the budgeted solves by ``auto`` took on a model's problem: how many, the longest (ms), the
+    statuses, and the problem's size."""
+    statuses: dict[str, int] = {}
+    for solution in solutions:
+        statuses[solution.status] = statuses.get(solution.status, 0) + 1
+    return {"count": len(solutions), "max_ms": max((s.solve_time * 1e3 for s in solutions), default=0.0),
+            "statuses": statuses, "nodes": len(problem.nodes),
+            "choices": sum(len(c) for c in problem.node_costs)}
+
+
+def markdown(rows: list[dict], fronts: dict, stamp: str, solves: dict | None = None) -> str:
     """The results page: per model, the builds side by side, b* named."""
     lines = ["# Latency-memory front (issue 49)", "", f"*{stamp}*", "",
              "Memory *figure*: what the chosen kernels hold by the model's own count (weights as packed or "
@@ -182,6 +197,12 @@ def markdown(rows: list[dict], fronts: dict, stamp: str) -> str:
         if front:
             lines += ["", f"Front ({len(front)} points, memory MB -> predicted ms): "
                       + ", ".join(f"{m:.2f} -> {t:.2f}" for m, t in front), ""]
+        solved = (solves or {}).get(model)
+        if solved:
+            statuses = ", ".join(f"{n} {status}" for status, n in solved["statuses"].items())
+            lines += [f"Budgeted solves by `auto` on its problem ({solved['nodes']} nodes, "
+                      f"{solved['choices']} choices): {solved['count']}, the longest "
+                      f"{solved['max_ms']:.1f} ms ({statuses}).", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -226,13 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     state = json.loads(saved.read_text()) if saved.exists() else {"rows": [], "fronts": {}}
     with tempfile.TemporaryDirectory() as folder:
         for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-            rows, front = run_model(name, _model_path(name, Path(folder), Path(args.mobilenet)), args.cache,
-                                    args.points, args.repeat)
+            path = _model_path(name, Path(folder), Path(args.mobilenet))
+            rows, front, solved = run_model(name, path, args.cache, args.points, args.repeat)
             state["rows"] = [r for r in state["rows"] if r["model"] != name] + rows
             state["fronts"][name] = front
+            state.setdefault("solves", {})[name] = solved
             saved.write_text(json.dumps(state, indent=1))
             stamp = stamp_line()
-            out.with_suffix(".md").write_text(markdown(state["rows"], state["fronts"], stamp))
+            page = markdown(state["rows"], state["fronts"], stamp, state.get("solves"))
+            out.with_suffix(".md").write_text(page)
             with out.with_suffix(".csv").open("w", newline="") as handle:
                 writer = csv.DictWriter(handle, COLUMNS, extrasaction="ignore")
                 writer.writeheader()

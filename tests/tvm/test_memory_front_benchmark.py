@@ -33,3 +33,20 @@ def test_the_page_names_b_star_and_the_rows():
     assert "| fastest within b*'s memory (nchw16c) | 1.000 | 1.050 |" in page
     assert "| unconstrained optimum |" in page and "| smallest feasible memory |" in page
     assert "| onnxruntime |  |  |  |  | 12.000 |  |" in page
+
+
+def test_the_page_says_what_the_budgeted_solves_took():
+    import networkx as nx
+
+    from layoutopt import Problem, solve_problem
+
+    problem = Problem.from_graph(nx.path_graph(2), {"nodes": {0: [1, 3], 1: [2, 1]},
+                                                    "edges": {(0, 1): [[0, 5], [5, 0]]}},
+                                 {"nodes": {0: [4, 1], 1: [4, 1]}})
+    solutions = [solve_problem(problem.with_memory_budget(budget), method="auto") for budget in (5.0, 2.0)]
+    solved = memory_front.solve_summary(solutions, problem)
+    assert solved["count"] == 2 and solved["statuses"] == {"optimal": 2} and solved["choices"] == 4
+    rows = [{"model": "m", "build": "optimum", "predicted_ms": 3.0, "measured_ms": 3.1, "figure_mb": 8.0,
+             "load": 1.0}]
+    page = memory_front.markdown(rows, {"m": [(8.0, 3.0), (2.0, 4.0)]}, "stamp", {"m": solved})
+    assert "Budgeted solves by `auto` on its problem (2 nodes, 4 choices): 2, the longest" in page
