@@ -36,6 +36,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from pathlib import Path
 
 __all__ = ["add_parser", "default_cache_path", "parse_input_shapes", "run"]
@@ -106,6 +107,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``tune`` on the ``layoutopt`` command's subparsers."""
     from .building.storage import TUNE_STORAGE
     from .measure.cache import TIMINGS
+    from .measure.search import ROUNDS
     from .tune.stages import TUNE_LOOP_ORDERS
 
     parser = subparsers.add_parser(
@@ -165,6 +167,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--top-k", type=int, default=1, metavar="K",
                         help="with --trials, the fastest schedules per algorithm and layout pair each layer "
                         "offers the solver (default 1)")
+    parser.add_argument("--search-rounds", type=int, default=ROUNDS, metavar="N",
+                        help="with --trials, the paired rounds in which each layer's fastest searched "
+                        "schedules are timed again beside the heuristic's; one is offered only if it wins "
+                        f"them (default {ROUNDS}; 0: the search's own times as they are)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip comparing every build's outputs with the untouched model in float64")
     parser.add_argument("--rtol", type=float, default=1e-4,
@@ -391,32 +397,30 @@ def _output_directory(text: str, option: str) -> Path | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..api import check_method
     from ..constraints import parse_constraint_texts
     from ..errors import ProblemError
-    from ..problem import parse_bytes
     from ._tvm import resolve_target
     from .building.memory import check_memory
     from .frontend.load import load_with_origin
-    from .measure.search import check_search
     from .tune.report import breakdown_markdown, write_report
+    from .tune.stages import TuneOptions
     from .tune.tune import tune_and_build
 
-    # everything the command line says is checked before the model is loaded or a kernel measured
-    check_method(args.method, args.time_limit)
+    # everything the command line says is checked before the model is loaded or a kernel measured: the
+    # options once, where tune_and_build checks them (TuneOptions), then what only the command line has
     target = resolve_target(args.target)
     shapes = parse_input_shapes(args.input_shape)
-    candidates = _candidates(args.blocks, args.orders, args.algorithms)
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
-    if args.repeat < 1:
-        raise ProblemError(f"--repeat {args.repeat}: need at least one timing round")
-    if args.calibrate < 0:
-        raise ProblemError(f"--calibrate {args.calibrate}: rounds cannot be negative")
-    if not args.rtol > 0:
-        raise ProblemError(f"--rtol {args.rtol}: need a positive tolerance")
-    check_search(args.trials, args.search_time, args.top_k)
-    budget = None if args.memory_budget is None else parse_bytes(args.memory_budget)
-    if args.pareto is not None and (budget is not None or args.output):
+    candidates = _candidates(args.blocks, args.orders, args.algorithms)
+    options = TuneOptions(method=args.method, candidates=candidates, time_limit=args.time_limit,
+                          baselines=baselines, guard=not args.no_guard, check=not args.no_check,
+                          rtol=args.rtol, seed=args.seed, repeat=args.repeat, fuse=not args.no_fuse,
+                          profile=not args.no_profile, calibrate=0 if args.no_profile else args.calibrate,
+                          pin=args.pin, forbid=args.forbid, progress=True, storage=args.storage,
+                          loop_order=args.loop_order, trials=args.trials, search_time=args.search_time,
+                          top_k=args.top_k, search_rounds=args.search_rounds,
+                          memory_budget=args.memory_budget)
+    if args.pareto is not None and (options.memory_budget is not None or args.output):
         raise ProblemError("--pareto walks every budget and hands back no build: drop --memory-budget and -o")
     if args.pareto is not None and args.pareto < 2:
         raise ProblemError(f"--pareto {args.pareto}: need 2 points or more (the two ends of the front)")
@@ -431,14 +435,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"layoutopt tune: {args.model or 'embedded default model'}; cost cache {where}")
     if args.pareto is not None:
         return _front(args, mod, origin, target, cache, runner, candidates, report)
-    result = tune_and_build(mod, target=target, method=args.method, cache=cache, runner=runner,
-                            candidates=candidates, time_limit=args.time_limit,
-                            baselines=baselines, check=not args.no_check, repeat=args.repeat,
-                            rtol=args.rtol, seed=args.seed, guard=not args.no_guard, fuse=not args.no_fuse,
-                            profile=not args.no_profile, calibrate=0 if args.no_profile else args.calibrate,
-                            pin=args.pin, forbid=args.forbid, progress=True, storage=args.storage,
-                            loop_order=args.loop_order, origin=origin, trials=args.trials,
-                            search_time=args.search_time, top_k=args.top_k, memory_budget=budget)
+    given = {field.name: getattr(options, field.name) for field in fields(options)}
+    result = tune_and_build(mod, target=target, runner=runner, origin=origin, **{**given, "cache": cache})
     print()
     print(_layer_table(result))
     print()

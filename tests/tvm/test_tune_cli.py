@@ -74,9 +74,12 @@ def test_user_errors_exit_2_with_one_line(tmp_path, capsys, extra, message):
         (["--input-shape", "1,x,8,8"], "integer dims"),
         (["--input-shape", "1,4x"], "integer dims"),
         (["--input-shape", "x=1,4,8,8", "--input-shape", "x=1,4,16,16"], "given twice"),
-        (["--repeat", "0"], "--repeat"),
-        (["--calibrate", "-1"], "--calibrate -1"),
-        (["--rtol", "0"], "--rtol 0"),
+        (["--repeat", "0"], "repeat must be an integer of at least 1, got 0"),
+        (["--calibrate", "-1"], "calibrate must be an integer of at least 0, got -1"),
+        (["--rtol", "0"], "rtol must be a positive tolerance, got 0"),
+        (["--search-rounds", "-1"], "search_rounds must be an integer of at least 0, got -1"),
+        (["--memory-budget", "40 parsecs"], "memory size '40 parsecs'"),
+        (["--baselines", "nchw17c"], "nchw17c"),
         (["--trials", "-1"], "trials must be a non-negative integer"),
         (["--search-time", "0"], "search_time must be positive"),
         (["--top-k", "0"], "top_k must be a positive integer"),
@@ -116,7 +119,7 @@ CLI_OF_KEYWORD = {
     "seed": "--seed", "repeat": "--repeat", "fuse": "--no-fuse", "profile": "--no-profile",
     "calibrate": "--calibrate", "pin": "--pin", "forbid": "--forbid", "storage": "--storage",
     "loop_order": "--loop-order", "trials": "--trials", "search_time": "--search-time", "top_k": "--top-k",
-    "memory_budget": "--memory-budget",
+    "search_rounds": "--search-rounds", "memory_budget": "--memory-budget",
 }
 
 
@@ -166,8 +169,8 @@ def test_the_command_line_options_reach_tune_and_build(tmp_path, monkeypatch):
     assert (seen["trials"], seen["search_time"], seen["top_k"]) == (0, None, 1)  # no search by default
     seen.clear()
     with pytest.raises(_Stop):
-        main([*argv, "--trials", "12", "--search-time", "90", "--top-k", "4"])
-    assert (seen["trials"], seen["search_time"], seen["top_k"]) == (12, 90.0, 4)
+        main([*argv, "--trials", "12", "--search-time", "90", "--top-k", "4", "--search-rounds", "0"])
+    assert (seen["trials"], seen["search_time"], seen["top_k"], seen["search_rounds"]) == (12, 90.0, 4, 0)
 
 
 def test_the_default_cost_cache_makes_the_second_run_measure_nothing(tmp_path, capsys, monkeypatch):

@@ -45,13 +45,14 @@ from ... import api
 from ...baselines import get_baseline
 from ...constraints import Constraint, constrain, explain_infeasible, parse_constraints
 from ...errors import ProblemError
-from ...problem import Costs, Problem
+from ...problem import Costs, Problem, parse_bytes
 from ...solution import Solution
 from .._tvm import import_tvm
 from ..building.apply import apply_assignment, count_layout_transforms
 from ..building.baselines import BUILDS, COMPOSITES
 from ..building.builder import check_rewrite, compile_module
 from ..building.memory import check_memory
+from ..building.storage import TUNE_STORAGE, check_storage_plan
 from ..evaluate.calibrate import Calibration, calibrated_solution
 from ..evaluate.check import Reference, first_divergence
 from ..evaluate.origin import ModelOrigin, check_import
@@ -62,7 +63,7 @@ from ..kernels import LOOP_ORDERS
 from ..measure.cache import CostCache, task_key
 from ..measure.problem import MeasureMeta, kernel_tasks, measure_graph, memory_figures
 from ..measure.runner import Runner
-from ..measure.search import ROUNDS, SearchStats, search_schedules, searched_graph
+from ..measure.search import ROUNDS, SearchStats, check_search, search_schedules, searched_graph
 from .guard import baseline_builds, fastest_build, guard_rules
 from .result import TUNED, TuneResult, Variant, layer_table
 
@@ -148,12 +149,22 @@ class TuneOptions:
             (see :mod:`~layoutopt.tvm.measure.search`); 0: no re-timing, the search's costs as they are.
         memory_budget: the most bytes the chosen kernels may hold together (their weights as packed
             or transformed, and their workspaces: :func:`~layoutopt.tvm.measure.problem.memory_figures`),
-            or None for no budget. Every solve honours it, and the guard hands back no build above it;
+            as a number or a size such as ``"40MB"`` (:func:`~layoutopt.problem.parse_bytes`), or None
+            for no budget. Every solve honours it, and the guard hands back no build above it;
             a budget below the smallest assignment's memory is refused with that figure.
+
+    Every option is checked when the options are made, whoever makes them: a bad one raises
+    :class:`~layoutopt.ProblemError` naming it, before any model is loaded or kernel measured.
 
     Example:
         >>> TuneOptions(method="dp", repeat=10).calibrate
         2
+        >>> TuneOptions(memory_budget="40MB").memory_budget
+        40000000.0
+        >>> TuneOptions(repeat=0)
+        Traceback (most recent call last):
+        ...
+        layoutopt.errors.ProblemError: repeat must be an integer of at least 1, got 0
     """
 
     method: str = "auto"
@@ -178,7 +189,26 @@ class TuneOptions:
     search_time: float | None = None
     top_k: int = 1
     search_rounds: int = ROUNDS
-    memory_budget: float | None = None
+    memory_budget: float | str | None = None
+
+    def __post_init__(self) -> None:
+        # every option is checked here, once, whoever builds the options (tune_and_build, the command
+        # line, a benchmark): a bad one is refused before a model is loaded or a kernel measured
+        api.check_method(self.method, self.time_limit)
+        object.__setattr__(self, "baselines", tuple(self.baselines))
+        baseline_builds(self.baselines)
+        check_storage_plan(self.storage, TUNE_STORAGE)
+        if self.loop_order not in TUNE_LOOP_ORDERS:
+            raise ProblemError(f"loop_order {self.loop_order!r}: expected one of {TUNE_LOOP_ORDERS}")
+        check_search(self.trials, self.search_time, self.top_k)
+        for name, least in (("repeat", 1), ("calibrate", 0), ("search_rounds", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ProblemError(f"{name} must be an integer of at least {least}, got {value!r}")
+        if not (isinstance(self.rtol, (int, float)) and self.rtol > 0):
+            raise ProblemError(f"rtol must be a positive tolerance, got {self.rtol!r}")
+        if self.memory_budget is not None:
+            object.__setattr__(self, "memory_budget", parse_bytes(self.memory_budget))
 
     def say(self, message: str) -> None:
         """Hand a stage message to ``progress`` (printed when it is True)."""

@@ -34,18 +34,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ...api import check_method
-from ...errors import ProblemError
-from ...problem import parse_bytes
 from .._tvm import resolve_target
-from ..building.storage import TUNE_STORAGE, check_storage_plan
 from ..evaluate.origin import ModelOrigin
 from ..measure.runner import LocalRunner
-from ..measure.search import check_search
+from ..measure.search import ROUNDS
 from . import stages
-from .guard import baseline_builds
 from .result import TUNED, Layer, TuneResult, Variant, layer_table, ms
-from .stages import TUNE_LOOP_ORDERS, TuneOptions
+from .stages import TuneOptions
 
 __all__ = ["TUNED", "Layer", "TuneOptions", "TuneResult", "Variant", "layer_table", "ms", "tune_and_build"]
 
@@ -77,6 +72,7 @@ def tune_and_build(
     trials: int = 0,
     search_time: float | None = None,
     top_k: int = 1,
+    search_rounds: int = ROUNDS,
     memory_budget: float | str | None = None,
 ) -> TuneResult:
     """Extract, measure, solve, apply and build ``mod``; verify the outputs and time the build: the chain
@@ -87,7 +83,8 @@ def tune_and_build(
             :mod:`layoutopt.tvm.frontend.models`).
         target: CPU target (see :func:`~layoutopt.tvm.resolve_target`).
         method, cache, candidates, time_limit, baselines, guard, check, rtol, seed, repeat, fuse, profile,
-            calibrate, pin, forbid, progress, storage, loop_order, trials, search_time, top_k: the options,
+            calibrate, pin, forbid, progress, storage, loop_order, trials, search_time, top_k,
+            search_rounds: the options,
             one :class:`~layoutopt.tvm.tune.stages.TuneOptions` (see it for each one's meaning).
         origin: the model file ``mod`` was imported from
             (:func:`~layoutopt.tvm.frontend.load.load_with_origin`):
@@ -116,16 +113,12 @@ def tune_and_build(
         >>> result.chosen in [variant.name for variant in result.variants()]
         True
     """
-    options = TuneOptions(method, cache, candidates, time_limit, tuple(baselines), guard, check, rtol, seed,
-                          repeat, fuse, profile, calibrate, pin, forbid, progress, storage, loop_order,
-                          trials, search_time, top_k,
-                          memory_budget=None if memory_budget is None else parse_bytes(memory_budget))
-    check_search(trials, search_time, top_k)  # refused now, not after the extraction
-    check_storage_plan(storage, TUNE_STORAGE)  # refused now, not after the measurement
-    if loop_order not in TUNE_LOOP_ORDERS:
-        raise ProblemError(f"loop_order {loop_order!r}: expected one of {TUNE_LOOP_ORDERS}")
-    baseline_builds(options.baselines)  # an unknown name fails now, not after the measurement
-    check_method(method, time_limit)
+    options = TuneOptions(method=method, cache=cache, candidates=candidates, time_limit=time_limit,
+                          baselines=tuple(baselines), guard=guard, check=check, rtol=rtol, seed=seed,
+                          repeat=repeat, fuse=fuse, profile=profile, calibrate=calibrate, pin=pin,
+                          forbid=forbid, progress=progress, storage=storage, loop_order=loop_order,
+                          trials=trials, search_time=search_time, top_k=top_k, search_rounds=search_rounds,
+                          memory_budget=memory_budget)  # every option checked now, before the extraction
     target = resolve_target(target)
     place = runner if runner is not None else LocalRunner()
     with closing(place):  # it may hold a device session and the builds it loaded
