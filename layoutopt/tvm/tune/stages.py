@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextlib import contextmanager
@@ -203,9 +204,9 @@ class TuneOptions:
         check_search(self.trials, self.search_time, self.top_k)
         for name, least in (("repeat", 1), ("calibrate", 0), ("search_rounds", 0)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
                 raise ProblemError(f"{name} must be an integer of at least {least}, got {value!r}")
-        if not (isinstance(self.rtol, (int, float)) and self.rtol > 0):
+        if isinstance(self.rtol, bool) or not (isinstance(self.rtol, numbers.Real) and self.rtol > 0):
             raise ProblemError(f"rtol must be a positive tolerance, got {self.rtol!r}")
         if self.memory_budget is not None:
             object.__setattr__(self, "memory_budget", parse_bytes(self.memory_budget))
