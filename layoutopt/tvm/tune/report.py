@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...machine import stamp_line
-from ...problem import Problem, format_bytes
+from ...problem import Problem
 from .result import TUNED, Layer, TuneResult, layer_table, ms
 
 __all__ = ["breakdown_markdown", "handed_back_layers", "layer_markdown", "summary_markdown", "write_report"]
@@ -193,16 +193,6 @@ def plot(result: TuneResult, path: str | Path) -> Path:
     return path
 
 
-def _memory_line(result: TuneResult) -> list[str]:
-    """The handed-back build's memory figure and the budget, when tuned under one."""
-    if result.memory is None:
-        return []
-    budget = ("" if result.memory_budget is None
-              else f", within the budget of {format_bytes(result.memory_budget)}")
-    return [f"Memory: the kernels handed back hold {format_bytes(result.memory)} (weights as packed or "
-            f"transformed, and workspace){budget}."]
-
-
 def write_report(result: TuneResult, directory: str | Path, name: str = "report",
                  model: str = "") -> dict[str, Path]:
     """Write ``<directory>/<name>.md`` and ``<directory>/<name>.png``; returns their paths.
@@ -250,7 +240,7 @@ def write_report(result: TuneResult, directory: str | Path, name: str = "report"
         "",
         f"Solver: {solution.method} ({solution.stats.get('engine', solution.method)}), status "
         f"{solution.status}, objective {ms(solution.objective)} ms, solved in {solution.solve_time:.3f} s.",
-        *_memory_line(result),
+        *([f"Memory: {result.describe_memory()}."] if result.memory is not None else []),
         f"Time per stage: {timings}.",
         "",
         *_breakdown_section(result),

@@ -216,6 +216,16 @@ class TuneResult:
             return None
         return other.measured / self.tuned.measured
 
+    def describe_memory(self) -> str:
+        """What the handed-back build's kernels hold (:attr:`memory`), and the budget when tuned under
+        one; empty without figures. The summary and the report print it."""
+        if self.memory is None:
+            return ""
+        budget = ("" if self.memory_budget is None
+                  else f", within the budget of {format_bytes(self.memory_budget)}")
+        return (f"the kernels handed back hold {format_bytes(self.memory)} (weights as packed or "
+                f"transformed, and workspace){budget}")
+
     def summary(self) -> str:
         """A few lines: predicted vs measured latency, the speed-ups over each baseline, and which
         build was handed back."""
@@ -233,9 +243,7 @@ class TuneResult:
         lines.append("functions no schedule rule covered: " + ("none" if not fell_back else
                      "; ".join(f.describe() for f in fell_back)))
         if self.memory is not None:
-            budget = "" if self.memory_budget is None else f" (budget {format_bytes(self.memory_budget)})"
-            lines.append(f"memory: the kernels handed back hold {format_bytes(self.memory)}, weights as "
-                         f"packed and workspace{budget}")
+            lines.append(f"memory: {self.describe_memory()}")
         if self.noise is not None and self.noise.rounds:
             lines.append(f"timing: {self.noise.describe()}")
         if self.search is not None:

@@ -114,7 +114,7 @@ def tune_and_build(
         True
     """
     options = TuneOptions(method=method, cache=cache, candidates=candidates, time_limit=time_limit,
-                          baselines=tuple(baselines), guard=guard, check=check, rtol=rtol, seed=seed,
+                          baselines=baselines, guard=guard, check=check, rtol=rtol, seed=seed,
                           repeat=repeat, fuse=fuse, profile=profile, calibrate=calibrate, pin=pin,
                           forbid=forbid, progress=progress, storage=storage, loop_order=loop_order,
                           trials=trials, search_time=search_time, top_k=top_k, search_rounds=search_rounds,
