@@ -107,6 +107,14 @@ def _check(sol, reference, exact: bool, budget: float) -> None:
 # a budget a rounding error below a whole figure: MIP took the 23 within its tolerance, then repaired
 @example(case=(nx.empty_graph(1), {"nodes": {0: [1.0, 0.0, math.inf]}, "edges": {}},
                {"nodes": {0: [0, 23, 0]}}, 22.999999999999996))
+# a fractional figure made exact by scaling (figures near 2**41): CP-SAT answered "infeasible"
+@example(case=(nx.Graph([(0, 3), (0, 4), (1, 2), (1, 4), (2, 3), (2, 4), (3, 4)]),
+               {"nodes": {0: [0.0], 1: [0.0, 0.0], 2: [0.0] * 3, 3: [0.0] * 3, 4: [0.0] * 3},
+                "edges": {(0, 3): [[0, 0, 0]], (0, 4): [[0, 0, 0]], (1, 4): [[0, 0, 0], [0, 0, 0]],
+                          (1, 2): [[0, 0, math.inf], [math.inf, 0, 0]],
+                          **{edge: [[0, 0, math.inf], [math.inf, 0, 0], [0, 0, 0]]
+                             for edge in ((2, 3), (2, 4), (3, 4))}}},
+               {"nodes": {1: [1.4424876831655755, 26.0], 3: [23.0, 9.0, 9.0], 4: [41.0, 0.0, 0.0]}}, 75.0))
 def test_every_method_against_brute_force(method, case):
     graph, costs, memory, budget = case
     reference = _reference(graph, costs, memory, budget)

@@ -53,6 +53,11 @@ _VARIABLE_CHUNK = 10_000
 #: CP-SAT's model loading (before its own clock starts), as a share of the time it took to build the
 #: model here (measured on DenseNet-shaped models of 150 to 2000 nodes: 0.25 to 0.35)
 LOAD_SHARE = 0.4
+#: CP-SAT 9.15 answered "infeasible" for a feasible problem whose budget row had figures near 2**41 (a
+#: figure of 1.4424876831655755 bytes, made exact by scaling); with figures up to 2**30 it proved the
+#: optimum. Larger figures are scaled down (rounded down; the answer is then checked against the true
+#: budget and repaired), as for toulbar2
+LARGEST_FIGURE = 2**30
 
 
 @register
@@ -128,7 +133,7 @@ class CpSat(Solver):
             linear.domain.extend([0, 0])
             if count % _CHECK_EVERY == 0 and deadline.expired():
                 return out_of_time()
-        memory = integer_memory(problem)
+        memory = integer_memory(problem, LARGEST_FIGURE)
         if memory is not None:  # the budget: sum of the chosen literals' figures <= budget
             figures = memory.of_literals(problem, encoding.literal_node, encoding.literal_choice)
             used = np.flatnonzero(figures)
